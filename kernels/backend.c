@@ -1,0 +1,89 @@
+/*
+ * backend.c - the backend registry and the accounting wrappers.  This is the
+ * only file above the backends that knows whether CUDA was built.
+ */
+#include "backend.h"
+#include "cpu/cpu_backend.h"
+#include "sl_config.h"
+#if SL_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#endif
+
+#include <string.h>
+
+bool sl_backend_cuda_built(void)
+{
+	return SL_HAVE_CUDA != 0;
+}
+
+int sl_backend_create(const char *name, int nthreads, sl_backend **out)
+{
+	*out = NULL;
+	if (!name || !strcmp(name, "auto")) {
+#if SL_HAVE_CUDA
+		if (sl_cuda_usable())
+			return sl_cuda_backend_create(out);
+#endif
+		return sl_cpu_backend_create(nthreads, out);
+	}
+	if (!strcmp(name, "cpu"))
+		return sl_cpu_backend_create(nthreads, out);
+	if (!strcmp(name, "cuda")) {
+#if SL_HAVE_CUDA
+		return sl_cuda_backend_create(out);
+#else
+		return sl_err(SL_EUNSUPPORTED,
+			      "backend 'cuda': this build has no CUDA support (rebuild with nvcc on PATH, meson -Dcuda=enabled)");
+#endif
+	}
+	return sl_err(SL_EINVAL, "unknown backend '%s' (use cpu, cuda or auto)", name);
+}
+
+void sl_backend_free(sl_backend *b)
+{
+	if (b)
+		b->ops->free(b);
+}
+
+void sl_backend_set_dev_limit(sl_backend *b, size_t bytes)
+{
+	b->dev_limit = bytes;
+}
+
+int sl_dev_account(sl_backend *b, size_t bytes, const char *what)
+{
+	if (b->dev_limit && b->dev_used + bytes > b->dev_limit)
+		return sl_err(SL_EBUDGET,
+			      "device memory budget exceeded allocating %s: %zu bytes needed, %zu of %zu in use",
+			      what, bytes, b->dev_used, b->dev_limit);
+	b->dev_used += bytes;
+	if (b->dev_used > b->dev_peak)
+		b->dev_peak = b->dev_used;
+	return 0;
+}
+
+void sl_dev_unaccount(sl_backend *b, size_t bytes)
+{
+	SL_ASSERT(bytes <= b->dev_used);
+	b->dev_used -= bytes;
+}
+
+int sl_dev_alloc(sl_backend *b, size_t bytes, const char *what, void **out)
+{
+	*out = NULL;
+	SL_TRY(sl_dev_account(b, bytes, what));
+	int rc = b->ops->dev_alloc(b, bytes, out);
+	if (rc < 0) {
+		sl_dev_unaccount(b, bytes);
+		return sl_err_prefix(rc, "allocating %zu bytes for %s", bytes, what);
+	}
+	return 0;
+}
+
+void sl_dev_free(sl_backend *b, void *p, size_t bytes)
+{
+	if (!p)
+		return;
+	b->ops->dev_free(b, p);
+	sl_dev_unaccount(b, bytes);
+}

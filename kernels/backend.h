@@ -1,0 +1,199 @@
+/*
+ * backend.h - the one compute interface the engine calls.
+ *
+ * A backend is a table of function pointers plus a context pointer (the
+ * ggml backend / vmaf extractor pattern).  There is one table per kind of
+ * hardware: the CPU backend (kernels/cpu) is the reference and a real mode
+ * for machines without a GPU; the CUDA backend (kernels/cuda) is the fast
+ * one.  Every op of one has a twin in the other with the same meaning, and
+ * tests/test_cross_backend.c compares them on random inputs.
+ *
+ * Memory spaces.  "Device" pointers come from sl_dev_alloc and live where
+ * the backend computes (GPU memory for CUDA; a budgeted host arena for the
+ * CPU backend).  "Host" pointers are ordinary (or pinned, from
+ * sl_host_alloc) CPU memory.  Ops take device pointers only, except the
+ * small per-sequence metadata arrays (lengths, pad counts, ids on the host
+ * side) which are host arrays read before the call returns.
+ *
+ * Dtypes.  Weights and the KV cache are fp16 (sl_half).  Activations
+ * (hidden states, q/k/v, logits) are fp32.  All accumulation is fp32.
+ *
+ * Queues and events.  Every op and copy is issued on a queue and runs in
+ * issue order on that queue; work on different queues is ordered only by
+ * events (sl_event_record / sl_queue_wait).  The CPU backend runs each call
+ * to completion before it returns, which is a valid (if serial) schedule.
+ *
+ * Errors: every function returns 0 or a negative SL_E* code and records a
+ * message naming the failing call (see common/sl_common.h).
+ *
+ * Ownership: the backend owns nothing the caller allocated; sl_backend_free
+ * releases the backend's own workspaces only.  Callers free what they
+ * allocate, with the size they allocated (for the accounting).
+ */
+#ifndef SL_BACKEND_H
+#define SL_BACKEND_H
+
+#include "sl_common.h"
+
+#include <stdbool.h>
+
+typedef struct sl_backend sl_backend;
+typedef struct sl_queue sl_queue; /* opaque, backend-defined */
+typedef struct sl_event sl_event; /* opaque, backend-defined */
+
+/* ---- op arguments ------------------------------------------------------ */
+
+enum sl_gemm_flags {
+	SL_GEMM_RELU = 1u << 0,  /* y = max(y, 0) before accumulation */
+	SL_GEMM_ACCUM = 1u << 1, /* add into y instead of overwriting it */
+};
+
+/*
+ * y[m, n] (+)= act(alpha * (sum_k x[m, k] * w[n, k] + bias[n]))
+ *   x: fp32 (m, k) with row stride ldx; w: fp16 (n, k) row-major, stride k
+ *   (the PyTorch nn.Linear layout); bias: fp16 (n) or NULL; y: fp32 (m, n)
+ *   with row stride ldy.  x and y must not overlap.
+ */
+typedef struct sl_gemm_args {
+	int m, n, k;
+	const float *x;
+	int ldx;
+	const sl_half *w;
+	const sl_half *bias; /* (optional) */
+	float *y;
+	int ldy;
+	float alpha; /* 0 is taken as 1 */
+	unsigned flags; /* enum sl_gemm_flags */
+} sl_gemm_args;
+
+/*
+ * Attention over a KV cache.  Shapes:
+ *   nseq sequences, nh heads, hd = head dim, hidden = nh * hd
+ *   cache k, v: fp16, or fp32 where kv_f32 is set (an accuracy mode:
+ *   fp16 rounding of K and V is the one difference from an fp32
+ *   reference), (nseq, nh, cap, hd): slot s of sequence b, head h at
+ *   ((b * nh + h) * cap + s) * hd.  Slots hold real tokens only (never
+ *   padding), in any order; positions were added before projection (OPT),
+ *   so slot order does not change the result.
+ *   q is expected already scaled by 1/sqrt(hd).
+ *
+ * Prefill: q, k_new, v_new, out are fp32 (nseq, t, hidden), left-padded:
+ *   sequence b's first npad[b] rows are padding.  Writes the t - npad[b]
+ *   real rows' k and v into cache slots [0, t - npad[b]), computes causal
+ *   attention among the real rows of each sequence, writes zero rows in
+ *   out for the padding rows.
+ *
+ * Decode: one new token per sequence: q, k_new, v_new, out are fp32
+ *   (nseq, hidden).  Sequence b holds len[b] cached tokens in slots
+ *   [0, len[b]); the new k, v are written to slot len[b] and attention runs
+ *   over slots [0, len[b]] inclusive.  The caller advances len.
+ *
+ * score (optional): fp32 (nseq, nh, cap).  When given, the attention
+ *   probability each query gives each cached slot is added to that slot's
+ *   score (H2O).  For prefill that is the column sum over the sequence's
+ *   real queries.
+ */
+typedef struct sl_attn_args {
+	int nseq, nh, hd;
+	int t;   /* prefill: padded rows per sequence; decode: 1 */
+	int cap; /* cache slots per (sequence, head) */
+	const float *q, *k_new, *v_new;
+	float *out;
+	void *k_cache, *v_cache; /* sl_half, or float where kv_f32 */
+	bool kv_f32;
+	const int *npad; /* prefill: host (nseq) */
+	const int *len;  /* decode: host (nseq) */
+	float *score;    /* (optional) device (nseq, nh, cap) */
+} sl_attn_args;
+
+/* ---- the interface ----------------------------------------------------- */
+
+typedef struct sl_backend_ops {
+	const char *name; /* "cpu", "cuda" */
+	void (*free)(sl_backend *b);
+
+	/* memory: raw allocation; accounting lives in the sl_dev_* wrappers */
+	int (*dev_alloc)(sl_backend *b, size_t bytes, void **out);
+	void (*dev_free)(sl_backend *b, void *p);
+	int (*host_alloc)(sl_backend *b, size_t bytes, void **out); /* pinned */
+	void (*host_free)(sl_backend *b, void *p);
+
+	/* queues and events */
+	int (*queue_create)(sl_backend *b, sl_queue **out);
+	void (*queue_free)(sl_backend *b, sl_queue *q);
+	int (*queue_sync)(sl_backend *b, sl_queue *q);
+	int (*event_create)(sl_backend *b, sl_event **out);
+	void (*event_free)(sl_backend *b, sl_event *e);
+	int (*event_record)(sl_backend *b, sl_event *e, sl_queue *q);
+	int (*queue_wait)(sl_backend *b, sl_queue *q, sl_event *e);
+	int (*event_sync)(sl_backend *b, sl_event *e);
+
+	/* copies, asynchronous on q (host memory should be pinned to overlap) */
+	int (*copy_h2d)(sl_backend *b, sl_queue *q, void *dst, const void *src, size_t n);
+	int (*copy_d2h)(sl_backend *b, sl_queue *q, void *dst, const void *src, size_t n);
+	int (*copy_d2d)(sl_backend *b, sl_queue *q, void *dst, const void *src, size_t n);
+	int (*memset_dev)(sl_backend *b, sl_queue *q, void *dst, int value, size_t n);
+
+	/* ops */
+	int (*gemm)(sl_backend *b, sl_queue *q, const sl_gemm_args *a);
+
+	/* y[r, :] = x[r, :] normalised over n, times gamma plus beta (fp16);
+	 * rows of x and y have strides ldx, ldy; x == y is allowed. */
+	int (*layernorm)(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
+			 const sl_half *gamma, const sl_half *beta, float eps, float *y, int ldy);
+
+	/* y[r, :] (+)= table[idx[r], :] for r < rows; table fp16 (?, n); idx is a
+	 * host array; y fp32 (rows, n).  accumulate adds instead of writing.
+	 * Indices are checked by the caller. */
+	int (*embed)(sl_backend *b, sl_queue *q, int rows, int n, const sl_half *table,
+		     const int32_t *idx, float *y, bool accumulate);
+
+	int (*attn_prefill)(sl_backend *b, sl_queue *q, const sl_attn_args *a);
+	int (*attn_decode)(sl_backend *b, sl_queue *q, const sl_attn_args *a);
+
+	/* out[r] = the smallest index of the maximum of x[r, 0..n) (rows of
+	 * stride ldx); out is a host array, and the call waits for the result. */
+	int (*argmax)(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
+		      int32_t *out);
+} sl_backend_ops;
+
+struct sl_backend {
+	const sl_backend_ops *ops;
+	void *ctx;
+	/* device-tier accounting, kept by sl_dev_alloc / sl_dev_free */
+	size_t dev_limit; /* 0: unlimited */
+	size_t dev_used, dev_peak;
+	/* GEMM time and work, kept by backends whose ops run synchronously (the
+	 * CPU backend); zero elsewhere, where callers time with wall clocks */
+	double gemm_seconds, gemm_flop;
+};
+
+/* ---- registry ---------------------------------------------------------- */
+
+/*
+ * Create a backend by name: "cpu", "cuda", or "auto" (cuda where a usable
+ * GPU is found, else cpu).  nthreads: CPU threads (0 = all cores).
+ */
+int sl_backend_create(const char *name, int nthreads, sl_backend **out);
+void sl_backend_free(sl_backend *b);
+bool sl_backend_cuda_built(void);
+
+/* Byte budget for the device tier (0 = unlimited). */
+void sl_backend_set_dev_limit(sl_backend *b, size_t bytes);
+
+/* Device allocation with accounting; fails with SL_EBUDGET over the limit.
+ * what names the allocation in the error message. */
+int sl_dev_alloc(sl_backend *b, size_t bytes, const char *what, void **out);
+void sl_dev_free(sl_backend *b, void *p, size_t bytes);
+/* For a backend's own workspaces (cuBLAS): account without allocating. */
+int sl_dev_account(sl_backend *b, size_t bytes, const char *what);
+void sl_dev_unaccount(sl_backend *b, size_t bytes);
+
+/* ---- thin wrappers (NULL-checked) -------------------------------------- */
+
+static inline int sl_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
+{
+	return b->ops->gemm(b, q, a);
+}
+
+#endif

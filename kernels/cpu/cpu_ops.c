@@ -1,0 +1,219 @@
+/*
+ * cpu_ops.c - layernorm, embedding, attention (prefill and decode over the
+ * fp16 KV cache, with optional H2O score accumulation) and argmax on the CPU.
+ * Threads split work over rows or over (sequence, head) pairs.
+ */
+#include "cpu_internal.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+int sl_cpu_layernorm(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
+		     const sl_half *gamma, const sl_half *beta, float eps, float *y, int ldy)
+{
+	const int nt = sl_cpu(b)->nthreads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int r = 0; r < rows; r++) {
+		const float *xr = x + (size_t)r * ldx;
+		float *yr = y + (size_t)r * ldy;
+		double sum = 0.0;
+		for (int i = 0; i < n; i++)
+			sum += xr[i];
+		const double mean = sum / n;
+		double var = 0.0;
+		for (int i = 0; i < n; i++) {
+			double d = xr[i] - mean;
+			var += d * d;
+		}
+		var /= n;
+		const float rstd = (float)(1.0 / sqrt(var + (double)eps));
+		const float mf = (float)mean;
+		for (int i = 0; i < n; i++)
+			yr[i] = (xr[i] - mf) * rstd * sl_half_to_float(gamma[i]) +
+				sl_half_to_float(beta[i]);
+	}
+	return 0;
+}
+
+int sl_cpu_embed(sl_backend *b, sl_queue *q, int rows, int n, const sl_half *table,
+		 const int32_t *idx, float *y, bool accumulate)
+{
+	sl_cpu_ctx *c = sl_cpu(b);
+#pragma omp parallel for num_threads(c->nthreads) schedule(static)
+	for (int r = 0; r < rows; r++) {
+		const sl_half *src = table + (size_t)idx[r] * n;
+		float *dst = y + (size_t)r * n;
+		if (accumulate) {
+			for (int i = 0; i < n; i++)
+				dst[i] += sl_half_to_float(src[i]);
+		} else {
+			sl_cpu_half_to_float(src, dst, (size_t)n, c->simd);
+		}
+	}
+	return 0;
+}
+
+static inline float dot(const float *a, const float *b, int n)
+{
+	float s = 0.0f;
+	for (int i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+/*
+ * Attention of one query over nk fp32 keys/values (rows of hd): out =
+ * softmax(q k^T) v; adds the probabilities into score when given.
+ * p is scratch of nk floats.
+ */
+static void attend_one(const float *qv, const float *kf, const float *vf, int nk, int hd,
+		       float *p, float *out, float *score)
+{
+	float mx = -INFINITY;
+	for (int j = 0; j < nk; j++) {
+		p[j] = dot(qv, kf + (size_t)j * hd, hd);
+		if (p[j] > mx)
+			mx = p[j];
+	}
+	float sum = 0.0f;
+	for (int j = 0; j < nk; j++) {
+		p[j] = expf(p[j] - mx);
+		sum += p[j];
+	}
+	const float inv = 1.0f / sum;
+	for (int d = 0; d < hd; d++)
+		out[d] = 0.0f;
+	for (int j = 0; j < nk; j++) {
+		const float pj = p[j] * inv;
+		const float *vr = vf + (size_t)j * hd;
+		for (int d = 0; d < hd; d++)
+			out[d] += pj * vr[d];
+		if (score)
+			score[j] += pj;
+	}
+}
+
+static int attn_workspace(sl_backend *b, int rows, int hd)
+{
+	sl_cpu_ctx *c = sl_cpu(b);
+	size_t per = (size_t)rows * (2 * (size_t)hd + 1) + 64;
+	if (per <= c->attn_ws_per_thread)
+		return 0;
+	size_t cap = 0;
+	free(c->attn_ws);
+	c->attn_ws = NULL;
+	c->attn_ws_per_thread = 0;
+	SL_TRY(sl_cpu_grow(&c->attn_ws, &cap, per * c->nthreads));
+	c->attn_ws_per_thread = per;
+	return 0;
+}
+
+/* Cache slot access for either cache dtype. */
+static void store_slot(const sl_attn_args *a, void *cache, size_t slot_off, const float *src)
+{
+	if (a->kv_f32) {
+		memcpy((float *)cache + slot_off, src, sizeof(float) * (size_t)a->hd);
+	} else {
+		sl_half *dst = (sl_half *)cache + slot_off;
+		for (int d = 0; d < a->hd; d++)
+			dst[d] = sl_float_to_half(src[d]);
+	}
+}
+
+static void load_slots(const sl_attn_args *a, const void *cache, size_t off, int rows, float *dst,
+		       int simd)
+{
+	const size_t n = (size_t)rows * a->hd;
+	if (a->kv_f32)
+		memcpy(dst, (const float *)cache + off, n * sizeof(float));
+	else
+		sl_cpu_half_to_float((const sl_half *)cache + off, dst, n, simd);
+}
+
+int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
+{
+	sl_cpu_ctx *c = sl_cpu(b);
+	const int nh = a->nh, hd = a->hd, hidden = nh * hd, t = a->t;
+	for (int s = 0; s < a->nseq; s++)
+		if (a->npad[s] < 0 || a->npad[s] > t || t - a->npad[s] > a->cap)
+			return sl_err(SL_EINVAL, "attn_prefill: sequence %d has %d pad rows of %d (cache %d)",
+				      s, a->npad[s], t, a->cap);
+	SL_TRY(attn_workspace(b, t, hd));
+	const int tasks = a->nseq * nh;
+#pragma omp parallel for num_threads(c->nthreads) schedule(dynamic, 1)
+	for (int task = 0; task < tasks; task++) {
+		const int s = task / nh, h = task % nh;
+		const int np = a->npad[s], r = t - np;
+		float *ws = c->attn_ws + (size_t)omp_get_thread_num() * c->attn_ws_per_thread;
+		float *kf = ws, *vf = kf + (size_t)t * hd, *p = vf + (size_t)t * hd;
+		const size_t base = (size_t)(s * nh + h) * a->cap * hd;
+		for (int i = 0; i < r; i++) {
+			const size_t row = ((size_t)s * t + np + i) * hidden + (size_t)h * hd;
+			store_slot(a, a->k_cache, base + (size_t)i * hd, a->k_new + row);
+			store_slot(a, a->v_cache, base + (size_t)i * hd, a->v_new + row);
+		}
+		/* attention reads the cached keys and values (rounded to the
+		 * cache dtype), exactly as every later decode step will */
+		load_slots(a, a->k_cache, base, r, kf, c->simd);
+		load_slots(a, a->v_cache, base, r, vf, c->simd);
+		float *score = a->score ? a->score + (size_t)(s * nh + h) * a->cap : NULL;
+		for (int i = 0; i < np; i++)
+			memset(a->out + ((size_t)s * t + i) * hidden + (size_t)h * hd, 0,
+			       sizeof(float) * hd);
+		for (int i = 0; i < r; i++) {
+			const size_t row = ((size_t)s * t + np + i) * hidden + (size_t)h * hd;
+			attend_one(a->q + row, kf, vf, i + 1, hd, p, a->out + row, score);
+		}
+	}
+	return 0;
+}
+
+int sl_cpu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a)
+{
+	sl_cpu_ctx *c = sl_cpu(b);
+	const int nh = a->nh, hd = a->hd, hidden = nh * hd;
+	int maxlen = 0;
+	for (int s = 0; s < a->nseq; s++) {
+		if (a->len[s] < 0 || a->len[s] >= a->cap)
+			return sl_err(SL_EINVAL, "attn_decode: sequence %d holds %d tokens, cache has %d slots",
+				      s, a->len[s], a->cap);
+		maxlen = SL_MAX(maxlen, a->len[s] + 1);
+	}
+	SL_TRY(attn_workspace(b, maxlen, hd));
+	const int tasks = a->nseq * nh;
+#pragma omp parallel for num_threads(c->nthreads) schedule(dynamic, 1)
+	for (int task = 0; task < tasks; task++) {
+		const int s = task / nh, h = task % nh;
+		const int nk = a->len[s] + 1;
+		float *ws = c->attn_ws + (size_t)omp_get_thread_num() * c->attn_ws_per_thread;
+		float *kf = ws, *vf = kf + (size_t)maxlen * hd, *p = vf + (size_t)maxlen * hd;
+		const size_t base = (size_t)(s * nh + h) * a->cap * hd;
+		const size_t row = (size_t)s * hidden + (size_t)h * hd;
+		store_slot(a, a->k_cache, base + (size_t)a->len[s] * hd, a->k_new + row);
+		store_slot(a, a->v_cache, base + (size_t)a->len[s] * hd, a->v_new + row);
+		load_slots(a, a->k_cache, base, nk, kf, c->simd);
+		load_slots(a, a->v_cache, base, nk, vf, c->simd);
+		float *score = a->score ? a->score + (size_t)(s * nh + h) * a->cap : NULL;
+		attend_one(a->q + row, kf, vf, nk, hd, p, a->out + row, score);
+	}
+	return 0;
+}
+
+int sl_cpu_argmax(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
+		  int32_t *out)
+{
+#pragma omp parallel for num_threads(sl_cpu(b)->nthreads) schedule(static)
+	for (int r = 0; r < rows; r++) {
+		const float *xr = x + (size_t)r * ldx;
+		int best = 0;
+		float bv = xr[0];
+		for (int i = 1; i < n; i++)
+			if (xr[i] > bv || (bv != bv && xr[i] == xr[i])) {
+				bv = xr[i];
+				best = i;
+			}
+		out[r] = best;
+	}
+	return 0;
+}

@@ -1,0 +1,140 @@
+/*
+ * generate.c - the greedy generation loop over one block of sequences.
+ *
+ * A sequence that has finished (EOS or its own limit) stays in the batch
+ * until the block ends, but is frozen: its cache length and position are
+ * rolled back after every step, so it neither grows nor runs past the
+ * model's positions, and its output is not extended.
+ */
+#include "generate.h"
+
+#include <string.h>
+
+struct sl_generator {
+	sl_model *m;
+	sl_kv *kv;
+	int max_seq, max_len;
+	int32_t *padded, *next;
+	int *npad;
+	bool *running, *was_running;
+	int stop_id; /* eos, or -1 to run every sequence to its limit */
+};
+
+int sl_generator_create(sl_model *m, int max_seq, int max_len, sl_generator **out)
+{
+	*out = NULL;
+	if (max_len > m->cfg.max_pos)
+		return sl_err(SL_ERANGE, "%d positions needed, the model has %d", max_len,
+			      m->cfg.max_pos);
+	sl_generator *g = calloc(1, sizeof *g);
+	if (!g)
+		return sl_err(SL_ENOMEM, "out of memory");
+	g->m = m;
+	g->max_seq = max_seq;
+	g->max_len = max_len;
+	g->stop_id = m->cfg.eos_id;
+	g->padded = malloc((size_t)max_seq * max_len * sizeof(int32_t));
+	g->next = malloc((size_t)max_seq * sizeof(int32_t));
+	g->npad = malloc((size_t)max_seq * sizeof(int));
+	g->running = malloc((size_t)max_seq * sizeof(bool));
+	g->was_running = malloc((size_t)max_seq * sizeof(bool));
+	int rc = 0;
+	if (!g->padded || !g->next || !g->npad || !g->running || !g->was_running)
+		rc = sl_err(SL_ENOMEM, "out of memory");
+	if (!rc)
+		rc = sl_kv_create(m, max_seq, max_len, &g->kv);
+	if (!rc)
+		rc = sl_model_reserve(m, max_seq, max_seq * max_len);
+	if (rc) {
+		sl_generator_free(g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+void sl_generator_free(sl_generator *g)
+{
+	if (!g)
+		return;
+	sl_kv_free(g->m, g->kv);
+	free(g->padded);
+	free(g->next);
+	free(g->npad);
+	free(g->running);
+	free(g->was_running);
+	free(g);
+}
+
+/* Append each running sequence's next token; returns how many still run. */
+static int take(sl_generator *g, sl_seq *seqs, int nseq, bool *running, long *tokens)
+{
+	int left = 0;
+	for (int s = 0; s < nseq; s++) {
+		if (!running[s])
+			continue;
+		sl_seq *q = &seqs[s];
+		q->out[q->n_out++] = g->next[s];
+		(*tokens)++;
+		if (g->next[s] == g->stop_id)
+			q->hit_eos = true;
+		if (q->hit_eos || q->n_out >= q->max_new)
+			running[s] = false;
+		else
+			left++;
+	}
+	return left;
+}
+
+int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, sl_gen_timing *timing)
+{
+	if (nseq <= 0 || nseq > g->max_seq)
+		return sl_err(SL_EINVAL, "block of %d sequences (room for %d)", nseq, g->max_seq);
+	int t = 0;
+	for (int s = 0; s < nseq; s++) {
+		if (seqs[s].prompt_len <= 0 || seqs[s].max_new <= 0)
+			return sl_err(SL_EINVAL, "sequence %d: empty prompt or no new tokens", s);
+		if (seqs[s].prompt_len + seqs[s].max_new > g->max_len)
+			return sl_err(SL_ERANGE, "sequence %d: %d prompt + %d new tokens exceed %d", s,
+				      seqs[s].prompt_len, seqs[s].max_new, g->max_len);
+		t = SL_MAX(t, seqs[s].prompt_len);
+	}
+	sl_model *m = g->m;
+	sl_kv *kv = g->kv;
+	bool *running = g->running, *was_running = g->was_running;
+	for (int s = 0; s < nseq; s++) {
+		g->npad[s] = t - seqs[s].prompt_len;
+		for (int j = 0; j < t; j++)
+			g->padded[(size_t)s * t + j] =
+				j < g->npad[s] ? m->cfg.pad_id : seqs[s].prompt[j - g->npad[s]];
+		seqs[s].n_out = 0;
+		seqs[s].hit_eos = false;
+		running[s] = true;
+	}
+	kv->nseq = nseq;
+	double t0 = sl_now();
+	SL_TRY(sl_model_prefill(m, kv, g->padded, g->npad, t, NULL));
+	SL_TRY(sl_model_argmax(m, nseq, g->next));
+	int left = take(g, seqs, nseq, running, &timing->tokens);
+	double t1 = sl_now();
+	timing->prefill_s += t1 - t0;
+	while (left > 0) {
+		memcpy(was_running, running, (size_t)nseq * sizeof *running);
+		SL_TRY(sl_model_decode(m, kv, g->next));
+		for (int s = 0; s < nseq; s++)
+			if (!was_running[s]) { /* frozen: undo the step */
+				kv->len[s]--;
+				kv->pos[s]--;
+			}
+		SL_TRY(sl_model_argmax(m, nseq, g->next));
+		left = take(g, seqs, nseq, running, &timing->tokens);
+		timing->steps++;
+	}
+	timing->decode_s += sl_now() - t1;
+	return 0;
+}
+
+void sl_generator_ignore_eos(sl_generator *g)
+{
+	g->stop_id = -1;
+}

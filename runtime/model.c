@@ -1,0 +1,338 @@
+/*
+ * model.c - the OPT forward pass on any backend (pre-LN and 350m's post-LN
+ * with project_in/project_out), for left-padded prefill and one-token
+ * decode over the dense KV cache.
+ */
+#include "model.h"
+#include "safetensors.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+int sl_model_open(sl_backend *be, const char *dir, const char *dummy, sl_model **out)
+{
+	*out = NULL;
+	sl_model *m = calloc(1, sizeof *m);
+	if (!m)
+		return sl_err(SL_ENOMEM, "out of memory");
+	m->be = be;
+	int rc = be->ops->queue_create(be, &m->q);
+	if (rc < 0)
+		goto fail;
+	if (dir) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof path, "%s/config.json", dir);
+		if ((rc = sl_opt_config_load(path, &m->cfg)) < 0)
+			goto fail;
+		sl_st_set *st = NULL;
+		if ((rc = sl_st_open_dir(dir, &st)) < 0)
+			goto fail;
+		rc = sl_weights_load(be, m->q, &m->cfg, st, dir, &m->w);
+		sl_st_close(st);
+	} else {
+		if ((rc = sl_opt_config_named(dummy, &m->cfg)) < 0)
+			goto fail;
+		rc = sl_weights_dummy(be, m->q, &m->cfg, 0, &m->w);
+	}
+	if (rc < 0)
+		goto fail;
+	*out = m;
+	return 0;
+fail:
+	sl_model_free(m);
+	return rc;
+}
+
+static void release_ws(sl_model *m)
+{
+	sl_dev_free(m->be, m->ws, m->ws_bytes);
+	m->ws = NULL;
+	m->ws_bytes = 0;
+	free(m->ids_host);
+	free(m->pos_host);
+	m->ids_host = m->pos_host = NULL;
+	m->max_rows = m->max_seq = 0;
+}
+
+void sl_model_free(sl_model *m)
+{
+	if (!m)
+		return;
+	release_ws(m);
+	sl_weights_free(m->be, &m->w);
+	if (m->q)
+		m->be->ops->queue_free(m->be, m->q);
+	free(m);
+}
+
+int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
+{
+	if (max_seq <= m->max_seq && max_rows <= m->max_rows)
+		return 0;
+	max_seq = SL_MAX(max_seq, m->max_seq);
+	max_rows = SL_MAX(SL_MAX(max_rows, m->max_rows), max_seq);
+	release_ws(m);
+	const sl_opt_config *c = &m->cfg;
+	const size_t r = (size_t)max_rows, h = (size_t)c->hidden;
+	const size_t wide = (size_t)SL_MAX(c->hidden, c->embed_dim);
+	size_t sizes[] = { r * h, r * wide, r * wide, r * h, r * h, r * h, r * (size_t)c->ffn,
+			   (size_t)max_seq * c->vocab };
+	float **ptrs[] = { &m->h, &m->x, &m->qb, &m->kb, &m->vb, &m->ab, &m->fb, &m->logits };
+	size_t total = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(sizes); i++)
+		total += (sizes[i] * sizeof(float) + 255) & ~(size_t)255;
+	int rc = sl_dev_alloc(m->be, total, "activation workspace", &m->ws);
+	if (rc < 0)
+		return rc;
+	m->ws_bytes = total;
+	char *p = m->ws;
+	for (size_t i = 0; i < SL_ARRAY_LEN(sizes); i++) {
+		*ptrs[i] = (float *)p;
+		p += (sizes[i] * sizeof(float) + 255) & ~(size_t)255;
+	}
+	m->ids_host = malloc(r * sizeof(int32_t));
+	m->pos_host = malloc(r * sizeof(int32_t));
+	if (!m->ids_host || !m->pos_host) {
+		release_ws(m);
+		return sl_err(SL_ENOMEM, "out of memory");
+	}
+	m->max_rows = max_rows;
+	m->max_seq = max_seq;
+	return 0;
+}
+
+int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out)
+{
+	*out = NULL;
+	const sl_opt_config *c = &m->cfg;
+	if (nseq <= 0 || cap <= 0)
+		return sl_err(SL_EINVAL, "kv cache: %d sequences of %d slots", nseq, cap);
+	sl_kv *kv = calloc(1, sizeof *kv);
+	if (!kv)
+		return sl_err(SL_ENOMEM, "out of memory");
+	kv->nseq = nseq;
+	kv->cap = cap;
+	kv->n_layer = c->n_layer;
+	kv->f32 = m->kv_f32;
+	kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
+	kv->v = calloc((size_t)c->n_layer, sizeof *kv->v);
+	kv->len = calloc((size_t)nseq, sizeof *kv->len);
+	kv->pos = calloc((size_t)nseq, sizeof *kv->pos);
+	if (!kv->k || !kv->v || !kv->len || !kv->pos) {
+		sl_kv_free(m, kv);
+		return sl_err(SL_ENOMEM, "out of memory");
+	}
+	const size_t per = (size_t)nseq * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
+	kv->bytes = 2 * per * c->n_layer;
+	int rc = sl_dev_alloc(m->be, kv->bytes, "KV cache", &kv->block);
+	if (rc < 0) {
+		kv->bytes = 0;
+		sl_kv_free(m, kv);
+		return rc;
+	}
+	for (int l = 0; l < c->n_layer; l++) {
+		kv->k[l] = (char *)kv->block + (2 * (size_t)l) * per;
+		kv->v[l] = (char *)kv->block + (2 * (size_t)l + 1) * per;
+	}
+	*out = kv;
+	return 0;
+}
+
+void sl_kv_free(sl_model *m, sl_kv *kv)
+{
+	if (!kv)
+		return;
+	sl_dev_free(m->be, kv->block, kv->bytes);
+	free(kv->k);
+	free(kv->v);
+	free(kv->len);
+	free(kv->pos);
+	free(kv);
+}
+
+static int linear(sl_model *m, int rows, const float *x, int ldx, const sl_half *w,
+		  const sl_half *bias, int n, int k, float *y, int ldy, float alpha, unsigned flags)
+{
+	sl_gemm_args g = { .m = rows, .n = n, .k = k, .x = x, .ldx = ldx, .w = w, .bias = bias,
+			   .y = y, .ldy = ldy, .alpha = alpha, .flags = flags };
+	return sl_gemm(m->be, m->q, &g);
+}
+
+/* Embeddings for `rows` rows whose token ids and positions are in
+ * m->ids_host / m->pos_host (positions already offset by 2). */
+static int embed(sl_model *m, int rows)
+{
+	const sl_opt_config *c = &m->cfg;
+	const sl_backend_ops *o = m->be->ops;
+	if (c->embed_dim == c->hidden) {
+		SL_TRY(o->embed(m->be, m->q, rows, c->hidden, m->w.embed_tokens, m->ids_host, m->h, false));
+	} else {
+		SL_TRY(o->embed(m->be, m->q, rows, c->embed_dim, m->w.embed_tokens, m->ids_host, m->x,
+				false));
+		SL_TRY(linear(m, rows, m->x, c->embed_dim, m->w.project_in, NULL, c->hidden,
+			      c->embed_dim, m->h, c->hidden, 1.0f, 0));
+	}
+	return o->embed(m->be, m->q, rows, c->hidden, m->w.embed_pos, m->pos_host, m->h, true);
+}
+
+/* The decoder stack over m->h; attention through attn(), which sees the
+ * layer index and the q/k/v buffers. */
+static int layers(sl_model *m, sl_kv *kv, int rows, int t, const int *npad, bool prefill)
+{
+	const sl_opt_config *c = &m->cfg;
+	const sl_backend_ops *o = m->be->ops;
+	const int h = c->hidden, f = c->ffn, hd = sl_opt_head_dim(c);
+	const float scale = 1.0f / sqrtf((float)hd);
+	for (int l = 0; l < c->n_layer; l++) {
+		const sl_opt_layer_w *w = &m->w.layers[l];
+		const float *xin = m->h;
+		if (c->pre_ln) {
+			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln1_g, w->ln1_b, c->ln_eps,
+					    m->x, h));
+			xin = m->x;
+		}
+		SL_TRY(linear(m, rows, xin, h, w->q_w, w->q_b, h, h, m->qb, h, scale, 0));
+		SL_TRY(linear(m, rows, xin, h, w->k_w, w->k_b, h, h, m->kb, h, 1.0f, 0));
+		SL_TRY(linear(m, rows, xin, h, w->v_w, w->v_b, h, h, m->vb, h, 1.0f, 0));
+		sl_attn_args a = { .nseq = kv->nseq, .nh = c->n_head, .hd = hd, .t = t, .cap = kv->cap,
+				   .q = m->qb, .k_new = m->kb, .v_new = m->vb, .out = m->ab,
+				   .k_cache = kv->k[l], .v_cache = kv->v[l], .kv_f32 = kv->f32,
+				   .npad = npad,
+				   .len = kv->len };
+		SL_TRY(prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a));
+		SL_TRY(linear(m, rows, m->ab, h, w->o_w, w->o_b, h, h, m->h, h, 1.0f, SL_GEMM_ACCUM));
+		if (!c->pre_ln)
+			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln1_g, w->ln1_b, c->ln_eps,
+					    m->h, h));
+		xin = m->h;
+		if (c->pre_ln) {
+			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln2_g, w->ln2_b, c->ln_eps,
+					    m->x, h));
+			xin = m->x;
+		}
+		SL_TRY(linear(m, rows, xin, h, w->fc1_w, w->fc1_b, f, h, m->fb, f, 1.0f, SL_GEMM_RELU));
+		SL_TRY(linear(m, rows, m->fb, f, w->fc2_w, w->fc2_b, h, f, m->h, h, 1.0f, SL_GEMM_ACCUM));
+		if (!c->pre_ln)
+			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln2_g, w->ln2_b, c->ln_eps,
+					    m->h, h));
+	}
+	return 0;
+}
+
+/*
+ * Final norm and projection of rows `first, first + stride, ...` (count of
+ * them) of m->h into logits rows of m->logits.  The final norm runs in
+ * place over the chosen rows only.
+ */
+static int head(sl_model *m, int count, const float *hrows, int ld_rows)
+{
+	const sl_opt_config *c = &m->cfg;
+	const sl_backend_ops *o = m->be->ops;
+	const int h = c->hidden, e = c->embed_dim;
+	/* gather the rows into x (contiguous), normalise, project */
+	float *x = m->x;
+	if (c->final_ln)
+		SL_TRY(o->layernorm(m->be, m->q, count, h, hrows, ld_rows, m->w.final_ln_g,
+				    m->w.final_ln_b, c->ln_eps, x, h));
+	else
+		for (int i = 0; i < count; i++)
+			SL_TRY(o->copy_d2d(m->be, m->q, x + (size_t)i * h, hrows + (size_t)i * ld_rows,
+					   (size_t)h * sizeof(float)));
+	const float *xe = x;
+	if (m->w.project_out) {
+		/* qb is free here and holds (count, e) */
+		SL_TRY(linear(m, count, x, h, m->w.project_out, NULL, e, h, m->qb, e, 1.0f, 0));
+		xe = m->qb;
+	}
+	return linear(m, count, xe, e, m->w.lm_head, NULL, c->vocab, e, m->logits, c->vocab, 1.0f, 0);
+}
+
+int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad, int t,
+		     float *all_logits)
+{
+	const sl_opt_config *c = &m->cfg;
+	const int nseq = kv->nseq, rows = nseq * t;
+	if (t <= 0)
+		return sl_err(SL_EINVAL, "prefill: empty prompts");
+	if (t > c->max_pos)
+		return sl_err(SL_ERANGE, "prompt of %d tokens is longer than the model's %d positions", t,
+			      c->max_pos);
+	if (t > kv->cap)
+		return sl_err(SL_EBUDGET, "prompt of %d tokens does not fit the KV cache of %d slots", t,
+			      kv->cap);
+	SL_TRY(sl_model_reserve(m, nseq, rows));
+	for (int s = 0; s < nseq; s++) {
+		if (npad[s] < 0 || npad[s] >= t)
+			return sl_err(SL_EINVAL, "prefill: sequence %d has no tokens", s);
+		for (int j = 0; j < t; j++) {
+			const size_t r = (size_t)s * t + j;
+			if (j < npad[s]) {
+				m->ids_host[r] = c->pad_id;
+				m->pos_host[r] = 1;
+				continue;
+			}
+			if (ids[r] < 0 || ids[r] >= c->vocab)
+				return sl_err(SL_ERANGE, "token id %d is outside the vocabulary (0..%d)",
+					      ids[r], c->vocab - 1);
+			m->ids_host[r] = ids[r];
+			m->pos_host[r] = j - npad[s] + SL_OPT_POS_OFFSET;
+		}
+		kv->len[s] = 0;
+		kv->pos[s] = 0;
+	}
+	SL_TRY(embed(m, rows));
+	SL_TRY(layers(m, kv, rows, t, npad, true));
+	for (int s = 0; s < nseq; s++)
+		kv->len[s] = kv->pos[s] = t - npad[s];
+	if (all_logits) {
+		const size_t v = (size_t)c->vocab;
+		for (int r0 = 0; r0 < rows; r0 += m->max_seq) {
+			const int cnt = SL_MIN(m->max_seq, rows - r0);
+			SL_TRY(head(m, cnt, m->h + (size_t)r0 * c->hidden, c->hidden));
+			SL_TRY(m->be->ops->copy_d2h(m->be, m->q, all_logits + (size_t)r0 * v, m->logits,
+						    (size_t)cnt * v * sizeof(float)));
+		}
+		SL_TRY(m->be->ops->queue_sync(m->be, m->q));
+	}
+	/* the last row of each sequence is real (left padding) */
+	return head(m, nseq, m->h + (size_t)(t - 1) * c->hidden, t * c->hidden);
+}
+
+int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids)
+{
+	const sl_opt_config *c = &m->cfg;
+	const int nseq = kv->nseq;
+	SL_TRY(sl_model_reserve(m, nseq, nseq));
+	for (int s = 0; s < nseq; s++) {
+		if (ids[s] < 0 || ids[s] >= c->vocab)
+			return sl_err(SL_ERANGE, "token id %d is outside the vocabulary (0..%d)", ids[s],
+				      c->vocab - 1);
+		if (kv->pos[s] >= c->max_pos)
+			return sl_err(SL_ERANGE, "sequence %d reached the model's %d positions", s,
+				      c->max_pos);
+		if (kv->len[s] >= kv->cap)
+			return sl_err(SL_EBUDGET, "sequence %d filled its %d KV cache slots", s, kv->cap);
+		m->ids_host[s] = ids[s];
+		m->pos_host[s] = kv->pos[s] + SL_OPT_POS_OFFSET;
+	}
+	SL_TRY(embed(m, nseq));
+	SL_TRY(layers(m, kv, nseq, 1, NULL, false));
+	for (int s = 0; s < nseq; s++) {
+		kv->len[s]++;
+		kv->pos[s]++;
+	}
+	return head(m, nseq, m->h, c->hidden);
+}
+
+int sl_model_argmax(sl_model *m, int nseq, int32_t *out)
+{
+	return m->be->ops->argmax(m->be, m->q, nseq, m->cfg.vocab, m->logits, m->cfg.vocab, out);
+}
+
+int sl_model_logits(sl_model *m, int nseq, float *out)
+{
+	SL_TRY(m->be->ops->copy_d2h(m->be, m->q, out, m->logits,
+				    (size_t)nseq * m->cfg.vocab * sizeof(float)));
+	return m->be->ops->queue_sync(m->be, m->q);
+}

@@ -1,0 +1,73 @@
+/*
+ * model.h - an OPT model on a backend: weights, the activation workspace,
+ * the dense KV cache, and the forward passes for prefill and decode.
+ *
+ * Batches are left-padded: sequence b's first npad[b] rows are padding.
+ * Positions follow Hugging Face: real token j of a sequence sits at
+ * position j + 2 (OPT's offset), padding at 1, and padding is never cached
+ * and never attended to, so a sequence's result does not depend on the
+ * batch around it.
+ */
+#ifndef SL_MODEL_H
+#define SL_MODEL_H
+
+#include "backend.h"
+#include "opt_config.h"
+#include "weights.h"
+
+typedef struct sl_model {
+	sl_backend *be; /* borrowed */
+	sl_queue *q;
+	sl_opt_config cfg;
+	sl_opt_weights w;
+	/* activation workspace (device), for up to max_rows rows */
+	int max_rows, max_seq;
+	float *h, *x, *qb, *kb, *vb, *ab, *fb;
+	float *logits; /* (max_seq, vocab) */
+	void *ws;
+	size_t ws_bytes;
+	int32_t *ids_host, *pos_host; /* (max_rows) */
+	bool kv_f32; /* caches made by sl_kv_create hold fp32 (default fp16) */
+} sl_model;
+
+typedef struct sl_kv {
+	int nseq, cap, n_layer;
+	bool f32;         /* fp32 cache (accuracy mode); fp16 otherwise */
+	void **k, **v;    /* per layer, device (nseq, n_head, cap, head_dim) */
+	void *block;
+	size_t bytes;
+	int *len; /* host: slots in use per sequence */
+	int *pos; /* host: tokens seen per sequence (real tokens) */
+} sl_kv;
+
+/* Open a model: from a checkpoint directory (config.json + safetensors),
+ * or with dummy weights for a named shape (dir NULL, dummy "opt-1.3b"). */
+int sl_model_open(sl_backend *be, const char *dir, const char *dummy, sl_model **out);
+void sl_model_free(sl_model *m);
+
+/* Size the workspace for batches of up to max_seq sequences and max_rows
+ * rows in one forward (prefill: sequences x padded length). */
+int sl_model_reserve(sl_model *m, int max_seq, int max_rows);
+
+/* A KV cache of cap slots for nseq sequences. */
+int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out);
+void sl_kv_free(sl_model *m, sl_kv *kv);
+
+/*
+ * Prefill an empty cache with nseq = kv->nseq left-padded prompts of t rows
+ * (ids host, (nseq, t); values at padding rows are ignored).  Leaves each
+ * sequence's last-position logits in the model's logits buffer.  When
+ * all_logits is not NULL, also writes the logits of every row, (nseq, t,
+ * vocab) on the host (padding rows are unspecified).
+ */
+int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad, int t,
+		     float *all_logits);
+
+/* One decode step: ids host (nseq), one new token per sequence. */
+int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids);
+
+/* After prefill/decode: greedy next tokens (host, nseq), or logits to host. */
+int sl_model_argmax(sl_model *m, int nseq, int32_t *out);
+int sl_model_logits(sl_model *m, int nseq, float *out);
+
+#endif

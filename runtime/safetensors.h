@@ -1,0 +1,47 @@
+/*
+ * safetensors.h - read-only access to Hugging Face safetensors checkpoints:
+ * one file, or shards listed by model.safetensors.index.json, memory-mapped.
+ *
+ * Every header is validated when opened (length within the file, JSON,
+ * known dtypes, shapes matching byte sizes, offsets in range and not
+ * overlapping), so a tensor handed out is always backed by mapped bytes.
+ */
+#ifndef SL_SAFETENSORS_H
+#define SL_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum sl_dtype {
+	SL_DT_F32,
+	SL_DT_F16,
+	SL_DT_BF16,
+	SL_DT_OTHER /* a dtype sluice cannot convert (I8, F64, ...) */
+};
+
+typedef struct sl_st_tensor {
+	const char *name;
+	enum sl_dtype dtype;
+	char dtype_name[8];
+	int ndim;
+	int64_t shape[8];
+	const void *data; /* into the mapping; not aligned in general */
+	size_t nbytes;
+	const char *file; /* the shard it lives in */
+} sl_st_tensor;
+
+typedef struct sl_st_set sl_st_set;
+
+/* Open DIR/model.safetensors, or the shards named in
+ * DIR/model.safetensors.index.json.  The set owns the mappings. */
+int sl_st_open_dir(const char *dir, sl_st_set **out);
+/* Open one safetensors file. */
+int sl_st_open_file(const char *path, sl_st_set **out);
+void sl_st_close(sl_st_set *s);
+
+/* The tensor named exactly name, or NULL. */
+const sl_st_tensor *sl_st_find(const sl_st_set *s, const char *name);
+size_t sl_st_count(const sl_st_set *s);
+const sl_st_tensor *sl_st_at(const sl_st_set *s, size_t i);
+
+#endif

@@ -1,0 +1,353 @@
+/*
+ * weights.c - placing an OPT model's tensors in device memory.
+ *
+ * One table describes every tensor (its Hugging Face name, its shape as a
+ * function of the config, where its pointer goes), and both the checkpoint
+ * loader and the dummy generator walk it, so the two cannot disagree.
+ * Each decoder layer is one device allocation (the unit later offloading
+ * moves); the embeddings, positions, projections and final norm are another.
+ */
+#include "weights.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stddef.h>
+#include <string.h>
+
+enum dim { D_NONE, D_H, D_F, D_E, D_V, D_P };
+
+typedef struct tdesc {
+	const char *name; /* after "decoder." (global) or "decoder.layers.N." */
+	enum dim rows, cols; /* cols D_NONE: a vector of rows elements */
+	size_t off;       /* offset of the sl_half * in its struct */
+	int kind;         /* 0 matrix, 1 bias, 2 norm gain, 3 norm bias, 4 embedding */
+} tdesc;
+
+#define L(f) offsetof(sl_opt_layer_w, f)
+static const tdesc layer_tensors[] = {
+	{ "self_attn.q_proj.weight", D_H, D_H, L(q_w), 0 },
+	{ "self_attn.q_proj.bias", D_H, D_NONE, L(q_b), 1 },
+	{ "self_attn.k_proj.weight", D_H, D_H, L(k_w), 0 },
+	{ "self_attn.k_proj.bias", D_H, D_NONE, L(k_b), 1 },
+	{ "self_attn.v_proj.weight", D_H, D_H, L(v_w), 0 },
+	{ "self_attn.v_proj.bias", D_H, D_NONE, L(v_b), 1 },
+	{ "self_attn.out_proj.weight", D_H, D_H, L(o_w), 0 },
+	{ "self_attn.out_proj.bias", D_H, D_NONE, L(o_b), 1 },
+	{ "self_attn_layer_norm.weight", D_H, D_NONE, L(ln1_g), 2 },
+	{ "self_attn_layer_norm.bias", D_H, D_NONE, L(ln1_b), 3 },
+	{ "fc1.weight", D_F, D_H, L(fc1_w), 0 },
+	{ "fc1.bias", D_F, D_NONE, L(fc1_b), 1 },
+	{ "fc2.weight", D_H, D_F, L(fc2_w), 0 },
+	{ "fc2.bias", D_H, D_NONE, L(fc2_b), 1 },
+	{ "final_layer_norm.weight", D_H, D_NONE, L(ln2_g), 2 },
+	{ "final_layer_norm.bias", D_H, D_NONE, L(ln2_b), 3 },
+};
+#undef L
+
+#define G(f) offsetof(sl_opt_weights, f)
+enum { G_PROJ = 1, G_FINAL = 2 }; /* conditions */
+static const struct {
+	tdesc d;
+	int cond;
+} global_tensors[] = {
+	{ { "embed_tokens.weight", D_V, D_E, G(embed_tokens), 4 }, 0 },
+	{ { "embed_positions.weight", D_P, D_H, G(embed_pos), 4 }, 0 },
+	{ { "project_in.weight", D_H, D_E, G(project_in), 0 }, G_PROJ },
+	{ { "project_out.weight", D_E, D_H, G(project_out), 0 }, G_PROJ },
+	{ { "final_layer_norm.weight", D_H, D_NONE, G(final_ln_g), 2 }, G_FINAL },
+	{ { "final_layer_norm.bias", D_H, D_NONE, G(final_ln_b), 3 }, G_FINAL },
+};
+#undef G
+
+static int64_t dim_value(const sl_opt_config *c, enum dim d)
+{
+	switch (d) {
+	case D_H: return c->hidden;
+	case D_F: return c->ffn;
+	case D_E: return c->embed_dim;
+	case D_V: return c->vocab;
+	case D_P: return (int64_t)c->max_pos + SL_OPT_POS_OFFSET;
+	default: return 1;
+	}
+}
+
+static size_t tensor_elems(const sl_opt_config *c, const tdesc *d)
+{
+	return (size_t)dim_value(c, d->rows) * (size_t)dim_value(c, d->cols);
+}
+
+static size_t align64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
+static bool global_present(const sl_opt_config *c, int cond)
+{
+	if (cond == G_PROJ)
+		return c->embed_dim != c->hidden;
+	if (cond == G_FINAL)
+		return c->final_ln;
+	return true;
+}
+
+/* The source of one tensor's values: a checkpoint tensor or the generator. */
+typedef struct source {
+	const sl_st_set *st;
+	const char *dir;
+	uint64_t seed;
+} source;
+
+static inline uint64_t splitmix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* Dummy values: uniform with the spread a trained model roughly has, so
+ * activations stay finite; norms are 1 and 0, like a fresh model. */
+static void fill_dummy(const sl_opt_config *c, const tdesc *d, uint64_t id, sl_half *dst, size_t n)
+{
+	if (d->kind == 2 || d->kind == 3) {
+		sl_half v = sl_float_to_half(d->kind == 2 ? 1.0f : 0.0f);
+		for (size_t i = 0; i < n; i++)
+			dst[i] = v;
+		return;
+	}
+	float scale;
+	if (d->kind == 0)
+		scale = 0.5f / sqrtf((float)dim_value(c, d->cols));
+	else if (d->kind == 4)
+		scale = 0.05f;
+	else
+		scale = 0.01f;
+#pragma omp parallel for schedule(static)
+	for (size_t blk = 0; blk < (n + 3) / 4; blk++) {
+		uint64_t r = splitmix(id * 0x100000001b3ull ^ blk);
+		for (size_t j = 0; j < 4 && blk * 4 + j < n; j++) {
+			float u = (float)((r >> (16 * j)) & 0xffff) / 65535.0f; /* [0, 1] */
+			dst[blk * 4 + j] = sl_float_to_half((2.0f * u - 1.0f) * scale);
+		}
+	}
+}
+
+static void convert_to_half(const sl_st_tensor *t, sl_half *dst, size_t n)
+{
+	const unsigned char *src = t->data;
+	switch (t->dtype) {
+	case SL_DT_F16:
+		memcpy(dst, src, n * 2);
+		break;
+	case SL_DT_F32:
+#pragma omp parallel for schedule(static)
+		for (size_t i = 0; i < n; i++) {
+			float f;
+			memcpy(&f, src + 4 * i, 4);
+			dst[i] = sl_float_to_half(f);
+		}
+		break;
+	case SL_DT_BF16:
+#pragma omp parallel for schedule(static)
+		for (size_t i = 0; i < n; i++) {
+			uint16_t v;
+			memcpy(&v, src + 2 * i, 2);
+			dst[i] = sl_float_to_half(sl_bf16_to_float(v));
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+static const sl_st_tensor *lookup(const sl_st_set *st, const char *name, char *tried, size_t tn)
+{
+	static const char *const prefixes[] = { "model.decoder.", "decoder.", "model.", "" };
+	char full[256];
+	tried[0] = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(prefixes); i++) {
+		snprintf(full, sizeof full, "%s%s", prefixes[i], name);
+		const sl_st_tensor *t = sl_st_find(st, full);
+		if (t)
+			return t;
+		if (i < 2) {
+			size_t used = strlen(tried);
+			snprintf(tried + used, tn - used, "%s'%s'", i ? " or " : "", full);
+		}
+	}
+	return NULL;
+}
+
+/* Fill one tensor's fp16 values into host staging memory. */
+static int fill_tensor(const sl_opt_config *c, const source *src, const tdesc *d,
+		       const char *name, uint64_t id, sl_half *dst)
+{
+	const size_t n = tensor_elems(c, d);
+	if (!src->st) {
+		fill_dummy(c, d, src->seed * 1315423911ull + id, dst, n);
+		return 0;
+	}
+	char tried[600];
+	const sl_st_tensor *t = lookup(src->st, name, tried, sizeof tried);
+	if (!t)
+		return sl_err(SL_ENOTFOUND, "%s: tensor %s is missing", src->dir, tried);
+	const int64_t r = dim_value(c, d->rows), k = dim_value(c, d->cols);
+	bool ok = d->cols == D_NONE ? (t->ndim == 1 && t->shape[0] == r)
+				    : (t->ndim == 2 && t->shape[0] == r && t->shape[1] == k);
+	if (!ok) {
+		char got[128] = "[";
+		for (int i = 0; i < t->ndim; i++) {
+			size_t u = strlen(got);
+			snprintf(got + u, sizeof got - u, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+		}
+		strcat(got, "]");
+		if (d->cols == D_NONE)
+			return sl_err(SL_ESHAPE, "%s: tensor '%s' has shape %s, expected [%lld]", t->file,
+				      t->name, got, (long long)r);
+		return sl_err(SL_ESHAPE, "%s: tensor '%s' has shape %s, expected [%lld, %lld]", t->file,
+			      t->name, got, (long long)r, (long long)k);
+	}
+	if (t->dtype == SL_DT_OTHER)
+		return sl_err(SL_ESHAPE, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16",
+			      t->file, t->name, t->dtype_name);
+	convert_to_half(t, dst, n);
+	return 0;
+}
+
+static int alloc_block(sl_backend *b, size_t bytes, const char *what, void **out)
+{
+	return sl_dev_alloc(b, bytes, what, out);
+}
+
+static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const source *src,
+		    sl_opt_weights *w)
+{
+	memset(w, 0, sizeof *w);
+	w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
+	if (!w->layers)
+		return sl_err(SL_ENOMEM, "out of memory");
+	w->n_layer = c->n_layer;
+
+	/* sizes, then one staging buffer big enough for any block */
+	size_t lbytes = 0, gbytes = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++)
+		lbytes += align64(tensor_elems(c, &layer_tensors[i]) * 2);
+	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++)
+		if (global_present(c, global_tensors[i].cond))
+			gbytes += align64(tensor_elems(c, &global_tensors[i].d) * 2);
+	const size_t head_bytes = align64((size_t)c->vocab * c->embed_dim * 2);
+	const sl_st_tensor *head = NULL;
+	if (src->st) {
+		head = sl_st_find(src->st, "lm_head.weight");
+		if (!head)
+			head = sl_st_find(src->st, "model.lm_head.weight");
+	}
+	size_t stage_bytes = SL_MAX(lbytes, gbytes + (head ? head_bytes : 0));
+	void *stage = NULL;
+	int rc = b->ops->host_alloc(b, stage_bytes, &stage);
+	if (rc < 0)
+		return sl_err_prefix(rc, "allocating %zu bytes of staging memory", stage_bytes);
+
+	/* globals */
+	size_t off = 0;
+	unsigned char *sp = stage;
+	void *gdst[SL_ARRAY_LEN(global_tensors)] = { 0 };
+	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors) && !rc; i++) {
+		const tdesc *d = &global_tensors[i].d;
+		if (!global_present(c, global_tensors[i].cond))
+			continue;
+		gdst[i] = sp + off;
+		rc = fill_tensor(c, src, d, d->name, 1000000 + i, gdst[i]);
+		off += align64(tensor_elems(c, d) * 2);
+	}
+	bool tied = true;
+	if (!rc && head) {
+		tdesc hd = { "lm_head.weight", D_V, D_E, 0, 0 };
+		rc = fill_tensor(c, src, &hd, "lm_head.weight", 0, (sl_half *)(sp + off));
+		if (!rc && memcmp(sp + off, gdst[0], (size_t)c->vocab * c->embed_dim * 2) != 0) {
+			tied = false;
+			off += head_bytes;
+		}
+	}
+	w->block_bytes = off;
+	if (!rc)
+		rc = alloc_block(b, off, "embeddings and final layers", &w->block);
+	if (!rc)
+		rc = b->ops->copy_h2d(b, q, w->block, stage, off);
+	if (!rc)
+		rc = b->ops->queue_sync(b, q);
+	if (!rc) {
+		off = 0;
+		for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++) {
+			const tdesc *d = &global_tensors[i].d;
+			if (!global_present(c, global_tensors[i].cond))
+				continue;
+			*(sl_half **)((char *)w + d->off) = (sl_half *)((char *)w->block + off);
+			off += align64(tensor_elems(c, d) * 2);
+		}
+		w->lm_head = tied ? w->embed_tokens : (sl_half *)((char *)w->block + off);
+	}
+
+	/* decoder layers, one block each */
+	for (int l = 0; l < c->n_layer && !rc; l++) {
+		sl_opt_layer_w *lw = &w->layers[l];
+		off = 0;
+		for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors) && !rc; i++) {
+			const tdesc *d = &layer_tensors[i];
+			char name[160];
+			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
+			rc = fill_tensor(c, src, d, name, (uint64_t)l * 64 + i, (sl_half *)(sp + off));
+			off += align64(tensor_elems(c, d) * 2);
+		}
+		if (rc)
+			break;
+		char what[64];
+		snprintf(what, sizeof what, "weights of layer %d", l);
+		lw->block_bytes = off;
+		if ((rc = alloc_block(b, off, what, &lw->block)) < 0)
+			break;
+		if ((rc = b->ops->copy_h2d(b, q, lw->block, stage, off)) < 0 ||
+		    (rc = b->ops->queue_sync(b, q)) < 0)
+			break;
+		off = 0;
+		for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++) {
+			*(sl_half **)((char *)lw + layer_tensors[i].off) = (sl_half *)((char *)lw->block + off);
+			off += align64(tensor_elems(c, &layer_tensors[i]) * 2);
+		}
+	}
+	b->ops->host_free(b, stage);
+	if (rc) {
+		sl_weights_free(b, w);
+		return rc;
+	}
+	w->bytes = w->block_bytes;
+	for (int l = 0; l < c->n_layer; l++)
+		w->bytes += w->layers[l].block_bytes;
+	return 0;
+}
+
+int sl_weights_load(sl_backend *b, sl_queue *q, const sl_opt_config *c, const sl_st_set *st,
+		    const char *dir, sl_opt_weights *w)
+{
+	source src = { .st = st, .dir = dir };
+	return load_all(b, q, c, &src, w);
+}
+
+int sl_weights_dummy(sl_backend *b, sl_queue *q, const sl_opt_config *c, uint64_t seed,
+		     sl_opt_weights *w)
+{
+	source src = { .seed = seed + 1 };
+	return load_all(b, q, c, &src, w);
+}
+
+void sl_weights_free(sl_backend *b, sl_opt_weights *w)
+{
+	if (!w)
+		return;
+	if (w->layers)
+		for (int l = 0; l < w->n_layer; l++)
+			sl_dev_free(b, w->layers[l].block, w->layers[l].block_bytes);
+	sl_dev_free(b, w->block, w->block_bytes);
+	free(w->layers);
+	memset(w, 0, sizeof *w);
+}
