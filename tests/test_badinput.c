@@ -1,0 +1,407 @@
+/*
+ * test_badinput.c - every kind of bad input gets a clear error naming the
+ * file (and tensor or line) and the problem, never a crash.
+ *
+ * Broken checkpoints are made here from the opt-pre fixture: truncated,
+ * corrupt headers, overlapping or out-of-range offsets, a missing tensor, a
+ * wrong shape or dtype, a config that is not OPT.  argv[1] is the fixtures
+ * folder.
+ */
+#include "backend.h"
+#include "jsonl.h"
+#include "model.h"
+#include "safetensors.h"
+
+#include <check.h>
+#include <jansson.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *fixtures_dir = "tests/fixtures";
+static char tmpdir[256];
+
+static void make_tmpdir(void)
+{
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void rm_tmpdir(void)
+{
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+	fclose(f);
+}
+
+/* A safetensors file from a header text and a data blob. */
+static void write_st(const char *path, const char *header, const void *data, size_t n)
+{
+	size_t hl = strlen(header);
+	unsigned char len[8];
+	for (int i = 0; i < 8; i++)
+		len[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+	FILE *f = fopen(path, "wb");
+	ck_assert_ptr_nonnull(f);
+	fwrite(len, 1, 8, f);
+	fwrite(header, 1, hl, f);
+	if (n)
+		fwrite(data, 1, n, f);
+	fclose(f);
+}
+
+static void expect_open_fails(const char *path, int code, const char *needle)
+{
+	sl_st_set *s = NULL;
+	int rc = sl_st_open_file(path, &s);
+	ck_assert_ptr_null(s);
+	ck_assert_msg(rc == code, "expected %s, got %s: %s", sl_strerror(code), sl_strerror(rc),
+		      sl_errmsg());
+	ck_assert_msg(strstr(sl_errmsg(), path), "message does not name the file: %s", sl_errmsg());
+	ck_assert_msg(strstr(sl_errmsg(), needle), "message lacks '%s': %s", needle, sl_errmsg());
+	ck_assert_msg(!strchr(sl_errmsg(), '\n'), "message is not one line");
+}
+
+static const struct {
+	const char *header;
+	size_t data;
+	const char *needle;
+} bad_headers[] = {
+	{ "not json at all", 16, "not JSON" },
+	{ "[1, 2]", 16, "not a JSON object" },
+	{ "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+	  " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}",
+	  16, "overlap" },
+	{ "{\"a\": {\"dtype\": \"F32\", \"shape\": [8], \"data_offsets\": [0, 32]}}", 16,
+	  "run past the end" },
+	{ "{\"a\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", 16,
+	  "bytes of data for shape" },
+	{ "{\"a\": {\"dtype\": \"Q9\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 16,
+	  "unknown dtype" },
+	{ "{\"a\": {\"dtype\": \"F32\", \"shape\": [-2], \"data_offsets\": [0, 8]}}", 16, "bad shape" },
+	{ "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 0]}}", 16,
+	  "bad data_offsets" },
+	{ "{\"a\": {\"shape\": [2], \"data_offsets\": [0, 8]}}", 16, "needs dtype" },
+};
+
+START_TEST(test_corrupt_headers)
+{
+	make_tmpdir();
+	char path[400];
+	snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
+	unsigned char data[64] = { 0 };
+	write_st(path, bad_headers[_i].header, data, bad_headers[_i].data);
+	expect_open_fails(path, SL_EFORMAT, bad_headers[_i].needle);
+	rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_truncated_files)
+{
+	make_tmpdir();
+	char path[400];
+	snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
+	write_file(path, "abc", 3);
+	expect_open_fails(path, SL_EFORMAT, "truncated");
+	/* header length pointing past the end */
+	unsigned char buf[16] = { 0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}' };
+	write_file(path, buf, 10);
+	expect_open_fails(path, SL_EFORMAT, "past the end of the file");
+	/* a real checkpoint cut in half */
+	char src[600];
+	snprintf(src, sizeof src, "%s/opt-pre/model.safetensors", fixtures_dir);
+	FILE *f = fopen(src, "rb");
+	ck_assert_ptr_nonnull(f);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	rewind(f);
+	char *all = malloc((size_t)n);
+	ck_assert_uint_eq(fread(all, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	write_file(path, all, (size_t)n / 2);
+	free(all);
+	expect_open_fails(path, SL_EFORMAT, "file truncated");
+	sl_st_set *s = NULL;
+	snprintf(path, sizeof path, "%s/missing.safetensors", tmpdir);
+	ck_assert_int_eq(sl_st_open_file(path, &s), SL_ENOTFOUND);
+	rm_tmpdir();
+}
+END_TEST
+
+/*
+ * Rewrite the opt-pre checkpoint into tmpdir with one change: drop a
+ * tensor, give it another shape, or store it as another dtype.
+ */
+enum edit { EDIT_DROP, EDIT_SHAPE, EDIT_DTYPE };
+
+static void rewrite_checkpoint(const char *victim, enum edit e)
+{
+	char src[600], dst[600];
+	snprintf(src, sizeof src, "%s/opt-pre/model.safetensors", fixtures_dir);
+	sl_st_set *s = NULL;
+	ck_assert_int_eq(sl_st_open_file(src, &s), 0);
+	json_t *hdr = json_object();
+	size_t off = 0, total = 0;
+	for (size_t i = 0; i < sl_st_count(s); i++)
+		total += sl_st_at(s, i)->nbytes;
+	char *blob = malloc(total + 16);
+	for (size_t i = 0; i < sl_st_count(s); i++) {
+		const sl_st_tensor *t = sl_st_at(s, i);
+		bool hit = !strcmp(t->name, victim);
+		if (hit && e == EDIT_DROP)
+			continue;
+		json_t *shape = json_array();
+		for (int d = 0; d < t->ndim; d++)
+			json_array_append_new(shape, json_integer(t->shape[d] + (hit && e == EDIT_SHAPE && d == 0)));
+		size_t nb = t->nbytes;
+		const char *dt = t->dtype_name;
+		if (hit && e == EDIT_SHAPE)
+			nb = t->nbytes / (size_t)t->shape[0] * (size_t)(t->shape[0] + 1);
+		if (hit && e == EDIT_DTYPE) {
+			dt = "I32"; /* same element size as F32 */
+		}
+		if (nb > t->nbytes)
+			blob = realloc(blob, total + nb);
+		memset(blob + off, 0, nb);
+		memcpy(blob + off, t->data, SL_MIN(nb, t->nbytes));
+		json_object_set_new(hdr, t->name,
+				    json_pack("{s:s, s:o, s:[I, I]}", "dtype", dt, "shape", shape,
+					      "data_offsets", (json_int_t)off, (json_int_t)(off + nb)));
+		off += nb;
+	}
+	char *text = json_dumps(hdr, JSON_COMPACT);
+	snprintf(dst, sizeof dst, "%s/model.safetensors", tmpdir);
+	write_st(dst, text, blob, off);
+	free(text);
+	free(blob);
+	json_decref(hdr);
+	sl_st_close(s);
+	/* the config as it is */
+	char cfg[600];
+	snprintf(cfg, sizeof cfg, "cp '%s/opt-pre/config.json' '%s/config.json'", fixtures_dir, tmpdir);
+	ck_assert_int_eq(system(cfg), 0);
+}
+
+static void expect_model_fails(int code, const char *needle)
+{
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	sl_model *m = NULL;
+	int rc = sl_model_open(be, tmpdir, NULL, &m);
+	ck_assert_ptr_null(m);
+	ck_assert_msg(rc == code, "expected %s, got %s: %s", sl_strerror(code), sl_strerror(rc),
+		      sl_errmsg());
+	ck_assert_msg(strstr(sl_errmsg(), needle), "message lacks '%s': %s", needle, sl_errmsg());
+	ck_assert_msg(strstr(sl_errmsg(), tmpdir), "message does not name the file: %s", sl_errmsg());
+	ck_assert_int_eq(be->dev_used, 0); /* nothing leaked on the device tier */
+	sl_backend_free(be);
+}
+
+START_TEST(test_missing_tensor)
+{
+	make_tmpdir();
+	rewrite_checkpoint("model.decoder.layers.1.fc2.weight", EDIT_DROP);
+	expect_model_fails(SL_ENOTFOUND, "decoder.layers.1.fc2.weight");
+	rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_wrong_shape)
+{
+	make_tmpdir();
+	rewrite_checkpoint("model.decoder.layers.0.self_attn.k_proj.weight", EDIT_SHAPE);
+	expect_model_fails(SL_ESHAPE, "has shape [65, 64], expected [64, 64]");
+	rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_wrong_dtype)
+{
+	make_tmpdir();
+	rewrite_checkpoint("model.decoder.embed_positions.weight", EDIT_DTYPE);
+	expect_model_fails(SL_ESHAPE, "dtype I32");
+	rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_bad_configs)
+{
+	static const struct {
+		const char *text;
+		int code;
+		const char *needle;
+	} cases[] = {
+		{ "{\"model_type\": \"llama\", \"hidden_size\": 64}", SL_EUNSUPPORTED, "not an OPT model" },
+		{ "{\"hidden_size\": 64}", SL_EUNSUPPORTED, "not an OPT model" },
+		{ "{\"model_type\": \"opt\", \"hidden_size\": 64", SL_EFORMAT, "not valid JSON" },
+		{ "{\"model_type\": \"opt\", \"num_hidden_layers\": 2, \"num_attention_heads\": 5,"
+		  " \"hidden_size\": 64, \"ffn_dim\": 256, \"vocab_size\": 512}",
+		  SL_EFORMAT, "not a multiple" },
+		{ "{\"model_type\": \"opt\", \"num_attention_heads\": 4, \"hidden_size\": 64,"
+		  " \"ffn_dim\": 256, \"vocab_size\": 512}",
+		  SL_EFORMAT, "missing field 'num_hidden_layers'" },
+		{ "{\"model_type\": \"opt\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+		  " \"hidden_size\": 64, \"ffn_dim\": 256, \"vocab_size\": 512,"
+		  " \"activation_function\": \"gelu\"}",
+		  SL_EUNSUPPORTED, "activation_function 'gelu'" },
+	};
+	make_tmpdir();
+	rewrite_checkpoint("none", EDIT_DROP);
+	char path[400];
+	snprintf(path, sizeof path, "%s/config.json", tmpdir);
+	for (size_t i = 0; i < SL_ARRAY_LEN(cases); i++) {
+		write_file(path, cases[i].text, strlen(cases[i].text));
+		expect_model_fails(cases[i].code, cases[i].needle);
+	}
+	unlink(path);
+	expect_model_fails(SL_ENOTFOUND, "config.json");
+	rm_tmpdir();
+}
+END_TEST
+
+static const struct {
+	const char *text;
+	int code;
+	const char *needle;
+} bad_jsonl[] = {
+	{ "{\"input_ids\": [5, 6]}\n{\"input_ids\": [5,\n", SL_EFORMAT, ":2: not valid JSON" },
+	{ "{\"input_ids\": [5, 6]}\n\n{\"prompt_ids\": [1]}\n", SL_EFORMAT, ":3: missing \"input_ids\"" },
+	{ "{\"input_ids\": [5, 600]}\n", SL_ERANGE, ":1: input_ids[1] = 600 is outside the vocabulary" },
+	{ "{\"input_ids\": [-1]}\n", SL_ERANGE, "outside the vocabulary" },
+	{ "{\"input_ids\": []}\n", SL_EFORMAT, "non-empty array" },
+	{ "{\"input_ids\": [1.5]}\n", SL_EFORMAT, "input_ids[0] is not an integer" },
+	{ "[1, 2]\n", SL_EFORMAT, "must be a JSON object" },
+	{ "{\"input_ids\": [4], \"max_new_tokens\": 0}\n", SL_EFORMAT, "max_new_tokens" },
+	{ "", SL_EFORMAT, "no prompts" },
+	{ "\n  \n", SL_EFORMAT, "no prompts" },
+};
+
+START_TEST(test_bad_jsonl)
+{
+	make_tmpdir();
+	char path[400];
+	snprintf(path, sizeof path, "%s/in.jsonl", tmpdir);
+	write_file(path, bad_jsonl[_i].text, strlen(bad_jsonl[_i].text));
+	sl_prompts ps;
+	int rc = sl_prompts_read(path, 512, &ps);
+	ck_assert_msg(rc == bad_jsonl[_i].code, "case %d: got %s: %s", _i, sl_strerror(rc), sl_errmsg());
+	ck_assert_msg(strstr(sl_errmsg(), path), "message does not name the file: %s", sl_errmsg());
+	ck_assert_msg(strstr(sl_errmsg(), bad_jsonl[_i].needle), "message lacks '%s': %s",
+		      bad_jsonl[_i].needle, sl_errmsg());
+	ck_assert_ptr_null(ps.p);
+	rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_good_jsonl)
+{
+	make_tmpdir();
+	char path[400];
+	snprintf(path, sizeof path, "%s/in.jsonl", tmpdir);
+	const char *text = "{\"input_ids\": [5, 6], \"id\": \"a\", \"extra\": 1}\n"
+			   "\r\n{\"input_ids\": [7], \"max_new_tokens\": 3}\n";
+	write_file(path, text, strlen(text));
+	sl_prompts ps;
+	ck_assert_int_eq(sl_prompts_read(path, 512, &ps), 0);
+	ck_assert_int_eq(ps.n, 2);
+	ck_assert_str_eq(ps.p[0].id_json, "\"a\"");
+	ck_assert_str_eq(ps.p[1].id_json, "3"); /* the line number where no id is given */
+	ck_assert_int_eq(ps.p[1].max_new, 3);
+	ck_assert_int_eq(ps.p[0].n, 2);
+	sl_prompts_free(&ps);
+	/* output: refuses to clobber; nothing is left behind on abort */
+	char outp[400];
+	snprintf(outp, sizeof outp, "%s/out.jsonl", tmpdir);
+	sl_output *o = NULL;
+	ck_assert_int_eq(sl_output_open(path, false, &o), SL_EINVAL);
+	ck_assert_int_eq(sl_output_open(outp, false, &o), 0);
+	sl_prompt p = { .id_json = "7" };
+	int32_t ids[2] = { 4, 2 };
+	ck_assert_int_eq(sl_output_write(o, &p, ids, 2), 0);
+	sl_output_free(o);
+	ck_assert_int_ne(access(outp, F_OK), 0);
+	char partial[420];
+	snprintf(partial, sizeof partial, "%s.partial", outp);
+	ck_assert_int_ne(access(partial, F_OK), 0);
+	snprintf(outp, sizeof outp, "%s/no/such/dir/out.jsonl", tmpdir);
+	ck_assert_int_eq(sl_output_open(outp, false, &o), SL_EIO);
+	ck_assert_msg(strstr(sl_errmsg(), outp), "%s", sl_errmsg());
+	rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_prompt_too_long)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-long", fixtures_dir);
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	sl_model *m = NULL;
+	ck_assert_int_eq(sl_model_open(be, dir, NULL, &m), 0);
+	const int t = m->cfg.max_pos + 1;
+	sl_kv *kv = NULL;
+	ck_assert_int_eq(sl_kv_create(m, 1, t, &kv), 0);
+	int32_t *ids = calloc((size_t)t, sizeof *ids);
+	int npad = 0;
+	for (int i = 0; i < t; i++)
+		ids[i] = 5;
+	ck_assert_int_eq(sl_model_prefill(m, kv, ids, &npad, t, NULL), SL_ERANGE);
+	ck_assert_msg(strstr(sl_errmsg(), "longer than the model's"), "%s", sl_errmsg());
+	ids[0] = m->cfg.vocab; /* outside the vocabulary */
+	ck_assert_int_eq(sl_model_prefill(m, kv, ids, &npad, 4, NULL), SL_ERANGE);
+	free(ids);
+	sl_kv_free(m, kv);
+	sl_model_free(m);
+	sl_backend_free(be);
+}
+END_TEST
+
+START_TEST(test_budget_too_small)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	sl_backend_set_dev_limit(be, 100000);
+	sl_model *m = NULL;
+	int rc = sl_model_open(be, dir, NULL, &m);
+	ck_assert_int_eq(rc, SL_EBUDGET);
+	ck_assert_msg(strstr(sl_errmsg(), "device memory budget exceeded"), "%s", sl_errmsg());
+	ck_assert_int_eq(be->dev_used, 0);
+	sl_backend_free(be);
+	ck_assert_int_eq(sl_backend_create("tpu", 1, &be), SL_EINVAL);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	if (argc > 1)
+		fixtures_dir = argv[1];
+	Suite *s = suite_create("badinput");
+	TCase *tc = tcase_create("errors");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_corrupt_headers, 0, (int)SL_ARRAY_LEN(bad_headers));
+	tcase_add_test(tc, test_truncated_files);
+	tcase_add_test(tc, test_missing_tensor);
+	tcase_add_test(tc, test_wrong_shape);
+	tcase_add_test(tc, test_wrong_dtype);
+	tcase_add_test(tc, test_bad_configs);
+	tcase_add_loop_test(tc, test_bad_jsonl, 0, (int)SL_ARRAY_LEN(bad_jsonl));
+	tcase_add_test(tc, test_good_jsonl);
+	tcase_add_test(tc, test_prompt_too_long);
+	tcase_add_test(tc, test_budget_too_small);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
