@@ -49,10 +49,11 @@ typedef struct common_opts {
 	const char *model_dir, *dummy, *backend;
 	int threads;
 	size_t gpu_mem;
+	bool kv_f32;
 } common_opts;
 
 enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,
-       OPT_PROMPT_LEN, OPT_GEN_LEN, OPT_QUIET, OPT_SEED };
+       OPT_PROMPT_LEN, OPT_GEN_LEN, OPT_QUIET, OPT_SEED, OPT_KV_DTYPE };
 
 static bool common_opt(const char *cmd, int c, common_opts *o)
 {
@@ -65,32 +66,48 @@ static bool common_opt(const char *cmd, int c, common_opts *o)
 		if (sl_parse_size(optarg, &o->gpu_mem) < 0)
 			usage_error(cmd, "--gpu-mem: %s", sl_errmsg());
 		return true;
+	case OPT_KV_DTYPE:
+		if (strcmp(optarg, "f16") && strcmp(optarg, "f32"))
+			usage_error(cmd, "--kv-dtype must be f16 or f32, got '%s'", optarg);
+		o->kv_f32 = !strcmp(optarg, "f32");
+		return true;
 	default: return false;
 	}
 }
 
-static void open_model(const char *cmd, const common_opts *o, sl_backend **be, sl_model **m)
+static void check_model_opts(const char *cmd, const common_opts *o)
 {
 	if (!!o->model_dir == !!o->dummy)
-		usage_error(cmd, "%sgive exactly one of --model DIR and --dummy NAME",
-			    "");
+		usage_error(cmd, "%sgive exactly one of --model DIR and --dummy NAME", "");
+}
+
+/* Backend and model; on failure both are released and *be, *m are NULL. */
+static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
+{
+	*m = NULL;
 	int threads = o->threads;
 	if (threads > 0)
 		omp_set_num_threads(threads);
 	int rc = sl_backend_create(o->backend, threads, be);
 	if (rc < 0)
-		die(rc);
+		return rc;
 	sl_backend_set_dev_limit(*be, o->gpu_mem);
 	rc = sl_model_open(*be, o->model_dir, o->dummy, m);
-	if (rc < 0)
-		die(rc);
+	if (rc < 0) {
+		sl_backend_free(*be);
+		*be = NULL;
+		return rc;
+	}
+	(*m)->kv_f32 = o->kv_f32;
+	return 0;
 }
 
 #define COMMON_LONG_OPTS                                                                   \
 	{ "model", required_argument, 0, 'm' }, { "dummy", required_argument, 0, OPT_DUMMY }, \
 		{ "backend", required_argument, 0, OPT_BACKEND },                              \
 		{ "threads", required_argument, 0, OPT_THREADS },                              \
-		{ "gpu-mem", required_argument, 0, OPT_GPU_MEM }
+		{ "gpu-mem", required_argument, 0, OPT_GPU_MEM },                              \
+		{ "kv-dtype", required_argument, 0, OPT_KV_DTYPE }
 
 #define COMMON_HELP                                                                          \
 	"  --model DIR          Hugging Face OPT checkpoint (config.json + safetensors)\n"  \
@@ -98,7 +115,8 @@ static void open_model(const char *cmd, const common_opts *o, sl_backend **be, s
 	"                       (opt-125m, -350m, -1.3b, -2.7b, -6.7b, -13b, -30b, -66b, -175b)\n" \
 	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"   \
 	"  --threads N          CPU threads (default: all cores)\n"                        \
-	"  --gpu-mem BYTES      cap on device memory (e.g. 16G)\n"
+	"  --gpu-mem BYTES      cap on device memory (e.g. 16G)\n"                          \
+	"  --kv-dtype f16|f32   KV cache precision (default f16; f32 doubles its size)\n"
 
 /* ---- generate ----------------------------------------------------------- */
 
@@ -152,6 +170,7 @@ static int cmd_generate(int argc, char **argv)
 		usage_error("generate", "unexpected argument '%s'", argv[optind]);
 	if (!in || !outp)
 		usage_error("generate", "%s", "--prompts and --out are required");
+	check_model_opts("generate", &co);
 
 	/* everything that can be checked before compute is checked first */
 	sl_output *out = NULL;
@@ -160,8 +179,9 @@ static int cmd_generate(int argc, char **argv)
 		die(rc);
 	sl_backend *be = NULL;
 	sl_model *m = NULL;
-	open_model("generate", &co, &be, &m);
 	sl_prompts ps;
+	if ((rc = open_model(&co, &be, &m)) < 0)
+		goto fail;
 	if ((rc = sl_prompts_read(in, m->cfg.vocab, &ps)) < 0)
 		goto fail;
 	int max_len = 0, max_out = 0;
@@ -226,6 +246,8 @@ fail_ps:
 	sl_prompts_free(&ps);
 fail:
 	sl_output_free(out); /* removes the partial file */
+	sl_model_free(m);
+	sl_backend_free(be);
 	die(rc);
 	return 1;
 }
@@ -316,9 +338,12 @@ static int cmd_bench(int argc, char **argv)
 	}
 	if (optind < argc)
 		usage_error("bench", "unexpected argument '%s'", argv[optind]);
+	check_model_opts("bench", &co);
 	sl_backend *be = NULL;
 	sl_model *m = NULL;
-	open_model("bench", &co, &be, &m);
+	int rc0 = open_model(&co, &be, &m);
+	if (rc0 < 0)
+		die(rc0);
 	const sl_opt_config *cfg = &m->cfg;
 	int rc = 0;
 	if (plen + glen > cfg->max_pos) {
