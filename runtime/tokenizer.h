@@ -1,0 +1,149 @@
+/*
+ * tokenizer.h - the GPT-2 byte-level BPE tokenizer of Hugging Face OPT
+ * checkpoints (vocab.json + merges.txt), matching the `tokenizers` library.
+ *
+ * Encoding is what HF's OPT/GPT-2 tokenizer gives for
+ * `tok(text, add_special_tokens=False)`:
+ *   1. Special tokens are split out first: the literal strings "</s>" and
+ *      "<pad>" anywhere in the text become their ids (leftmost-longest
+ *      match, no stripping of neighbouring spaces), exactly as HF does for
+ *      OPT, whose special tokens are bos = eos = unk = "</s>" and
+ *      pad = "<pad>".  "<s>" and "<unk>" are NOT special in HF's OPT
+ *      tokenizer and are encoded as ordinary text.  SL_TOKENIZER_NO_SPECIAL
+ *      turns the splitting off (HF's split_special_tokens=True).
+ *   2. Each remaining piece is cut by the GPT-2 pre-tokenizer regex
+ *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *      over UTF-8, with HF's Unicode 16.0 letter/number classes and
+ *      White_Space for \s (no prefix space is added).
+ *   3. Each word's bytes are mapped through GPT-2's bytes_to_unicode table
+ *      and merged by BPE rank (lowest rank first, leftmost on ties).
+ * Invalid UTF-8: HF cannot receive it (its input is a Rust/Python string).
+ * Here every byte that is not part of a well-formed UTF-8 sequence is kept
+ * as its own byte and classified as "other" (neither letter, number nor
+ * space) - the class of U+FFFD, so the word boundaries are the ones HF
+ * gives for the text with each such byte replaced by U+FFFD, and BPE then
+ * runs on the raw bytes.  Encoding never fails on any byte string, and
+ * decoding with SL_TOKENIZER_RAW_BYTES gives those bytes back.  With
+ * SL_TOKENIZER_REPLACE_INVALID each maximal ill-formed subsequence is
+ * first replaced by U+FFFD, giving exactly HF's ids for
+ * tok(raw.decode("utf-8", errors="replace")).
+ *
+ * BOS: HF's OPT tokenizer prepends "</s>" (id 2) to every encoded text when
+ * add_special_tokens=True (the default).  sl_tokenizer_encode never adds
+ * it; pass SL_TOKENIZER_ADD_BOS to sl_tokenizer_encode_ex, or prepend
+ * sl_tokenizer_bos_id() yourself.
+ *
+ * Decoding concatenates each token's bytes (the inverse byte mapping of its
+ * vocab string; special tokens give their text, e.g. "</s>") and, unless
+ * SL_TOKENIZER_RAW_BYTES, replaces invalid UTF-8 in the result by U+FFFD
+ * the way HF does (maximal subparts), which equals HF's
+ * `tokenizers.Tokenizer.decode(ids, skip_special_tokens=False)`, i.e.
+ * transformers' decode with clean_up_tokenization_spaces=False.
+ * Special tokens are kept unless SL_TOKENIZER_SKIP_SPECIAL.
+ *
+ * Ownership and threads: sl_tokenizer_load returns a tokenizer the caller
+ * frees with sl_tokenizer_free.  It is immutable after loading, so any
+ * number of threads may encode/decode with it at once.  Arrays and strings
+ * returned through ids / text are malloc'd and owned by the caller (free()).
+ * Pointers returned by sl_tokenizer_token_bytes point into the tokenizer
+ * and live until sl_tokenizer_free.
+ *
+ * Errors: 0 or a negative SL_E* code with a message (sl_errmsg()) naming
+ * the file and, for merges.txt, the line.
+ */
+#ifndef SL_TOKENIZER_H
+#define SL_TOKENIZER_H
+
+#include "sl_common.h"
+
+#include <stdbool.h>
+
+typedef struct sl_tokenizer sl_tokenizer;
+
+/* Flags for sl_tokenizer_encode_ex. */
+enum {
+	SL_TOKENIZER_ADD_BOS = 1u << 0,    /* prepend bos "</s>" like HF OPT */
+	SL_TOKENIZER_NO_SPECIAL = 1u << 1, /* "</s>", "<pad>" in text are plain text */
+	SL_TOKENIZER_REPLACE_INVALID = 1u << 2, /* invalid UTF-8 -> U+FFFD first */
+};
+
+/* Flags for sl_tokenizer_decode_ex. */
+enum {
+	SL_TOKENIZER_SKIP_SPECIAL = 1u << 0, /* drop "</s>" and "<pad>" ids */
+	SL_TOKENIZER_RAW_BYTES = 1u << 1,    /* no U+FFFD replacement */
+};
+
+/*
+ * Read DIR/vocab.json and DIR/merges.txt.  A missing file gives
+ * SL_ENOTFOUND, an unreadable one SL_EIO, bad contents SL_EFORMAT (bad
+ * JSON, a non-integer or negative or duplicate id, ids >= 2^24, a merges
+ * line that is not "A B", a merge token not in vocab.json).  As in HF,
+ * lines of merges.txt starting with "#version" are skipped, an empty line
+ * is an error, "\r\n" line ends are accepted, ranks follow the order of
+ * the merge lines and a repeated pair takes its later rank.
+ */
+int sl_tokenizer_load(const char *dir, sl_tokenizer **out);
+void sl_tokenizer_free(sl_tokenizer *t); /* NULL ok */
+
+/*
+ * Encode len bytes of text (need not be NUL-terminated; any bytes).  On
+ * success *ids is a malloc'd array of *n ids (non-NULL even when *n == 0).
+ * No BOS is added.  SL_EINVAL for NULL arguments, SL_ENOMEM.
+ */
+int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len,
+			int32_t **ids, size_t *n);
+int sl_tokenizer_encode_ex(const sl_tokenizer *t, const char *text, size_t len,
+			   unsigned flags, int32_t **ids, size_t *n);
+
+/*
+ * Debugging and tests: where the pieces of encode end (before BPE).  On
+ * success *ends is a malloc'd array of *n byte offsets, increasing, the
+ * last one len; piece k spans [k ? ends[k-1] : 0, ends[k]).  A split-out
+ * special token is a piece of its own.  flags as for encode_ex, but
+ * ADD_BOS and REPLACE_INVALID are ignored.
+ */
+int sl_tokenizer_pretokenize(const sl_tokenizer *t, const char *text, size_t len,
+			     unsigned flags, size_t **ends, size_t *n);
+
+/*
+ * Decode n ids into a malloc'd, NUL-terminated string *text of *len bytes
+ * (the NUL not counted).  sl_tokenizer_decode keeps special tokens and
+ * replaces invalid UTF-8 by U+FFFD (= HF decode).  An id that is negative,
+ * >= sl_tokenizer_vocab_size or a hole in vocab.json gives SL_ERANGE.
+ */
+int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, size_t n,
+			char **text, size_t *len);
+int sl_tokenizer_decode_ex(const sl_tokenizer *t, const int32_t *ids, size_t n,
+			   unsigned flags, char **text, size_t *len);
+
+/*
+ * Streaming: the raw bytes one token contributes to a decode (no U+FFFD
+ * replacement; a token may hold part of a UTF-8 character).  O(1).
+ * SL_ERANGE for an unknown id.
+ */
+int sl_tokenizer_token_bytes(const sl_tokenizer *t, int32_t id,
+			     const char **bytes, size_t *len);
+
+/*
+ * Streaming: how many leading bytes of buf are final, i.e. will decode the
+ * same whatever bytes are appended: len minus a trailing incomplete (but so
+ * far well-formed) UTF-8 sequence.  Print that prefix, keep the rest.
+ */
+size_t sl_tokenizer_utf8_stable_len(const char *buf, size_t len);
+
+/* One more than the largest id in vocab.json. */
+int32_t sl_tokenizer_vocab_size(const sl_tokenizer *t);
+
+/* Id of a token spelled as in vocab.json (e.g. "Ġthe", "</s>"), or -1. */
+int32_t sl_tokenizer_token_id(const sl_tokenizer *t, const char *piece, size_t len);
+
+/* OPT's special ids: bos = eos = "</s>" (2), pad = "<pad>" (1); -1 if the
+ * vocabulary lacks the token. */
+int32_t sl_tokenizer_bos_id(const sl_tokenizer *t);
+int32_t sl_tokenizer_eos_id(const sl_tokenizer *t);
+int32_t sl_tokenizer_pad_id(const sl_tokenizer *t);
+
+/* Whether id is one of the special tokens ("</s>", "<pad>"). */
+bool sl_tokenizer_is_special(const sl_tokenizer *t, int32_t id);
+
+#endif
