@@ -1,10 +1,12 @@
 /*
- * generate.c - the greedy generation loop over one block of sequences.
+ * generate.c - the generation loop over one block of sequences.
  *
- * A sequence that has finished (EOS or its own limit) stays in the batch
- * until the block ends, but is frozen: its cache length and position are
- * rolled back after every step, so it neither grows nor runs past the
- * model's positions, and its output is not extended.
+ * A sequence that has finished (EOS, stop text or its own limit) stays in
+ * the batch until the block ends, but is frozen: its cache length and
+ * position are rolled back after every step, so it neither grows nor runs
+ * past the model's positions, and its output is not extended.
+ * Greedy choice runs on the backend (argmax); sampling copies the logits
+ * of the block to the host and draws there, per sequence.
  */
 #include "generate.h"
 
@@ -18,6 +20,8 @@ struct sl_generator {
 	int *npad;
 	bool *running, *was_running;
 	int stop_id; /* eos, or -1 to run every sequence to its limit */
+	float *logits; /* host (max_seq, vocab), for sampling */
+	sl_sample_ws ws;
 };
 
 int sl_generator_create(sl_model *m, int max_seq, int max_len, sl_generator **out)
@@ -63,30 +67,60 @@ void sl_generator_free(sl_generator *g)
 	free(g->npad);
 	free(g->running);
 	free(g->was_running);
+	free(g->logits);
+	sl_sample_ws_free(&g->ws);
 	free(g);
 }
 
+void sl_generator_ignore_eos(sl_generator *g)
+{
+	g->stop_id = -1;
+}
+
+/* The next token of every sequence, into g->next. */
+static int choose(sl_generator *g, sl_seq *seqs, int nseq, const sl_sampling *sp)
+{
+	if (!sp || sp->temperature <= 0.0f)
+		return sl_model_argmax(g->m, nseq, g->next);
+	const int v = g->m->cfg.vocab;
+	if (!g->logits) {
+		g->logits = malloc(sizeof(float) * (size_t)g->max_seq * v);
+		if (!g->logits)
+			return sl_err(SL_ENOMEM, "out of memory");
+		SL_TRY(sl_sample_ws_init(&g->ws, v));
+	}
+	SL_TRY(sl_model_logits(g->m, nseq, g->logits));
+	for (int s = 0; s < nseq; s++)
+		if (g->running[s])
+			g->next[s] = sl_sample(g->logits + (size_t)s * v, v, sp, seqs[s].key,
+					       (uint64_t)seqs[s].n_out, &g->ws);
+	return 0;
+}
+
 /* Append each running sequence's next token; returns how many still run. */
-static int take(sl_generator *g, sl_seq *seqs, int nseq, bool *running, long *tokens)
+static int take(sl_generator *g, sl_seq *seqs, int nseq, const sl_gen_opts *o, long *tokens)
 {
 	int left = 0;
 	for (int s = 0; s < nseq; s++) {
-		if (!running[s])
+		if (!g->running[s])
 			continue;
 		sl_seq *q = &seqs[s];
 		q->out[q->n_out++] = g->next[s];
 		(*tokens)++;
 		if (g->next[s] == g->stop_id)
 			q->hit_eos = true;
-		if (q->hit_eos || q->n_out >= q->max_new)
-			running[s] = false;
+		else if (o && o->on_token && o->on_token(o->ctx, s, q))
+			q->stopped = true;
+		if (q->hit_eos || q->stopped || q->n_out >= q->max_new)
+			g->running[s] = false;
 		else
 			left++;
 	}
 	return left;
 }
 
-int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, sl_gen_timing *timing)
+int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, const sl_gen_opts *opts,
+		     sl_gen_timing *timing)
 {
 	if (nseq <= 0 || nseq > g->max_seq)
 		return sl_err(SL_EINVAL, "block of %d sequences (room for %d)", nseq, g->max_seq);
@@ -99,6 +133,7 @@ int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, sl_gen_timing *tim
 				      seqs[s].prompt_len, seqs[s].max_new, g->max_len);
 		t = SL_MAX(t, seqs[s].prompt_len);
 	}
+	const sl_sampling *sp = opts ? opts->sampling : NULL;
 	sl_model *m = g->m;
 	sl_kv *kv = g->kv;
 	bool *running = g->running, *was_running = g->was_running;
@@ -108,17 +143,23 @@ int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, sl_gen_timing *tim
 			g->padded[(size_t)s * t + j] =
 				j < g->npad[s] ? m->cfg.pad_id : seqs[s].prompt[j - g->npad[s]];
 		seqs[s].n_out = 0;
-		seqs[s].hit_eos = false;
+		seqs[s].hit_eos = seqs[s].stopped = false;
 		running[s] = true;
 	}
 	kv->nseq = nseq;
 	double t0 = sl_now();
 	SL_TRY(sl_model_prefill(m, kv, g->padded, g->npad, t, NULL));
-	SL_TRY(sl_model_argmax(m, nseq, g->next));
-	int left = take(g, seqs, nseq, running, &timing->tokens);
+	SL_TRY(choose(g, seqs, nseq, sp));
+	int left = take(g, seqs, nseq, opts, &timing->tokens);
 	double t1 = sl_now();
 	timing->prefill_s += t1 - t0;
+	if (opts && opts->on_step)
+		opts->on_step(opts->ctx, timing->tokens);
 	while (left > 0) {
+		if (opts && opts->interrupt && *opts->interrupt) {
+			timing->decode_s += sl_now() - t1;
+			return sl_err(SL_EINTERRUPTED, "interrupted");
+		}
 		memcpy(was_running, running, (size_t)nseq * sizeof *running);
 		SL_TRY(sl_model_decode(m, kv, g->next));
 		for (int s = 0; s < nseq; s++)
@@ -126,15 +167,12 @@ int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, sl_gen_timing *tim
 				kv->len[s]--;
 				kv->pos[s]--;
 			}
-		SL_TRY(sl_model_argmax(m, nseq, g->next));
-		left = take(g, seqs, nseq, running, &timing->tokens);
+		SL_TRY(choose(g, seqs, nseq, sp));
+		left = take(g, seqs, nseq, opts, &timing->tokens);
 		timing->steps++;
+		if (opts && opts->on_step)
+			opts->on_step(opts->ctx, timing->tokens);
 	}
 	timing->decode_s += sl_now() - t1;
 	return 0;
-}
-
-void sl_generator_ignore_eos(sl_generator *g)
-{
-	g->stop_id = -1;
 }

@@ -5,73 +5,123 @@
 #include "sl_common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
+static void prompt_clear(sl_prompt *p)
+{
+	free(p->id_json);
+	free(p->ids);
+	free(p->cont);
+	free(p->error);
+	memset(p, 0, sizeof *p);
+}
+
 void sl_prompts_free(sl_prompts *ps)
 {
 	if (!ps || !ps->p)
 		return;
-	for (int i = 0; i < ps->n; i++) {
-		free(ps->p[i].id_json);
-		free(ps->p[i].ids);
-	}
+	for (int i = 0; i < ps->n; i++)
+		prompt_clear(&ps->p[i]);
 	free(ps->p);
-	ps->p = NULL;
-	ps->n = 0;
+	memset(ps, 0, sizeof *ps);
 }
 
-static int parse_line(const char *path, int line, const char *text, size_t len, int vocab,
-		      sl_prompt *p)
+/* Token ids from field `ids_key` (an array) or `text_key` (text). */
+static int get_tokens(const char *path, int line, json_t *root, const char *ids_key,
+		      const char *text_key, bool bos, const sl_read_opts *o, int32_t **out, int *n)
 {
-	json_error_t jerr;
-	json_t *root = json_loadb(text, len, 0, &jerr);
-	if (!root)
-		return sl_err(SL_EFORMAT, "%s:%d: not valid JSON: %s", path, line, jerr.text);
-	int rc = 0;
+	json_t *ids = json_object_get(root, ids_key), *text = json_object_get(root, text_key);
+	*out = NULL;
+	*n = 0;
+	if (!ids && !text)
+		return sl_err(SL_EFORMAT, "%s:%d: missing \"%s\" (or \"%s\")", path, line, text_key,
+			      ids_key);
+	if (text) {
+		if (!json_is_string(text))
+			return sl_err(SL_EFORMAT, "%s:%d: \"%s\" must be a string", path, line, text_key);
+		if (!o->tok)
+			return sl_err(SL_EUNSUPPORTED,
+				      "%s:%d: \"%s\" is text but the model has no tokenizer (vocab.json and merges.txt); give \"%s\" instead",
+				      path, line, text_key, ids_key);
+		size_t cnt = 0;
+		int rc = sl_tokenizer_encode_ex(o->tok, json_string_value(text), json_string_length(text),
+						bos ? SL_TOKENIZER_ADD_BOS : 0, out, &cnt);
+		if (rc < 0)
+			return sl_err_prefix(rc, "%s:%d", path, line);
+		if (cnt == 0 || cnt > INT_MAX / 2) {
+			free(*out);
+			*out = NULL;
+			return sl_err(SL_EFORMAT, "%s:%d: \"%s\" is empty", path, line, text_key);
+		}
+		*n = (int)cnt;
+		for (int i = 0; i < *n; i++)
+			if ((*out)[i] >= o->vocab) {
+				int32_t bad = (*out)[i];
+				free(*out);
+				*out = NULL;
+				return sl_err(SL_ERANGE,
+					      "%s:%d: the tokenizer gave id %d, outside the model's vocabulary (0..%d)",
+					      path, line, bad, o->vocab - 1);
+			}
+		return 0;
+	}
+	if (!json_is_array(ids) || json_array_size(ids) == 0)
+		return sl_err(SL_EFORMAT, "%s:%d: \"%s\" must be a non-empty array of token ids", path,
+			      line, ids_key);
+	size_t cnt = json_array_size(ids);
+	if (cnt > INT_MAX / 2)
+		return sl_err(SL_EFORMAT, "%s:%d: \"%s\" is too long", path, line, ids_key);
+	*out = malloc(cnt * sizeof **out);
+	if (!*out)
+		return sl_err(SL_ENOMEM, "out of memory");
+	for (size_t i = 0; i < cnt; i++) {
+		json_t *v = json_array_get(ids, i);
+		int rc = 0;
+		if (!json_is_integer(v))
+			rc = sl_err(SL_EFORMAT, "%s:%d: %s[%zu] is not an integer", path, line, ids_key, i);
+		else if (json_integer_value(v) < 0 || json_integer_value(v) >= o->vocab)
+			rc = sl_err(SL_ERANGE, "%s:%d: %s[%zu] = %lld is outside the vocabulary (0..%d)",
+				    path, line, ids_key, i, (long long)json_integer_value(v), o->vocab - 1);
+		if (rc) {
+			free(*out);
+			*out = NULL;
+			return rc;
+		}
+		(*out)[i] = (int32_t)json_integer_value(v);
+	}
+	*n = (int)cnt;
+	return 0;
+}
+
+static int parse_line(const char *path, int line, const char *text, size_t len,
+		      const sl_read_opts *o, sl_prompt *p)
+{
 	memset(p, 0, sizeof *p);
 	p->line = line;
+	json_error_t jerr;
+	json_t *root = json_loadb(text, len, 0, &jerr);
+	int rc = 0;
+	if (!root) {
+		rc = sl_err(SL_EFORMAT, "%s:%d: not valid JSON: %s", path, line, jerr.text);
+		goto done;
+	}
 	if (!json_is_object(root)) {
 		rc = sl_err(SL_EFORMAT, "%s:%d: a line must be a JSON object", path, line);
 		goto done;
 	}
-	json_t *ids = json_object_get(root, "input_ids");
-	if (!ids) {
-		rc = sl_err(SL_EFORMAT, "%s:%d: missing \"input_ids\"", path, line);
+	json_t *id = json_object_get(root, "id");
+	if (id)
+		p->id_json = json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY);
+	if ((rc = get_tokens(path, line, root, "input_ids", "prompt", true, o, &p->ids, &p->n)) < 0)
 		goto done;
-	}
-	if (!json_is_array(ids) || json_array_size(ids) == 0) {
-		rc = sl_err(SL_EFORMAT, "%s:%d: \"input_ids\" must be a non-empty array of token ids", path,
-			    line);
+	if (o->score &&
+	    (rc = get_tokens(path, line, root, "continuation_ids", "continuation", false, o, &p->cont,
+			     &p->ncont)) < 0)
 		goto done;
-	}
-	size_t n = json_array_size(ids);
-	if (n > INT_MAX / 2) {
-		rc = sl_err(SL_EFORMAT, "%s:%d: prompt too long", path, line);
-		goto done;
-	}
-	p->ids = malloc(n * sizeof *p->ids);
-	if (!p->ids) {
-		rc = sl_err(SL_ENOMEM, "out of memory");
-		goto done;
-	}
-	for (size_t i = 0; i < n; i++) {
-		json_t *v = json_array_get(ids, i);
-		if (!json_is_integer(v)) {
-			rc = sl_err(SL_EFORMAT, "%s:%d: input_ids[%zu] is not an integer", path, line, i);
-			goto done;
-		}
-		json_int_t id = json_integer_value(v);
-		if (id < 0 || id >= vocab) {
-			rc = sl_err(SL_ERANGE, "%s:%d: input_ids[%zu] = %lld is outside the vocabulary (0..%d)",
-				    path, line, i, (long long)id, vocab - 1);
-			goto done;
-		}
-		p->ids[i] = (int32_t)id;
-	}
-	p->n = (int)n;
 	json_t *mn = json_object_get(root, "max_new_tokens");
 	if (mn) {
 		if (!json_is_integer(mn) || json_integer_value(mn) <= 0 ||
@@ -82,24 +132,22 @@ static int parse_line(const char *path, int line, const char *text, size_t len, 
 		}
 		p->max_new = (int)json_integer_value(mn);
 	}
-	json_t *id = json_object_get(root, "id");
-	if (id)
-		p->id_json = json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY);
-	else if (asprintf(&p->id_json, "%d", line) < 0)
-		p->id_json = NULL;
-	if (!p->id_json)
-		rc = sl_err(SL_ENOMEM, "out of memory");
 done:
 	json_decref(root);
+	if (!p->id_json && asprintf(&p->id_json, "%d", line) < 0)
+		p->id_json = NULL;
+	if (!p->id_json && !rc)
+		rc = sl_err(SL_ENOMEM, "out of memory");
 	if (rc) {
 		free(p->ids);
-		free(p->id_json);
-		memset(p, 0, sizeof *p);
+		free(p->cont);
+		p->ids = p->cont = NULL;
+		p->n = p->ncont = 0;
 	}
 	return rc;
 }
 
-int sl_prompts_read(const char *path, int vocab, sl_prompts *out)
+int sl_prompts_read(const char *path, const sl_read_opts *o, sl_prompts *out)
 {
 	memset(out, 0, sizeof *out);
 	FILE *f = fopen(path, "rb");
@@ -129,8 +177,22 @@ int sl_prompts_read(const char *path, int vocab, sl_prompts *out)
 			}
 			out->p = np;
 		}
-		if ((rc = parse_line(path, line, buf, l, vocab, &out->p[out->n])) < 0)
+		sl_prompt *p = &out->p[out->n];
+		rc = parse_line(path, line, buf, l, o, p);
+		if (rc < 0 && o->skip_bad_lines && rc != SL_ENOMEM && p->id_json) {
+			p->error = strdup(sl_errmsg());
+			if (!p->error) {
+				prompt_clear(p);
+				rc = sl_err(SL_ENOMEM, "out of memory");
+				break;
+			}
+			out->bad++;
+			rc = 0;
+		}
+		if (rc < 0) {
+			prompt_clear(p);
 			break;
+		}
 		out->n++;
 	}
 	if (!rc && ferror(f))
@@ -147,72 +209,155 @@ int sl_prompts_read(const char *path, int vocab, sl_prompts *out)
 struct sl_output {
 	char *path, *tmp;
 	FILE *f;
-	bool committed;
+	char **ids;
+	off_t *ends;
+	int nlines;
 };
 
-int sl_output_open(const char *path, bool overwrite, sl_output **out)
+const char *sl_output_path(const sl_output *o)
+{
+	return o->path;
+}
+
+int sl_output_open(const char *path, enum sl_output_mode mode, sl_output **out, bool *complete)
 {
 	*out = NULL;
-	if (!overwrite && access(path, F_OK) == 0)
-		return sl_err(SL_EINVAL, "%s: output file exists (use --overwrite to replace it)", path);
+	if (complete)
+		*complete = false;
 	sl_output *o = calloc(1, sizeof *o);
 	if (!o)
 		return sl_err(SL_ENOMEM, "out of memory");
 	o->path = strdup(path);
 	if (!o->path || asprintf(&o->tmp, "%s.partial", path) < 0) {
 		o->tmp = NULL;
-		sl_output_free(o);
+		sl_output_close(o, false);
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
-	o->f = fopen(o->tmp, "wb");
+	bool have_out = access(path, F_OK) == 0, have_partial = access(o->tmp, F_OK) == 0;
+	const char *how = "wb";
+	int rc = 0;
+	if (mode == SL_OUT_RESUME) {
+		if (have_out && !have_partial) {
+			if (complete)
+				*complete = true;
+			sl_output_close(o, false);
+			return 0;
+		}
+		how = have_partial ? "r+b" : "wb";
+	} else if (mode == SL_OUT_NEW && have_out) {
+		rc = sl_err(SL_EINVAL, "%s: output file exists (use --overwrite to replace it)", path);
+	} else if (mode == SL_OUT_NEW && have_partial) {
+		rc = sl_err(SL_EINVAL,
+			    "%s: an interrupted run left %s (use --resume to continue it or --overwrite to start again)",
+			    path, o->tmp);
+	}
+	if (rc) {
+		sl_output_close(o, false);
+		return rc;
+	}
+	o->f = fopen(o->tmp, how);
 	if (!o->f) {
 		int e = errno;
-		sl_output_free(o);
+		sl_output_close(o, false);
 		return sl_err(SL_EIO, "%s: cannot write output: %s", path, strerror(e));
+	}
+	if (fseeko(o->f, 0, SEEK_END) != 0) {
+		int e = errno;
+		sl_output_close(o, false);
+		return sl_err(SL_EIO, "%s: %s", path, strerror(e));
 	}
 	*out = o;
 	return 0;
 }
 
-int sl_output_write(sl_output *o, const sl_prompt *p, const int32_t *ids, int n)
+int sl_output_lines(sl_output *o, int *n, char ***ids, off_t **ends)
 {
-	if (fprintf(o->f, "{\"id\":%s,\"output_ids\":[", p->id_json) < 0)
-		goto fail;
-	for (int i = 0; i < n; i++)
-		if (fprintf(o->f, i ? ",%d" : "%d", ids[i]) < 0)
-			goto fail;
-	if (fputs("]}\n", o->f) < 0)
-		goto fail;
+	if (fseeko(o->f, 0, SEEK_SET) != 0)
+		return sl_err(SL_EIO, "%s: %s", o->tmp, strerror(errno));
+	char *buf = NULL;
+	size_t bcap = 0;
+	ssize_t len;
+	off_t pos = 0;
+	int cap = 0, rc = 0;
+	while ((len = getline(&buf, &bcap, o->f)) > 0) {
+		if (buf[len - 1] != '\n')
+			break; /* a line cut short by a crash: not whole */
+		json_t *root = json_loadb(buf, (size_t)len - 1, 0, NULL);
+		json_t *id = root ? json_object_get(root, "id") : NULL;
+		char *s = id ? json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+		json_decref(root);
+		if (!s)
+			break; /* not one of ours: stop here */
+		if (o->nlines == cap) {
+			cap = cap ? 2 * cap : 256;
+			char **ni = realloc(o->ids, (size_t)cap * sizeof *ni);
+			off_t *ne = ni ? realloc(o->ends, (size_t)cap * sizeof *ne) : NULL;
+			if (ni)
+				o->ids = ni;
+			if (!ni || !ne) {
+				free(s);
+				rc = sl_err(SL_ENOMEM, "out of memory");
+				break;
+			}
+			o->ends = ne;
+		}
+		pos += len;
+		o->ids[o->nlines] = s;
+		o->ends[o->nlines++] = pos;
+	}
+	free(buf);
+	clearerr(o->f);
+	*n = o->nlines;
+	*ids = o->ids;
+	*ends = o->ends;
+	return rc;
+}
+
+int sl_output_truncate(sl_output *o, off_t off)
+{
+	if (fflush(o->f) != 0 || ftruncate(fileno(o->f), off) != 0 || fseeko(o->f, off, SEEK_SET) != 0)
+		return sl_err(SL_EIO, "%s: cannot truncate: %s", o->tmp, strerror(errno));
 	return 0;
-fail:
-	return sl_err(SL_EIO, "%s: write failed: %s", o->tmp, strerror(errno));
+}
+
+int sl_output_write(sl_output *o, const char *line, size_t len)
+{
+	if (fwrite(line, 1, len, o->f) != len || fputc('\n', o->f) == EOF)
+		return sl_err(SL_EIO, "%s: write failed: %s", o->tmp, strerror(errno));
+	return 0;
+}
+
+int sl_output_sync(sl_output *o)
+{
+	if (fflush(o->f) != 0 || fdatasync(fileno(o->f)) != 0)
+		return sl_err(SL_EIO, "%s: write failed: %s", o->tmp, strerror(errno));
+	return 0;
 }
 
 int sl_output_commit(sl_output *o)
 {
+	SL_TRY(sl_output_sync(o));
 	FILE *f = o->f;
 	o->f = NULL;
-	int e = 0;
-	if (fflush(f) != 0 || fsync(fileno(f)) != 0)
-		e = errno;
-	if (fclose(f) != 0 && !e)
-		e = errno;
-	if (e)
-		return sl_err(SL_EIO, "%s: write failed: %s", o->tmp, strerror(e));
+	if (fclose(f) != 0)
+		return sl_err(SL_EIO, "%s: write failed: %s", o->tmp, strerror(errno));
 	if (rename(o->tmp, o->path) != 0)
 		return sl_err(SL_EIO, "%s: cannot move output into place: %s", o->path, strerror(errno));
-	o->committed = true;
 	return 0;
 }
 
-void sl_output_free(sl_output *o)
+void sl_output_close(sl_output *o, bool discard)
 {
 	if (!o)
 		return;
 	if (o->f)
 		fclose(o->f);
-	if (!o->committed && o->tmp)
+	if (discard && o->f && o->tmp)
 		unlink(o->tmp);
+	for (int i = 0; i < o->nlines; i++)
+		free(o->ids[i]);
+	free(o->ids);
+	free(o->ends);
 	free(o->path);
 	free(o->tmp);
 	free(o);

@@ -273,7 +273,9 @@ static const struct {
 	const char *needle;
 } bad_jsonl[] = {
 	{ "{\"input_ids\": [5, 6]}\n{\"input_ids\": [5,\n", SL_EFORMAT, ":2: not valid JSON" },
-	{ "{\"input_ids\": [5, 6]}\n\n{\"prompt_ids\": [1]}\n", SL_EFORMAT, ":3: missing \"input_ids\"" },
+	{ "{\"input_ids\": [5, 6]}\n\n{\"prompt_ids\": [1]}\n", SL_EFORMAT,
+	  ":3: missing \"prompt\" (or \"input_ids\")" },
+	{ "{\"prompt\": \"hello\"}\n", SL_EUNSUPPORTED, ":1: \"prompt\" is text but the model has no tokenizer" },
 	{ "{\"input_ids\": [5, 600]}\n", SL_ERANGE, ":1: input_ids[1] = 600 is outside the vocabulary" },
 	{ "{\"input_ids\": [-1]}\n", SL_ERANGE, "outside the vocabulary" },
 	{ "{\"input_ids\": []}\n", SL_EFORMAT, "non-empty array" },
@@ -291,7 +293,8 @@ START_TEST(test_bad_jsonl)
 	snprintf(path, sizeof path, "%s/in.jsonl", tmpdir);
 	write_file(path, bad_jsonl[_i].text, strlen(bad_jsonl[_i].text));
 	sl_prompts ps;
-	int rc = sl_prompts_read(path, 512, &ps);
+	sl_read_opts ro = { .vocab = 512 };
+	int rc = sl_prompts_read(path, &ro, &ps);
 	ck_assert_msg(rc == bad_jsonl[_i].code, "case %d: got %s: %s", _i, sl_strerror(rc), sl_errmsg());
 	ck_assert_msg(strstr(sl_errmsg(), path), "message does not name the file: %s", sl_errmsg());
 	ck_assert_msg(strstr(sl_errmsg(), bad_jsonl[_i].needle), "message lacks '%s': %s",
@@ -310,29 +313,63 @@ START_TEST(test_good_jsonl)
 			   "\r\n{\"input_ids\": [7], \"max_new_tokens\": 3}\n";
 	write_file(path, text, strlen(text));
 	sl_prompts ps;
-	ck_assert_int_eq(sl_prompts_read(path, 512, &ps), 0);
+	sl_read_opts ro = { .vocab = 512 };
+	ck_assert_int_eq(sl_prompts_read(path, &ro, &ps), 0);
 	ck_assert_int_eq(ps.n, 2);
 	ck_assert_str_eq(ps.p[0].id_json, "\"a\"");
 	ck_assert_str_eq(ps.p[1].id_json, "3"); /* the line number where no id is given */
 	ck_assert_int_eq(ps.p[1].max_new, 3);
 	ck_assert_int_eq(ps.p[0].n, 2);
 	sl_prompts_free(&ps);
-	/* output: refuses to clobber; nothing is left behind on abort */
-	char outp[400];
+	/* --skip-bad-lines keeps a bad line as an error with its id */
+	const char *mixed = "{\"input_ids\": [5]}\n{\"id\": 9, \"input_ids\": [999]}\nnot json\n";
+	write_file(path, mixed, strlen(mixed));
+	ro.skip_bad_lines = true;
+	ck_assert_int_eq(sl_prompts_read(path, &ro, &ps), 0);
+	ck_assert_int_eq(ps.n, 3);
+	ck_assert_int_eq(ps.bad, 2);
+	ck_assert_ptr_null(ps.p[0].error);
+	ck_assert_str_eq(ps.p[1].id_json, "9");
+	ck_assert_msg(strstr(ps.p[1].error, "outside the vocabulary"), "%s", ps.p[1].error);
+	ck_assert_str_eq(ps.p[2].id_json, "3");
+	ck_assert_msg(strstr(ps.p[2].error, ":3: not valid JSON"), "%s", ps.p[2].error);
+	sl_prompts_free(&ps);
+
+	/* output: refuses to clobber; a fresh output that is discarded leaves nothing */
+	char outp[400], partial[420];
 	snprintf(outp, sizeof outp, "%s/out.jsonl", tmpdir);
-	sl_output *o = NULL;
-	ck_assert_int_eq(sl_output_open(path, false, &o), SL_EINVAL);
-	ck_assert_int_eq(sl_output_open(outp, false, &o), 0);
-	sl_prompt p = { .id_json = "7" };
-	int32_t ids[2] = { 4, 2 };
-	ck_assert_int_eq(sl_output_write(o, &p, ids, 2), 0);
-	sl_output_free(o);
-	ck_assert_int_ne(access(outp, F_OK), 0);
-	char partial[420];
 	snprintf(partial, sizeof partial, "%s.partial", outp);
+	sl_output *o = NULL;
+	bool complete = false;
+	ck_assert_int_eq(sl_output_open(path, SL_OUT_NEW, &o, &complete), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "--overwrite"), "%s", sl_errmsg());
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_NEW, &o, &complete), 0);
+	ck_assert_int_eq(sl_output_write(o, "{\"id\":7}", 8), 0);
+	sl_output_close(o, true);
+	ck_assert_int_ne(access(outp, F_OK), 0);
 	ck_assert_int_ne(access(partial, F_OK), 0);
+	/* an interrupted run's partial output: refused without --resume, resumed with it */
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_NEW, &o, &complete), 0);
+	ck_assert_int_eq(sl_output_write(o, "{\"id\":7}", 8), 0);
+	ck_assert_int_eq(sl_output_sync(o), 0);
+	sl_output_close(o, false);
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_NEW, &o, &complete), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "--resume"), "%s", sl_errmsg());
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_RESUME, &o, &complete), 0);
+	int n = 0;
+	char **ids;
+	off_t *ends;
+	ck_assert_int_eq(sl_output_lines(o, &n, &ids, &ends), 0);
+	ck_assert_int_eq(n, 1);
+	ck_assert_str_eq(ids[0], "7");
+	ck_assert_int_eq(sl_output_commit(o), 0);
+	sl_output_close(o, false);
+	ck_assert_int_eq(access(outp, F_OK), 0);
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_RESUME, &o, &complete), 0);
+	ck_assert(complete);
+	ck_assert_ptr_null(o);
 	snprintf(outp, sizeof outp, "%s/no/such/dir/out.jsonl", tmpdir);
-	ck_assert_int_eq(sl_output_open(outp, false, &o), SL_EIO);
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_NEW, &o, &complete), SL_EIO);
 	ck_assert_msg(strstr(sl_errmsg(), outp), "%s", sl_errmsg());
 	rm_tmpdir();
 }

@@ -84,5 +84,98 @@ if ! "$sluice" version | grep -q cuda; then
 	expect_fail "no cuda" "no CUDA support" "" -- bench --dummy opt-125m --backend cuda
 fi
 
+# ---- jobs: sampling, resume, signals, shards, stats, scoring -------------
+python3 - "$tmp/job.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(3)
+with open(sys.argv[1], "w") as f:
+    for i in range(10):
+        f.write(json.dumps({"id": i, "input_ids": [r.randint(3, 511) for _ in range(r.randint(1, 9))]}) + "\n")
+PY
+loud=(generate --backend cpu --model "$fx/opt-pre" --prompts "$tmp/job.jsonl" --max-new-tokens 12)
+job=("${loud[@]}" --quiet)
+"$sluice" "${job[@]}" --batch-size 2 --out "$tmp/ref.jsonl" || bad "reference job failed"
+
+samp=(--temperature 1.0 --top-k 40 --top-p 0.95)
+for run in "7 1 s1" "7 3 s3" "8 3 s8"; do
+	set -- $run
+	"$sluice" "${job[@]}" "${samp[@]}" --seed "$1" --batch-size "$2" --out "$tmp/$3.jsonl" ||
+		bad "sampling job $run failed"
+done
+if cmp -s "$tmp/s1.jsonl" "$tmp/s3.jsonl"; then ok; else bad "seeded sampling depends on the batch"; fi
+if cmp -s "$tmp/s1.jsonl" "$tmp/s8.jsonl"; then bad "another seed gave the same samples"; else ok; fi
+if cmp -s "$tmp/s1.jsonl" "$tmp/ref.jsonl"; then bad "sampling gave the greedy output"; else ok; fi
+
+lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+wait_lines() { # file n: until the file has n lines (10 s at most)
+	for _ in $(seq 200); do [ "$(lines "$1")" -ge "$2" ] && return 0; sleep 0.05; done
+	return 1
+}
+# kill -9 in the middle, a torn last line, then --resume
+SLUICE_TEST_BLOCK_DELAY_MS=400 "$sluice" "${job[@]}" --batch-size 2 --out "$tmp/k.jsonl" &
+pid=$!
+wait_lines "$tmp/k.jsonl.partial" 4 || bad "job made no progress"
+kill -9 $pid
+wait $pid 2>/dev/null
+printf '{"id":9,"output_ids":[1,' >>"$tmp/k.jsonl.partial"
+if [ -e "$tmp/k.jsonl" ]; then bad "killed job left a complete-looking output"; else ok; fi
+"$sluice" "${job[@]}" --batch-size 2 --out "$tmp/k.jsonl" --resume || bad "resume failed"
+if cmp -s "$tmp/k.jsonl" "$tmp/ref.jsonl"; then ok; else bad "kill -9 + --resume differs from an uninterrupted run"; fi
+if "$sluice" "${loud[@]}" --batch-size 2 --out "$tmp/k.jsonl" --resume 2>"$tmp/stderr" &&
+	grep -q "complete already" "$tmp/stderr"; then ok; else bad "resume of a complete job"; fi
+
+# SIGINT: clean exit, whole lines, then --resume
+SLUICE_TEST_BLOCK_DELAY_MS=400 "$sluice" "${loud[@]}" --batch-size 2 --out "$tmp/i.jsonl" 2>"$tmp/int.err" &
+pid=$!
+wait_lines "$tmp/i.jsonl.partial" 2 || bad "job made no progress"
+kill -INT $pid
+wait $pid
+rc=$?
+if [ $rc -eq 130 ] && grep -q -- "--resume" "$tmp/int.err"; then ok; else bad "SIGINT: exit $rc, $(tail -1 "$tmp/int.err")"; fi
+if [ -n "$(tail -c1 "$tmp/i.jsonl.partial")" ]; then bad "SIGINT left a partial line"; else ok; fi
+expect_fail "partial without --resume" "use --resume" "" -- "${job[@]}" --batch-size 2 --out "$tmp/i.jsonl"
+"$sluice" "${job[@]}" --batch-size 2 --out "$tmp/i.jsonl" --resume || bad "resume after SIGINT failed"
+if cmp -s "$tmp/i.jsonl" "$tmp/ref.jsonl"; then ok; else bad "SIGINT + --resume differs from an uninterrupted run"; fi
+
+# a partial output from another input is refused
+head -2 "$tmp/ref.jsonl" | sed 's/"id":0/"id":77/' >"$tmp/o.jsonl.partial"
+expect_fail "foreign partial" "from another job" "" -- "${job[@]}" --batch-size 2 --out "$tmp/o.jsonl" --resume
+
+# shards merge into the whole job's output
+for k in 0 1 2; do
+	"$sluice" "${job[@]}" --batch-size 2 --shard "$k/3" --out "$tmp/sh.$k.jsonl" || bad "shard $k failed"
+done
+if python3 "$(dirname "$0")/../tools/merge_shards.py" --batch-size 2 "$tmp"/sh.{0,1,2}.jsonl >"$tmp/merged.jsonl" &&
+	cmp -s "$tmp/merged.jsonl" "$tmp/ref.jsonl"; then ok; else bad "merged shards differ from the whole job"; fi
+
+# bad lines recorded with --skip-bad-lines; statistics file
+printf '{"input_ids": [5]}\n{"id": "x", "input_ids": [9999]}\n' >"$tmp/mixed.jsonl"
+"$sluice" generate --backend cpu --quiet --model "$fx/opt-pre" --prompts "$tmp/mixed.jsonl" \
+	--out "$tmp/mixed.out" --skip-bad-lines --stats "$tmp/stats.json" --max-new-tokens 3 || bad "skip-bad-lines job failed"
+if python3 - "$tmp/mixed.out" "$tmp/stats.json" <<'PY'; then ok; else bad "skip-bad-lines output or stats"; fi
+import json, sys
+out = [json.loads(l) for l in open(sys.argv[1])]
+assert len(out) == 2 and "output_ids" in out[0] and out[0]["finish_reason"] in ("stop", "length")
+assert out[1]["id"] == "x" and "outside the vocabulary" in out[1]["error"]
+st = json.load(open(sys.argv[2]))
+assert st["prompts"] == 2 and st["bad_lines"] == 1 and st["tokens"] >= 1 and st["throughput_tok_s"] > 0
+PY
+
+# scoring through the CLI
+printf '{"id": 1, "input_ids": [5, 6, 7], "continuation_ids": [8, 9]}\n{"input_ids": [4], "continuation_ids": [3]}\n' >"$tmp/score.jsonl"
+"$sluice" score --backend cpu --quiet --model "$fx/opt-pre" --input "$tmp/score.jsonl" --out "$tmp/score.out" || bad "score failed"
+if python3 - "$tmp/score.out" <<'PY'; then ok; else bad "score output"; fi
+import json, math, sys
+out = [json.loads(l) for l in open(sys.argv[1])]
+assert [len(o["logprobs"]) for o in out] == [2, 1]
+for o in out:
+    assert abs(sum(o["logprobs"]) - o["sum_logprob"]) < 1e-9
+    assert abs(math.exp(-o["sum_logprob"] / len(o["logprobs"])) - o["perplexity"]) < 1e-6 * o["perplexity"]
+    assert all(lp <= 0 for lp in o["logprobs"])
+PY
+printf '{"input_ids": [5]}\n' >"$tmp/nocont.jsonl"
+expect_fail "score without continuation" 'missing "continuation"' "$tmp/sc.out" -- \
+	score --backend cpu --model "$fx/opt-pre" --input "$tmp/nocont.jsonl" --out "$tmp/sc.out"
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

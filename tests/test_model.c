@@ -184,7 +184,7 @@ static void run_greedy(sl_model *m, const golden *g, int first, int count, int32
 				    .max_new = g->new_tokens, .out = outs[s] };
 	}
 	sl_gen_timing tm = { 0 };
-	int rc = sl_generator_run(gen, seqs, count, &tm);
+	int rc = sl_generator_run(gen, seqs, count, NULL, &tm);
 	ck_assert_msg(rc == 0, "generate: %s", sl_errmsg());
 	for (int s = 0; s < count; s++)
 		nout[s] = seqs[s].n_out;

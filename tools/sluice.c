@@ -6,11 +6,14 @@
  */
 #include "backend.h"
 #include "generate.h"
+#include "job.h"
 #include "jsonl.h"
 #include "model.h"
 #include "sl_config.h"
 
 #include <getopt.h>
+#include <limits.h>
+#include <signal.h>
 #include <immintrin.h>
 #include <unistd.h>
 #include <omp.h>
@@ -118,138 +121,308 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	"  --gpu-mem BYTES      cap on device memory (e.g. 16G)\n"                          \
 	"  --kv-dtype f16|f32   KV cache precision (default f16; f32 doubles its size)\n"
 
-/* ---- generate ----------------------------------------------------------- */
+/* ---- generate and score ---------------------------------------------- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static void catch_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Options of the two job commands. */
+typedef struct job_cli {
+	common_opts co;
+	const char *in, *out, *stats;
+	bool overwrite, resume, quiet, skip_bad, truncate_left;
+	sl_job_opts jo;
+	int nstop_cap;
+} job_cli;
+
+enum { OPT_RESUME = 1100, OPT_STATS, OPT_SHARD, OPT_SKIP_BAD, OPT_TRUNCATE, OPT_TEMPERATURE,
+       OPT_TOP_K, OPT_TOP_P, OPT_STOP };
+
+#define JOB_LONG_OPTS                                                                      \
+	COMMON_LONG_OPTS, { "out", required_argument, 0, 'o' },                            \
+		{ "batch-size", required_argument, 0, 'b' },                                \
+		{ "overwrite", no_argument, 0, OPT_OVERWRITE },                             \
+		{ "resume", no_argument, 0, OPT_RESUME },                                   \
+		{ "quiet", no_argument, 0, OPT_QUIET },                                     \
+		{ "stats", required_argument, 0, OPT_STATS },                               \
+		{ "shard", required_argument, 0, OPT_SHARD },                               \
+		{ "skip-bad-lines", no_argument, 0, OPT_SKIP_BAD },                         \
+		{ "truncate", required_argument, 0, OPT_TRUNCATE },                         \
+		{ "help", no_argument, 0, 'h' }
+
+#define JOB_HELP                                                                             \
+	"  --out FILE           output JSON Lines, in input order (FILE.partial until done)\n"  \
+	"  --batch-size B       prompts per block (default 8)\n"                                \
+	"  --overwrite          replace an existing output (or an interrupted run's)\n"         \
+	"  --resume             continue an interrupted run after its last whole block\n"       \
+	"  --shard K/N          take blocks K, K+N, K+2N, ... (0 <= K < N)\n"                   \
+	"  --skip-bad-lines     write {\"id\", \"error\"} for a bad input line and go on\n"       \
+	"  --truncate left      cut over-long prompts from the left instead of failing\n"       \
+	"  --stats FILE         the summary as JSON\n"                                          \
+	"  --quiet              no progress and no summary on stderr\n"
+
+static bool job_opt(const char *cmd, int c, job_cli *j)
+{
+	if (common_opt(cmd, c, &j->co))
+		return true;
+	switch (c) {
+	case 'o': j->out = optarg; return true;
+	case 'b': j->jo.batch = parse_int(cmd, "--batch-size", optarg, 1, 1 << 16); return true;
+	case OPT_OVERWRITE: j->overwrite = true; return true;
+	case OPT_RESUME: j->resume = true; return true;
+	case OPT_QUIET: j->quiet = true; return true;
+	case OPT_STATS: j->stats = optarg; return true;
+	case OPT_SKIP_BAD: j->skip_bad = true; return true;
+	case OPT_TRUNCATE:
+		if (strcmp(optarg, "left"))
+			usage_error(cmd, "--truncate takes 'left', got '%s'", optarg);
+		j->truncate_left = true;
+		return true;
+	case OPT_SHARD: {
+		int k = -1, n = -1, used = 0;
+		if (sscanf(optarg, "%d/%d%n", &k, &n, &used) != 2 || optarg[used] || n < 1 || k < 0 ||
+		    k >= n)
+			usage_error(cmd, "--shard takes K/N with 0 <= K < N, got '%s'", optarg);
+		j->jo.shard_k = k;
+		j->jo.shard_n = n;
+		return true;
+	}
+	default: return false;
+	}
+}
+
+/* Check lengths against the model's positions (or cut prompts from the
+ * left); extra is each line's tokens after the prompt. */
+static int fit_prompts(sl_prompts *ps, const char *in, int max_pos, bool truncate_left,
+		       int default_new, bool score)
+{
+	for (int i = 0; i < ps->n; i++) {
+		sl_prompt *p = &ps->p[i];
+		if (p->error)
+			continue;
+		int extra = score ? p->ncont : (p->max_new ? p->max_new : default_new);
+		if (p->n + extra <= max_pos)
+			continue;
+		if (!truncate_left || extra >= max_pos)
+			return sl_err(SL_ERANGE,
+				      "%s:%d: prompt of %d tokens plus %d %s exceeds the model's %d positions%s",
+				      in, p->line, p->n, extra, score ? "continuation tokens" : "new tokens",
+				      max_pos, truncate_left ? "" : " (--truncate left cuts prompts)");
+		int keep = max_pos - extra;
+		memmove(p->ids, p->ids + (p->n - keep), sizeof(int32_t) * (size_t)keep);
+		p->n = keep;
+	}
+	return 0;
+}
+
+static int run_job(const char *cmd, job_cli *j, bool score)
+{
+	if (optind < 0)
+		return EXIT_USAGE;
+	if (!j->in || !j->out)
+		usage_error(cmd, "%s", score ? "--input and --out are required"
+					     : "--prompts and --out are required");
+	check_model_opts(cmd, &j->co);
+	if (j->overwrite && j->resume)
+		usage_error(cmd, "%s", "--overwrite and --resume exclude each other");
+	j->jo.stats_path = j->stats;
+	j->jo.resume = j->resume;
+	j->jo.progress = j->quiet ? 0 : isatty(STDERR_FILENO) ? 2 : 1;
+	j->jo.interrupt = &interrupted;
+	catch_signals();
+
+	/* everything that can be checked before compute is checked first */
+	bool complete = false;
+	sl_output *out = NULL;
+	int rc = sl_output_open(j->out, j->resume ? SL_OUT_RESUME
+				: j->overwrite ? SL_OUT_OVERWRITE : SL_OUT_NEW, &out, &complete);
+	if (rc < 0)
+		die(rc);
+	if (complete) {
+		if (!j->quiet)
+			fprintf(stderr, "sluice: %s is complete already; nothing to resume\n", j->out);
+		return 0;
+	}
+	sl_backend *be = NULL;
+	sl_model *m = NULL;
+	sl_tokenizer *tok = NULL;
+	sl_prompts ps = { 0 };
+	sl_job_stats st = { 0 };
+	if ((rc = open_model(&j->co, &be, &m)) < 0)
+		goto fail;
+	if (j->co.model_dir) {
+		char vpath[4096];
+		snprintf(vpath, sizeof vpath, "%s/vocab.json", j->co.model_dir);
+		if (access(vpath, F_OK) == 0 && (rc = sl_tokenizer_load(j->co.model_dir, &tok)) < 0)
+			goto fail;
+	}
+	sl_read_opts ro = { .vocab = m->cfg.vocab, .tok = tok, .score = score,
+			    .skip_bad_lines = j->skip_bad };
+	if ((rc = sl_prompts_read(j->in, &ro, &ps)) < 0)
+		goto fail;
+	if ((rc = fit_prompts(&ps, j->in, m->cfg.max_pos, j->truncate_left, j->jo.max_new, score)) < 0)
+		goto fail;
+	rc = score ? sl_job_score(m, &ps, out, &j->jo, &st)
+		   : sl_job_generate(m, tok, &ps, out, &j->jo, &st);
+	if (rc < 0)
+		goto fail;
+	sl_output_close(out, false);
+	out = NULL;
+	rc = sl_job_report(&st, &j->jo, score ? "scored" : "generated", j->quiet, be->ops->name);
+	sl_prompts_free(&ps);
+	sl_tokenizer_free(tok);
+	sl_model_free(m);
+	sl_backend_free(be);
+	if (rc < 0)
+		die(rc);
+	return 0;
+fail:
+	if (rc == SL_EINTERRUPTED) {
+		fprintf(stderr,
+			"sluice: interrupted: %d of %d prompts are in %s.partial; run the same command with --resume to continue\n",
+			st.done, st.prompts, j->out);
+		sl_output_close(out, false);
+		exit(130);
+	}
+	/* keep whole blocks already written for --resume; otherwise leave nothing */
+	bool keep = st.done > st.resumed_lines || j->resume;
+	if (keep)
+		sl_err_prefix(rc, "%d of %d prompts are in %s.partial (--resume continues)", st.done,
+			      st.prompts, j->out);
+	sl_output_close(out, !keep);
+	sl_prompts_free(&ps);
+	sl_tokenizer_free(tok);
+	sl_model_free(m);
+	sl_backend_free(be);
+	die(rc);
+	return 1;
+}
 
 static const char generate_help[] =
 	"usage: sluice generate (--model DIR | --dummy NAME) --prompts IN.jsonl --out OUT.jsonl\n"
-	"                       [--max-new-tokens N] [--batch-size B] [--overwrite] [--quiet]\n"
-	"Greedy batch generation.  Each input line is {\"input_ids\": [...], \"id\": ...};\n"
-	"each output line, in input order, is {\"id\": ..., \"output_ids\": [new tokens]}.\n"
-	"A sequence ends at EOS (kept as its last token) or after N new tokens.\n" COMMON_HELP
+	"                       [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
+	"                       [--seed S] [--stop TEXT]... [job options]\n"
+	"Batch generation.  Each input line: {\"prompt\": text} or {\"input_ids\": [...]}, with\n"
+	"optional \"id\" and \"max_new_tokens\".  Each output line, in input order:\n"
+	"{\"id\", \"completion\" (with a tokenizer), \"output_ids\", \"finish_reason\"}.\n"
+	"A sequence ends at EOS (kept as its last token), a --stop text, or N new tokens.\n"
+	COMMON_HELP
 	"  --prompts FILE       input JSON Lines\n"
-	"  --out FILE           output JSON Lines (written whole or not at all)\n"
 	"  --max-new-tokens N   new tokens per prompt (default 32; a line's\n"
 	"                       \"max_new_tokens\" overrides it)\n"
-	"  --batch-size B       prompts per block (default 8)\n"
-	"  --overwrite          replace an existing output file\n"
-	"  --quiet              no summary on stderr\n";
+	"  --temperature T      0 (default) is greedy; above 0 samples\n"
+	"  --top-k K            sample among the K most likely tokens (0: all)\n"
+	"  --top-p P            sample from the smallest set holding mass P (1: all)\n"
+	"  --seed S             sampling seed (default 0); a prompt's tokens depend only\n"
+	"                       on the seed and its line, not on the batch\n"
+	"  --stop TEXT          end a sequence when its text contains TEXT (repeatable;\n"
+	"                       the completion stops before it)\n" JOB_HELP;
+
+static float parse_float(const char *cmd, const char *opt, const char *s, float lo, float hi)
+{
+	char *end;
+	float v = strtof(s, &end);
+	if (!*s || *end || !(v >= lo && v <= hi)) {
+		fprintf(stderr, "sluice %s: %s must be a number in [%g, %g], got '%s'\n", cmd, opt, lo,
+			hi, s);
+		exit(EXIT_USAGE);
+	}
+	return v;
+}
 
 static int cmd_generate(int argc, char **argv)
 {
-	common_opts co = { .backend = "auto" };
-	const char *in = NULL, *outp = NULL;
-	int max_new = 32, batch = 8;
-	bool overwrite = false, quiet = false;
+	job_cli j = { .co = { .backend = "auto" } };
+	j.jo.batch = 8;
+	j.jo.max_new = 32;
+	j.jo.sampling.top_p = 1.0f;
+	j.jo.stop = calloc((size_t)argc, sizeof(char *));
 	static const struct option opts[] = {
-		COMMON_LONG_OPTS,
+		JOB_LONG_OPTS,
 		{ "prompts", required_argument, 0, 'p' },
-		{ "out", required_argument, 0, 'o' },
 		{ "max-new-tokens", required_argument, 0, 'n' },
-		{ "batch-size", required_argument, 0, 'b' },
-		{ "overwrite", no_argument, 0, OPT_OVERWRITE },
-		{ "quiet", no_argument, 0, OPT_QUIET },
-		{ "help", no_argument, 0, 'h' },
+		{ "temperature", required_argument, 0, OPT_TEMPERATURE },
+		{ "top-k", required_argument, 0, OPT_TOP_K },
+		{ "top-p", required_argument, 0, OPT_TOP_P },
+		{ "seed", required_argument, 0, OPT_SEED },
+		{ "stop", required_argument, 0, OPT_STOP },
 		{ 0, 0, 0, 0 },
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "m:p:o:n:b:h", opts, NULL)) != -1) {
-		if (common_opt("generate", c, &co))
+		if (job_opt("generate", c, &j))
 			continue;
 		switch (c) {
-		case 'p': in = optarg; break;
-		case 'o': outp = optarg; break;
-		case 'n': max_new = parse_int("generate", "--max-new-tokens", optarg, 1, 1 << 20); break;
-		case 'b': batch = parse_int("generate", "--batch-size", optarg, 1, 1 << 16); break;
-		case OPT_OVERWRITE: overwrite = true; break;
-		case OPT_QUIET: quiet = true; break;
+		case 'p': j.in = optarg; break;
+		case 'n': j.jo.max_new = parse_int("generate", "--max-new-tokens", optarg, 1, 1 << 20); break;
+		case OPT_TEMPERATURE:
+			j.jo.sampling.temperature = parse_float("generate", "--temperature", optarg, 0, 100);
+			break;
+		case OPT_TOP_K: j.jo.sampling.top_k = parse_int("generate", "--top-k", optarg, 0, 1 << 30); break;
+		case OPT_TOP_P: j.jo.sampling.top_p = parse_float("generate", "--top-p", optarg, 1e-6f, 1); break;
+		case OPT_SEED: j.jo.sampling.seed = (uint64_t)parse_int("generate", "--seed", optarg, 0, INT_MAX); break;
+		case OPT_STOP:
+			if (!*optarg)
+				usage_error("generate", "%s", "--stop takes a non-empty text");
+			j.jo.stop[j.jo.nstop++] = optarg;
+			break;
 		case 'h': fputs(generate_help, stdout); return 0;
 		default: fputs(generate_help, stderr); return EXIT_USAGE;
 		}
 	}
 	if (optind < argc)
 		usage_error("generate", "unexpected argument '%s'", argv[optind]);
-	if (!in || !outp)
-		usage_error("generate", "%s", "--prompts and --out are required");
-	check_model_opts("generate", &co);
+	int rc = run_job("generate", &j, false);
+	free(j.jo.stop);
+	return rc;
+}
 
-	/* everything that can be checked before compute is checked first */
-	sl_output *out = NULL;
-	int rc = sl_output_open(outp, overwrite, &out);
-	if (rc < 0)
-		die(rc);
-	sl_backend *be = NULL;
-	sl_model *m = NULL;
-	sl_prompts ps;
-	if ((rc = open_model(&co, &be, &m)) < 0)
-		goto fail;
-	if ((rc = sl_prompts_read(in, m->cfg.vocab, &ps)) < 0)
-		goto fail;
-	int max_len = 0, max_out = 0;
-	for (int i = 0; i < ps.n; i++) {
-		int want = ps.p[i].max_new ? ps.p[i].max_new : max_new;
-		if (ps.p[i].n + want > m->cfg.max_pos) {
-			rc = sl_err(SL_ERANGE,
-				    "%s:%d: prompt of %d tokens plus %d new tokens exceeds the model's %d positions",
-				    in, ps.p[i].line, ps.p[i].n, want, m->cfg.max_pos);
-			goto fail_ps;
+static const char score_help[] =
+	"usage: sluice score (--model DIR | --dummy NAME) --input IN.jsonl --out OUT.jsonl\n"
+	"                    [job options]\n"
+	"Log-probabilities of continuations.  Each input line: a prompt (\"prompt\" text or\n"
+	"\"input_ids\") and a continuation (\"continuation\" text or \"continuation_ids\").\n"
+	"Each output line: {\"id\", \"logprobs\" (one per continuation token), \"sum_logprob\",\n"
+	"\"perplexity\"}.  The continuation runs through the same decode path as generation.\n"
+	COMMON_HELP "  --input FILE         input JSON Lines\n" JOB_HELP;
+
+static int cmd_score(int argc, char **argv)
+{
+	job_cli j = { .co = { .backend = "auto" } };
+	j.jo.batch = 8;
+	static const struct option opts[] = {
+		JOB_LONG_OPTS,
+		{ "input", required_argument, 0, 'i' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "m:i:o:b:h", opts, NULL)) != -1) {
+		if (job_opt("score", c, &j))
+			continue;
+		switch (c) {
+		case 'i': j.in = optarg; break;
+		case 'h': fputs(score_help, stdout); return 0;
+		default: fputs(score_help, stderr); return EXIT_USAGE;
 		}
-		max_len = SL_MAX(max_len, ps.p[i].n + want);
-		max_out = SL_MAX(max_out, want);
 	}
-	batch = SL_MIN(batch, ps.n);
-	sl_generator *g = NULL;
-	if ((rc = sl_generator_create(m, batch, max_len, &g)) < 0)
-		goto fail_ps;
-	sl_seq *seqs = calloc((size_t)batch, sizeof *seqs);
-	int32_t *obuf = malloc((size_t)batch * max_out * sizeof(int32_t));
-	if (!seqs || !obuf) {
-		rc = sl_err(SL_ENOMEM, "out of memory");
-		goto fail_gen;
-	}
-	sl_gen_timing tm = { 0 };
-	double t0 = sl_now();
-	for (int b0 = 0; b0 < ps.n; b0 += batch) {
-		int nb = SL_MIN(batch, ps.n - b0);
-		for (int s = 0; s < nb; s++) {
-			const sl_prompt *p = &ps.p[b0 + s];
-			seqs[s] = (sl_seq){ .prompt = p->ids, .prompt_len = p->n,
-					    .max_new = p->max_new ? p->max_new : max_new,
-					    .out = obuf + (size_t)s * max_out };
-		}
-		if ((rc = sl_generator_run(g, seqs, nb, &tm)) < 0)
-			goto fail_gen;
-		for (int s = 0; s < nb; s++)
-			if ((rc = sl_output_write(out, &ps.p[b0 + s], seqs[s].out, seqs[s].n_out)) < 0)
-				goto fail_gen;
-	}
-	if ((rc = sl_output_commit(out)) < 0)
-		goto fail_gen;
-	double wall = sl_now() - t0;
-	if (!quiet)
-		fprintf(stderr,
-			"sluice: %d prompts, %ld new tokens in %.2f s (%.1f tokens/s; prefill %.2f s, decode %.2f s) on %s\n",
-			ps.n, tm.tokens, wall, tm.tokens / (tm.prefill_s + tm.decode_s), tm.prefill_s,
-			tm.decode_s, be->ops->name);
-	free(seqs);
-	free(obuf);
-	sl_generator_free(g);
-	sl_prompts_free(&ps);
-	sl_output_free(out);
-	sl_model_free(m);
-	sl_backend_free(be);
-	return 0;
-fail_gen:
-	free(seqs);
-	free(obuf);
-	sl_generator_free(g);
-fail_ps:
-	sl_prompts_free(&ps);
-fail:
-	sl_output_free(out); /* removes the partial file */
-	sl_model_free(m);
-	sl_backend_free(be);
-	die(rc);
-	return 1;
+	if (optind < argc)
+		usage_error("score", "unexpected argument '%s'", argv[optind]);
+	return run_job("score", &j, true);
 }
 
 /* ---- bench ------------------------------------------------------------ */
@@ -429,6 +602,7 @@ static int cmd_bench(int argc, char **argv)
 static const char main_help[] =
 	"usage: sluice <command> [options]\n"
 	"  generate   batch generation from a JSON Lines file of prompts\n"
+	"  score      log-probabilities of continuations\n"
 	"  bench      throughput on synthetic prompts\n"
 	"  version    print the version and the backends built in\n"
 	"'sluice <command> --help' describes each command.\n";
@@ -464,6 +638,8 @@ int main(int argc, char **argv)
 		return cmd_generate(argc, argv);
 	if (!strcmp(cmd, "bench"))
 		return cmd_bench(argc, argv);
+	if (!strcmp(cmd, "score"))
+		return cmd_score(argc, argv);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
 		printf("sluice %s (backends: cpu%s)\n", SL_VERSION,
 		       sl_backend_cuda_built() ? ", cuda" : "");

@@ -1,0 +1,48 @@
+/*
+ * job.h - a batch job over JSON Lines: blocks of prompts formed in input
+ * order, generation or scoring block by block, output flushed to disk after
+ * each block, resume after the last whole block, sharding by block, a
+ * progress display and a summary.
+ */
+#ifndef SL_JOB_H
+#define SL_JOB_H
+
+#include "jsonl.h"
+#include "model.h"
+#include "sampling.h"
+#include "tokenizer.h"
+
+#include <signal.h>
+
+typedef struct sl_job_opts {
+	int batch;               /* prompts per block */
+	int shard_k, shard_n;    /* this job takes blocks b with b % n == k */
+	int max_new;             /* default new tokens per prompt */
+	sl_sampling sampling;
+	char **stop;             /* stop texts (need a tokenizer) */
+	int nstop;
+	bool resume;
+	int progress;            /* 0 none, 1 log lines, 2 a bar (terminal) */
+	const char *stats_path;  /* (optional) summary as JSON */
+	volatile sig_atomic_t *interrupt;
+} sl_job_opts;
+
+typedef struct sl_job_stats {
+	int prompts, done, bad, skipped_blocks, resumed_lines;
+	long tokens;
+	double wall_s, prefill_s, decode_s;
+} sl_job_stats;
+
+/* Generation; ps lines in input order; out opened by the caller. */
+int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, sl_output *out,
+		    const sl_job_opts *o, sl_job_stats *st);
+
+/* Scoring: logprobs, sum_logprob and perplexity per line. */
+int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job_opts *o,
+		 sl_job_stats *st);
+
+/* Write the summary: to stderr (unless quiet) and to o->stats_path. */
+int sl_job_report(const sl_job_stats *st, const sl_job_opts *o, const char *what, bool quiet,
+		  const char *backend);
+
+#endif

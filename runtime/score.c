@@ -1,0 +1,115 @@
+/*
+ * score.c - teacher-forced log-probabilities over the generation path.
+ */
+#include "score.h"
+
+#include <math.h>
+#include <string.h>
+
+struct sl_scorer {
+	sl_model *m;
+	sl_kv *kv;
+	int max_seq, max_len;
+	int32_t *padded, *feed;
+	int *npad;
+	float *logits;
+};
+
+int sl_scorer_create(sl_model *m, int max_seq, int max_len, sl_scorer **out)
+{
+	*out = NULL;
+	if (max_len > m->cfg.max_pos)
+		return sl_err(SL_ERANGE, "%d positions needed, the model has %d", max_len,
+			      m->cfg.max_pos);
+	sl_scorer *sc = calloc(1, sizeof *sc);
+	if (!sc)
+		return sl_err(SL_ENOMEM, "out of memory");
+	sc->m = m;
+	sc->max_seq = max_seq;
+	sc->max_len = max_len;
+	sc->padded = malloc(sizeof(int32_t) * (size_t)max_seq * max_len);
+	sc->feed = malloc(sizeof(int32_t) * (size_t)max_seq);
+	sc->npad = malloc(sizeof(int) * (size_t)max_seq);
+	sc->logits = malloc(sizeof(float) * (size_t)max_seq * m->cfg.vocab);
+	int rc = 0;
+	if (!sc->padded || !sc->feed || !sc->npad || !sc->logits)
+		rc = sl_err(SL_ENOMEM, "out of memory");
+	if (!rc)
+		rc = sl_kv_create(m, max_seq, max_len, &sc->kv);
+	if (!rc)
+		rc = sl_model_reserve(m, max_seq, max_seq * max_len);
+	if (rc) {
+		sl_scorer_free(sc);
+		return rc;
+	}
+	*out = sc;
+	return 0;
+}
+
+void sl_scorer_free(sl_scorer *sc)
+{
+	if (!sc)
+		return;
+	sl_kv_free(sc->m, sc->kv);
+	free(sc->padded);
+	free(sc->feed);
+	free(sc->npad);
+	free(sc->logits);
+	free(sc);
+}
+
+/* log softmax(x)[i] in double precision */
+static double log_prob(const float *x, int n, int32_t i)
+{
+	float mx = x[0];
+	for (int j = 1; j < n; j++)
+		mx = x[j] > mx ? x[j] : mx;
+	double sum = 0;
+	for (int j = 0; j < n; j++)
+		sum += exp((double)x[j] - mx);
+	return (double)x[i] - mx - log(sum);
+}
+
+int sl_scorer_run(sl_scorer *sc, sl_score_seq *seqs, int nseq, volatile sig_atomic_t *interrupt)
+{
+	if (nseq <= 0 || nseq > sc->max_seq)
+		return sl_err(SL_EINVAL, "block of %d sequences (room for %d)", nseq, sc->max_seq);
+	sl_model *m = sc->m;
+	const int v = m->cfg.vocab;
+	int t = 0, steps = 0;
+	for (int s = 0; s < nseq; s++) {
+		if (seqs[s].prompt_len <= 0 || seqs[s].cont_len <= 0 ||
+		    seqs[s].prompt_len + seqs[s].cont_len > sc->max_len)
+			return sl_err(SL_EINVAL, "score: sequence %d does not fit", s);
+		t = SL_MAX(t, seqs[s].prompt_len);
+		steps = SL_MAX(steps, seqs[s].cont_len);
+	}
+	for (int s = 0; s < nseq; s++) {
+		sc->npad[s] = t - seqs[s].prompt_len;
+		for (int j = 0; j < t; j++)
+			sc->padded[(size_t)s * t + j] =
+				j < sc->npad[s] ? m->cfg.pad_id : seqs[s].prompt[j - sc->npad[s]];
+	}
+	sc->kv->nseq = nseq;
+	SL_TRY(sl_model_prefill(m, sc->kv, sc->padded, sc->npad, t, NULL));
+	for (int j = 0; j < steps; j++) {
+		/* logits now predict continuation token j */
+		SL_TRY(sl_model_logits(m, nseq, sc->logits));
+		for (int s = 0; s < nseq; s++)
+			if (j < seqs[s].cont_len)
+				seqs[s].logprobs[j] = log_prob(sc->logits + (size_t)s * v, v, seqs[s].cont[j]);
+		if (j + 1 == steps)
+			break;
+		if (interrupt && *interrupt)
+			return sl_err(SL_EINTERRUPTED, "interrupted");
+		for (int s = 0; s < nseq; s++)
+			sc->feed[s] = seqs[s].cont[SL_MIN(j, seqs[s].cont_len - 1)];
+		SL_TRY(sl_model_decode(m, sc->kv, sc->feed));
+		for (int s = 0; s < nseq; s++)
+			if (j + 1 >= seqs[s].cont_len) { /* finished: frozen */
+				sc->kv->len[s]--;
+				sc->kv->pos[s]--;
+			}
+	}
+	return 0;
+}
