@@ -89,8 +89,8 @@ static inline float sl_half_to_float(sl_half h)
 			} while ((man & 0x400u) == 0);
 			bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
 		}
-	} else if (exp == 31) {
-		bits = sign | 0x7f800000u | (man << 13);
+	} else if (exp == 31) { /* inf, or a NaN made quiet (as F16C does) */
+		bits = sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0);
 	} else {
 		bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
 	}

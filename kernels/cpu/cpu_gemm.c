@@ -222,7 +222,13 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 	const float alpha = a->alpha == 0.0f ? 1.0f : a->alpha;
 	double t0 = sl_now();
 	int rc = 0;
-	if (a->m <= small_m_limit()) {
+	if (a->k == 0) { /* an empty sum: the epilogue alone */
+		for (int r = 0; r < a->m; r++)
+			for (int n = 0; n < a->n; n++) {
+				float *y = a->y + (size_t)r * a->ldy + n;
+				*y = epilogue(a, 0.0f, n, alpha, *y);
+			}
+	} else if (a->m <= small_m_limit()) {
 		/* split n across threads in even chunks */
 		const int nt = c->nthreads;
 		const int chunk = ((a->n + nt - 1) / nt + 7) & ~7;

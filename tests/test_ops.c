@@ -1,0 +1,1355 @@
+/*
+ * test_ops.c - every op of the CPU backend against naive references.
+ *
+ * The references below are written independently of the implementation:
+ * plain loops, double accumulation, fp16 rounding done with frexp/ldexp and
+ * nearbyint (round to nearest even), fp16 widening with ldexp.  Where the
+ * CPU has F16C, the fp16 conversions of sl_common.h are also compared with
+ * the hardware.  Each op runs over a case table (Check loop tests); random
+ * values come from a fixed-seed xorshift generator, in [-1, 1] (weights
+ * rounded to fp16).  Buffers are malloc'd at their exact size and the
+ * memory around the block an op may touch is poisoned (NaN bit patterns,
+ * compared bitwise afterwards), so strides, padding and cache slots that an
+ * op must not read or write are checked too.
+ *
+ * Two CPU backends are created per test: the default one (AVX2/F16C
+ * kernels where the CPU has them) and one with SLUICE_NO_SIMD set (the
+ * portable paths); ops whose code differs between the two run on both.
+ *
+ * The GEMM small-m threshold (SLUICE_GEMM_SMALL_M, default 16) is read once
+ * per process, so the m values of the table straddle it instead: m <= 16
+ * takes the direct kernel, m >= 17 the BLAS panel path.
+ */
+#include "backend.h"
+
+#include <check.h>
+#include <float.h>
+#include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+/* ck_assert reports every passing assertion to the parent process, far too
+ * slow for element loops: element checks only call Check when they fail. */
+#define FAIL_IF(cond, ...)                                                    \
+	do {                                                                  \
+		if (cond)                                                     \
+			ck_abort_msg(__VA_ARGS__);                            \
+	} while (0)
+
+#define POISON_F32 0x7fc0deadu /* a quiet NaN no op computes */
+#define POISON_F16 0x7e5au     /* an fp16 quiet NaN */
+
+/* ---- helpers ------------------------------------------------------------ */
+
+typedef struct rng {
+	uint64_t s;
+} rng;
+
+static rng rng_seed(uint64_t seed)
+{
+	rng r = { (seed + 1) * 0x9E3779B97F4A7C15ull };
+	if (!r.s)
+		r.s = 1;
+	return r;
+}
+
+static uint64_t rng_u64(rng *r) /* xorshift64* */
+{
+	uint64_t x = r->s;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	r->s = x;
+	return x * 0x2545F4914F6CDD1Dull;
+}
+
+static uint32_t rng_u32(rng *r)
+{
+	return (uint32_t)(rng_u64(r) >> 32);
+}
+
+static float rng_unif(rng *r) /* [-1, 1] */
+{
+	return (float)((double)(rng_u64(r) >> 11) * 0x1p-52 - 1.0);
+}
+
+static int rng_int(rng *r, int n) /* [0, n) */
+{
+	return (int)(rng_u64(r) % (uint64_t)n);
+}
+
+static uint32_t fbits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+
+static float bitsf(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	ck_assert_ptr_nonnull(p);
+	return p;
+}
+
+/* Independent fp16 references.  ref_half: exact value (NaN for NaNs). */
+static double ref_half(uint16_t h)
+{
+	const int e = (h >> 10) & 31, m = h & 1023;
+	double v;
+	if (e == 0)
+		v = ldexp(m, -24);
+	else if (e == 31)
+		v = m ? NAN : INFINITY;
+	else
+		v = ldexp(1024 + m, e - 25);
+	return (h & 0x8000) ? -v : v;
+}
+
+/* Round to nearest even; NaN -> the canonical quiet NaN with the sign. */
+static uint16_t ref_f2h(float f)
+{
+	const uint16_t sign = signbit(f) ? 0x8000 : 0;
+	if (isnan(f))
+		return sign | 0x7e00;
+	const double a = fabs((double)f);
+	if (a >= 65520.0) /* the tie 65520 rounds to the even 2^16: inf */
+		return sign | 0x7c00;
+	if (a < 0x1p-14) /* subnormal: multiples of 2^-24, exact scaling */
+		return sign | (uint16_t)nearbyint(ldexp(a, 24)); /* 1024 is 2^-14 */
+	int ex;
+	frexp(a, &ex);
+	int e = ex - 1; /* a in [2^e, 2^(e+1)) */
+	double q = nearbyint(ldexp(a, 10 - e)); /* [1024, 2048] */
+	if (q == 2048.0) {
+		q = 1024.0;
+		e++;
+	}
+	return sign | (uint16_t)(((e + 15) << 10) | ((int)q - 1024));
+}
+
+static float ref_round_half(float f) /* the value an fp16 cache holds */
+{
+	return (float)ref_half(ref_f2h(f));
+}
+
+static sl_half rand_half(rng *r)
+{
+	return ref_f2h(rng_unif(r));
+}
+
+static bool cpu_has_f16c(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("f16c");
+}
+
+__attribute__((target("f16c"))) static float hw_half_to_float(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+__attribute__((target("f16c"))) static uint16_t hw_float_to_half(float f)
+{
+	return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+
+static bool half_is_nan(uint16_t h)
+{
+	return (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+}
+
+/* fp16 results agree: same bits, or both NaN with the same sign (NaN
+ * payloads are not part of the contract). */
+static bool half_same(uint16_t a, uint16_t b)
+{
+	if (half_is_nan(a) || half_is_nan(b))
+		return half_is_nan(a) && half_is_nan(b) && (a & 0x8000) == (b & 0x8000);
+	return a == b;
+}
+
+/* ---- fixture -------------------------------------------------------------- */
+
+static sl_backend *be, *be_scalar; /* default; SLUICE_NO_SIMD */
+static sl_queue *qu, *qu_scalar;
+
+static void setup(void)
+{
+	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
+	ck_assert_int_eq(be->ops->queue_create(be, &qu), 0);
+	const char *old = getenv("SLUICE_NO_SIMD");
+	char *saved = old ? strdup(old) : NULL;
+	setenv("SLUICE_NO_SIMD", "1", 1);
+	int rc = sl_backend_create("cpu", 0, &be_scalar);
+	if (saved)
+		setenv("SLUICE_NO_SIMD", saved, 1);
+	else
+		unsetenv("SLUICE_NO_SIMD");
+	free(saved);
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(be_scalar->ops->queue_create(be_scalar, &qu_scalar), 0);
+}
+
+static void teardown(void)
+{
+	if (be) {
+		be->ops->queue_free(be, qu);
+		sl_backend_free(be);
+	}
+	if (be_scalar) {
+		be_scalar->ops->queue_free(be_scalar, qu_scalar);
+		sl_backend_free(be_scalar);
+	}
+	be = be_scalar = NULL;
+	qu = qu_scalar = NULL;
+}
+
+/* ---- fp16 / bf16 conversion ---------------------------------------------- */
+
+#define H2F_CHUNKS 4
+
+/* sl_half_to_float: all 65536 patterns, in four chunks. */
+START_TEST(test_half_to_float_all)
+{
+	const bool hw = cpu_has_f16c();
+	const uint32_t per = 65536u / H2F_CHUNKS;
+	for (uint32_t u = (uint32_t)_i * per; u < (uint32_t)(_i + 1) * per; u++) {
+		const sl_half h = (sl_half)u;
+		const float got = sl_half_to_float(h);
+		const double ref = ref_half(h);
+		if (isnan(ref)) {
+			/* NaN, same sign, payload kept (the quiet bit may be set) */
+			FAIL_IF(!isnan(got) || (fbits(got) >> 31) != (u >> 15) ||
+					((fbits(got) >> 13) & 0x1ffu) != (u & 0x1ffu) ||
+					(fbits(got) & 0x1fffu),
+				"half 0x%04x: got %08x, want a NaN with its payload", u, fbits(got));
+		} else {
+			FAIL_IF(fbits(got) != fbits((float)ref), "half 0x%04x: got %a (%08x), want %a",
+				u, got, fbits(got), ref);
+		}
+		if (hw) {
+			const float want = hw_half_to_float(h);
+			if (isnan(want))
+				FAIL_IF(!isnan(got) || signbit(got) != signbit(want),
+					"half 0x%04x: got %08x, hardware %08x", u, fbits(got), fbits(want));
+			else
+				FAIL_IF(fbits(got) != fbits(want), "half 0x%04x: got %08x, hardware %08x",
+					u, fbits(got), fbits(want));
+		}
+	}
+}
+END_TEST
+
+typedef struct f2h_case {
+	float x;
+	uint16_t want;
+	const char *what;
+} f2h_case;
+
+static const f2h_case f2h_cases[] = {
+	{ 0.0f, 0x0000, "+0" },
+	{ -0.0f, 0x8000, "-0" },
+	{ 0x1p-24f, 0x0001, "2^-24, the smallest subnormal" },
+	{ -0x1p-24f, 0x8001, "-2^-24" },
+	{ 0x1p-25f, 0x0000, "2^-25, a tie: to even zero" },
+	{ -0x1p-25f, 0x8000, "-2^-25" },
+	{ 0x1p-25f * 1.0001f, 0x0001, "2^-25 * 1.0001" },
+	{ -0x1p-25f * 1.0001f, 0x8001, "-2^-25 * 1.0001" },
+	{ 0x1.fffffep-26f, 0x0000, "just below 2^-25" },
+	{ 0x1p-26f, 0x0000, "2^-26" },
+	{ 0x1.8p-25f, 0x0001, "0.75 * 2^-24" },
+	{ 0x1p-149f, 0x0000, "the smallest float subnormal" },
+	{ 0x1p-127f, 0x0000, "a float subnormal" },
+	{ 0x1.8p-24f, 0x0002, "1.5 * 2^-24, a tie: to even 2" },
+	{ 0x1.4p-23f, 0x0002, "2.5 * 2^-24, a tie: to even 2" },
+	{ 0x1p-15f, 0x0200, "2^-15" },
+	{ 0x1.ff8p-15f, 0x03ff, "the largest subnormal" },
+	{ 0x1.ffcp-15f, 0x0400, "the tie below 2^-14: to even, the smallest normal" },
+	{ 0x1.ffbffep-15f, 0x03ff, "just below that tie" },
+	{ 0x1p-14f, 0x0400, "2^-14, the smallest normal" },
+	{ 1.0f, 0x3c00, "1" },
+	{ -1.0f, 0xbc00, "-1" },
+	{ 0x1.002p0f, 0x3c00, "1 + 2^-11, a tie: to even 1" },
+	{ 0x1.006p0f, 0x3c02, "1 + 3 * 2^-11, a tie: to even" },
+	{ 0x1.002002p0f, 0x3c01, "just above a tie" },
+	{ 0x1.001ffep0f, 0x3c00, "just below a tie" },
+	{ 2049.0f, 0x6800, "2049, a tie: to even 2048" },
+	{ 2051.0f, 0x6802, "2051, a tie: to even 2052" },
+	{ 0.1f, 0x2e66, "0.1" },
+	{ -0.333333343f, 0xb555, "-1/3" },
+	{ 65504.0f, 0x7bff, "65504, the largest half" },
+	{ -65504.0f, 0xfbff, "-65504" },
+	{ 65519.99f, 0x7bff, "65519.99" },
+	{ 65520.0f, 0x7c00, "65520, a tie: to even, overflows to inf" },
+	{ -65520.0f, 0xfc00, "-65520" },
+	{ 65536.0f, 0x7c00, "65536" },
+	{ 1e10f, 0x7c00, "1e10" },
+	{ FLT_MAX, 0x7c00, "FLT_MAX" },
+	{ -FLT_MAX, 0xfc00, "-FLT_MAX" },
+	{ INFINITY, 0x7c00, "inf" },
+	{ -INFINITY, 0xfc00, "-inf" },
+	{ NAN, 0x7e00, "nan" },
+	{ -NAN, 0xfe00, "-nan" },
+};
+#define N_F2H_CASES ((int)SL_ARRAY_LEN(f2h_cases))
+
+START_TEST(test_float_to_half_edges)
+{
+	const f2h_case *c = &f2h_cases[_i];
+	const uint16_t got = sl_float_to_half(c->x);
+	ck_assert_msg(half_same(got, c->want), "%s (%a): got 0x%04x, want 0x%04x", c->what,
+		      (double)c->x, got, c->want);
+	ck_assert_msg(half_same(ref_f2h(c->x), c->want), "the test's reference is wrong on %s",
+		      c->what);
+	if (cpu_has_f16c())
+		ck_assert_msg(half_same(hw_float_to_half(c->x), c->want),
+			      "%s: hardware gives 0x%04x, the table 0x%04x", c->what,
+			      hw_float_to_half(c->x), c->want);
+}
+END_TEST
+
+/* Every finite half survives a round trip, and every midpoint between two
+ * neighbouring halves (and the floats either side of it) rounds right. */
+START_TEST(test_float_to_half_ties)
+{
+	const bool hw = cpu_has_f16c();
+	for (uint32_t h = 0; h < 0x7c00; h++) {
+		for (uint32_t sign = 0; sign <= 0x8000; sign += 0x8000) {
+			const sl_half hs = (sl_half)(h | sign);
+			FAIL_IF(sl_float_to_half(sl_half_to_float(hs)) != hs, "round trip of 0x%04x",
+				hs);
+		}
+		const double lo = ref_half((uint16_t)h);
+		const double hi = h == 0x7bff ? 65536.0 : ref_half((uint16_t)(h + 1)); /* 0x7c00: inf */
+		const float mid = (float)((lo + hi) / 2); /* exact in fp32 */
+		const uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+		const float below = nextafterf(mid, 0.0f), above = nextafterf(mid, INFINITY);
+		const struct {
+			float x;
+			uint16_t want;
+		} t[] = { { mid, even }, { -mid, even | 0x8000 }, { below, h }, { above, h + 1 },
+			  { -below, h | 0x8000 }, { -above, (h + 1) | 0x8000 } };
+		for (size_t i = 0; i < SL_ARRAY_LEN(t); i++) {
+			const uint16_t got = sl_float_to_half(t[i].x);
+			FAIL_IF(got != t[i].want, "%a (near the tie above 0x%04x): got 0x%04x, want 0x%04x",
+				(double)t[i].x, h, got, t[i].want);
+			FAIL_IF(ref_f2h(t[i].x) != t[i].want, "the test's reference is wrong on %a",
+				(double)t[i].x);
+			if (hw)
+				FAIL_IF(hw_float_to_half(t[i].x) != t[i].want,
+					"%a: hardware 0x%04x, want 0x%04x", (double)t[i].x,
+					hw_float_to_half(t[i].x), t[i].want);
+		}
+	}
+}
+END_TEST
+
+#define F2H_RANDOM_CHUNKS 10
+#define F2H_RANDOM_PER (1u << 20)
+
+/* ~10M random fp32 bit patterns: even chunks over all patterns, odd chunks
+ * with the exponent where fp16 results are not 0 or inf. */
+START_TEST(test_float_to_half_random)
+{
+	const bool hw = cpu_has_f16c();
+	rng r = rng_seed(1000 + (uint64_t)_i);
+	for (uint32_t i = 0; i < F2H_RANDOM_PER; i++) {
+		uint32_t u = rng_u32(&r);
+		if (_i & 1) /* biased exponent 100..143 */
+			u = (u & 0x807fffffu) | ((100u + (u >> 23 & 0xffu) % 44u) << 23);
+		const float x = bitsf(u);
+		const uint16_t got = sl_float_to_half(x);
+		if (hw) {
+			const uint16_t want = hw_float_to_half(x);
+			FAIL_IF(!half_same(got, want), "float %08x (%a): got 0x%04x, hardware 0x%04x", u,
+				(double)x, got, want);
+		}
+		const uint16_t ref = ref_f2h(x);
+		FAIL_IF(!half_same(got, ref), "float %08x (%a): got 0x%04x, reference 0x%04x", u,
+			(double)x, got, ref);
+	}
+}
+END_TEST
+
+START_TEST(test_bf16_to_float_all)
+{
+	for (uint32_t u = 0; u < 65536u; u++) {
+		const float got = sl_bf16_to_float((uint16_t)u);
+		const int e = (u >> 7) & 0xff, m = u & 0x7f;
+		double ref;
+		if (e == 0)
+			ref = ldexp(m, -133);
+		else if (e == 255)
+			ref = m ? NAN : INFINITY;
+		else
+			ref = ldexp(128 + m, e - 134);
+		if (u & 0x8000)
+			ref = -ref;
+		if (isnan(ref))
+			FAIL_IF(!isnan(got) || (fbits(got) >> 31) != (u >> 15) ||
+					((fbits(got) >> 16) & 0x3fu) != (u & 0x3fu),
+				"bf16 0x%04x: got %08x, want a NaN with its payload", u, fbits(got));
+		else
+			FAIL_IF(fbits(got) != fbits((float)ref), "bf16 0x%04x: got %a, want %a", u,
+				(double)got, ref);
+	}
+}
+END_TEST
+
+/* ---- gemm ------------------------------------------------------------------ */
+
+static const int gemm_ms[] = { 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 70 };
+static const int gemm_ns[] = { 1, 7, 8, 64, 257 };
+static const int gemm_ks[] = { 1, 7, 8, 9, 64, 300 };
+#define GEMM_NM ((int)SL_ARRAY_LEN(gemm_ms))
+#define GEMM_NN ((int)SL_ARRAY_LEN(gemm_ns))
+#define GEMM_NK ((int)SL_ARRAY_LEN(gemm_ks))
+/* Beyond the product: several weight panels (n > the ~4 MiB panel; k so
+ * large the panel is its 16-row minimum), several 2048-row blocks. */
+static const int gemm_extra[][3] = { { 20, 4100, 300 }, { 17, 40, 70000 }, { 2100, 8, 16 },
+				     { 16, 1000, 33 } };
+/* One case: an (m, n) pair with every k (one fork per case, not per
+ * shape: forks are what costs under the sanitizers), or one extra shape. */
+#define GEMM_CASES (GEMM_NM * GEMM_NN + (int)SL_ARRAY_LEN(gemm_extra))
+#define GEMM_VARIANTS 48 /* 2 strides x 2 bias x 3 alpha x 4 flags */
+
+/* Shape ki of case i; false past the case's last shape. */
+static bool gemm_shape(int i, int ki, int *m, int *n, int *k)
+{
+	const int np = GEMM_NM * GEMM_NN;
+	if (i >= np) {
+		*m = gemm_extra[i - np][0];
+		*n = gemm_extra[i - np][1];
+		*k = gemm_extra[i - np][2];
+		return ki == 0;
+	}
+	*m = gemm_ms[i / GEMM_NN];
+	*n = gemm_ns[i % GEMM_NN];
+	*k = gemm_ks[ki < GEMM_NK ? ki : 0];
+	return ki < GEMM_NK;
+}
+
+/*
+ * One shape, the variants v = first, first + step, ... < 48 of
+ * (stride, bias, alpha, flags).  The reference sums (S = x w^T and
+ * A = |x| |w|^T, in double) are computed once; each variant applies the
+ * epilogue.  Outside the [m, n] block (the ldy gaps) y must keep its poison;
+ * the ldx gaps of x hold NaN, so reading them would show.
+ */
+static void gemm_check(sl_backend *b, sl_queue *q, int m, int n, int k, uint64_t seed, int first,
+		       int step)
+{
+	rng r = rng_seed(seed);
+	const int ldx_w = k + 5, ldy_w = n + 3;
+	float *x = xmalloc(sizeof(float) * (size_t)m * k);
+	float *xw = xmalloc(sizeof(float) * (size_t)m * ldx_w);
+	sl_half *w = xmalloc(sizeof(sl_half) * (size_t)n * k);
+	sl_half *bias = xmalloc(sizeof(sl_half) * (size_t)n);
+	double *S = xmalloc(sizeof(double) * (size_t)m * n);
+	double *A = xmalloc(sizeof(double) * (size_t)m * n);
+	float *y0 = xmalloc(sizeof(float) * (size_t)m * n);
+	float *y = xmalloc(sizeof(float) * (size_t)m * ldy_w);
+	double *wd = xmalloc(sizeof(double) * (size_t)k);
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < ldx_w; j++) {
+			float v = j < k ? rng_unif(&r) : bitsf(POISON_F32);
+			xw[(size_t)i * ldx_w + j] = v;
+			if (j < k)
+				x[(size_t)i * k + j] = v;
+		}
+	for (size_t i = 0; i < (size_t)n * k; i++)
+		w[i] = rand_half(&r);
+	for (int j = 0; j < n; j++)
+		bias[j] = rand_half(&r);
+	for (size_t i = 0; i < (size_t)m * n; i++)
+		y0[i] = rng_unif(&r);
+	for (int j = 0; j < n; j++) {
+		for (int kk = 0; kk < k; kk++)
+			wd[kk] = ref_half(w[(size_t)j * k + kk]);
+		for (int i = 0; i < m; i++) {
+			const float *xr = x + (size_t)i * k;
+			double s = 0, a = 0;
+			for (int kk = 0; kk < k; kk++) {
+				s += (double)xr[kk] * wd[kk];
+				a += fabs((double)xr[kk] * wd[kk]);
+			}
+			S[(size_t)i * n + j] = s;
+			A[(size_t)i * n + j] = a;
+		}
+	}
+	static const float alphas[] = { 0.0f, 1.0f, 0.125f };
+	for (int v = first; v < GEMM_VARIANTS; v += step) {
+		const bool wide = v & 1, use_bias = (v >> 1) & 1;
+		const float alpha = alphas[(v >> 2) % 3];
+		const unsigned flags = (unsigned)(v / 12); /* RELU = 1, ACCUM = 2 */
+		const int ldx = wide ? ldx_w : k, ldy = wide ? ldy_w : n;
+		for (int i = 0; i < m; i++)
+			for (int j = 0; j < ldy; j++)
+				y[(size_t)i * ldy + j] = (j < n && (flags & SL_GEMM_ACCUM))
+								 ? y0[(size_t)i * n + j]
+								 : bitsf(POISON_F32);
+		sl_gemm_args a = { .m = m, .n = n, .k = k, .x = wide ? xw : x, .ldx = ldx, .w = w,
+				   .bias = use_bias ? bias : NULL, .y = y, .ldy = ldy,
+				   .alpha = alpha, .flags = flags };
+		int rc = sl_gemm(b, q, &a);
+		ck_assert_msg(rc == 0, "gemm m=%d n=%d k=%d: rc %d (%s)", m, n, k, rc, sl_errmsg());
+		const double al = alpha == 0.0f ? 1.0 : alpha;
+		for (int i = 0; i < m; i++)
+			for (int j = 0; j < ldy; j++) {
+				const float got = y[(size_t)i * ldy + j];
+				if (j >= n) {
+					FAIL_IF(fbits(got) != POISON_F32,
+						"gemm m=%d n=%d k=%d ldy=%d: y[%d][%d] past n was written",
+						m, n, k, ldy, i, j);
+					continue;
+				}
+				const double bj = use_bias ? ref_half(bias[j]) : 0.0;
+				double want = (S[(size_t)i * n + j] + bj) * al;
+				if ((flags & SL_GEMM_RELU) && !(want > 0))
+					want = 0;
+				const double old = (flags & SL_GEMM_ACCUM) ? y0[(size_t)i * n + j] : 0.0;
+				want += old;
+				const double tol =
+					1e-5 * (fabs(al) * (A[(size_t)i * n + j] + fabs(bj)) + fabs(old));
+				FAIL_IF(!(fabs(got - want) <= tol),
+					"gemm m=%d n=%d k=%d ldx=%d ldy=%d bias=%d alpha=%g flags=%u: "
+					"y[%d][%d] = %.9g, want %.9g (tol %.3g)",
+					m, n, k, ldx, ldy, use_bias, (double)alpha, flags, i, j,
+					(double)got, want, tol);
+			}
+	}
+	free(x);
+	free(xw);
+	free(w);
+	free(bias);
+	free(S);
+	free(A);
+	free(y0);
+	free(y);
+	free(wd);
+}
+
+START_TEST(test_gemm)
+{
+	int m, n, k;
+	for (int ki = 0; gemm_shape(_i, ki, &m, &n, &k); ki++)
+		gemm_check(be, qu, m, n, k, 2000 + 8 * (uint64_t)_i + (uint64_t)ki, 0, 1);
+}
+END_TEST
+
+/* The portable (no SIMD) paths: a rotating seventh of the variants. */
+START_TEST(test_gemm_scalar)
+{
+	int m, n, k;
+	for (int ki = 0; gemm_shape(_i, ki, &m, &n, &k); ki++)
+		gemm_check(be_scalar, qu_scalar, m, n, k, 2000 + 8 * (uint64_t)_i + (uint64_t)ki,
+			   (_i + ki) % 7, 7);
+}
+END_TEST
+
+/*
+ * The direct (small-m) kernel sums each output in an order independent of
+ * m: the same x row gives bit-identical outputs computed alone (m = 1, at
+ * any row of the batch) or within any m <= 16.
+ */
+#define GEMM_BITID_CASES GEMM_NN /* each with every k */
+
+static void gemm_bitid_check(sl_backend *b, sl_queue *q, int n, int k, uint64_t seed)
+{
+	const char *e = getenv("SLUICE_GEMM_SMALL_M");
+	const int limit = SL_MIN(16, e ? atoi(e) : 16);
+	if (limit < 2)
+		return; /* the direct kernel is (nearly) off in this environment */
+	rng r = rng_seed(seed);
+	const int ldx = k + 3;
+	float *x = xmalloc(sizeof(float) * (size_t)limit * ldx);
+	sl_half *w = xmalloc(sizeof(sl_half) * (size_t)n * k);
+	sl_half *bias = xmalloc(sizeof(sl_half) * (size_t)n);
+	float *yref = xmalloc(sizeof(float) * (size_t)limit * n);
+	float *y = xmalloc(sizeof(float) * (size_t)limit * n);
+	for (size_t i = 0; i < (size_t)limit * ldx; i++)
+		x[i] = (i % (size_t)ldx) < (size_t)k ? rng_unif(&r) : bitsf(POISON_F32);
+	for (size_t i = 0; i < (size_t)n * k; i++)
+		w[i] = rand_half(&r);
+	for (int j = 0; j < n; j++)
+		bias[j] = rand_half(&r);
+	sl_gemm_args a = { .m = limit, .n = n, .k = k, .x = x, .ldx = ldx, .w = w, .bias = bias,
+			   .y = yref, .ldy = n, .alpha = 0.125f, .flags = 0 };
+	ck_assert_int_eq(sl_gemm(b, q, &a), 0);
+	for (int m = 1; m < limit; m++) { /* rows 0..m-1 within a batch of m */
+		a.m = m;
+		a.y = y;
+		ck_assert_int_eq(sl_gemm(b, q, &a), 0);
+		FAIL_IF(memcmp(y, yref, sizeof(float) * (size_t)m * n) != 0,
+			"gemm n=%d k=%d: rows within m=%d differ from the same rows within m=%d", n,
+			k, m, limit);
+	}
+	for (int i = 0; i < limit; i++) { /* each row alone */
+		a.m = 1;
+		a.x = x + (size_t)i * ldx;
+		a.y = y;
+		ck_assert_int_eq(sl_gemm(b, q, &a), 0);
+		FAIL_IF(memcmp(y, yref + (size_t)i * n, sizeof(float) * (size_t)n) != 0,
+			"gemm n=%d k=%d: row %d alone (m=1) differs from it within m=%d", n, k, i,
+			limit);
+	}
+	free(x);
+	free(w);
+	free(bias);
+	free(yref);
+	free(y);
+}
+
+START_TEST(test_gemm_small_m_bit_identical)
+{
+	for (int ki = 0; ki < GEMM_NK; ki++) {
+		const int n = gemm_ns[_i], k = gemm_ks[ki];
+		gemm_bitid_check(be, qu, n, k, 3000 + 8 * (uint64_t)_i + (uint64_t)ki);
+		gemm_bitid_check(be_scalar, qu_scalar, n, k, 3000 + 8 * (uint64_t)_i + (uint64_t)ki);
+	}
+}
+END_TEST
+
+/* Bad shapes fail with SL_EINVAL; empty ones do nothing. */
+typedef struct gemm_arg_case {
+	int m, n, k, ldx, ldy, rc;
+} gemm_arg_case;
+
+static const gemm_arg_case gemm_arg_cases[] = {
+	{ 2, 3, 4, 3, 3, SL_EINVAL },  /* ldx < k */
+	{ 2, 3, 4, 4, 2, SL_EINVAL },  /* ldy < n */
+	{ -1, 3, 4, 4, 3, SL_EINVAL }, /* m < 0 */
+	{ 2, -1, 4, 4, 3, SL_EINVAL }, /* n < 0 */
+	{ 2, 3, -1, 4, 3, SL_EINVAL }, /* k < 0 */
+	{ 0, 3, 4, 4, 3, 0 },          /* m = 0: nothing */
+	{ 2, 0, 4, 4, 3, 0 },          /* n = 0: nothing */
+	{ 40, 0, 4, 4, 3, 0 },         /* n = 0 on the panel path */
+};
+/* k = 0 is an empty sum: y = act(alpha * bias), on both paths (m = 2 takes
+ * the small-m kernel, m = 17 the panel path, which once divided by k). */
+START_TEST(test_gemm_k0)
+{
+	const int ms[2] = { 2, 17 };
+	float x[1] = { 0 }, y[17 * 3];
+	sl_half w[1] = { 0 }, bias[3] = { 0x3c00, 0x4000, 0xbc00 }; /* 1, 2, -1 */
+	for (int i = 0; i < 2; i++) {
+		sl_gemm_args a = { .m = ms[i], .n = 3, .k = 0, .x = x, .ldx = 0, .w = w, .bias = bias,
+				   .y = y, .ldy = 3, .alpha = 0.5f, .flags = SL_GEMM_RELU };
+		ck_assert_int_eq(sl_gemm(be, qu, &a), 0);
+		for (int r = 0; r < ms[i]; r++) {
+			ck_assert(y[r * 3 + 0] == 0.5f);
+			ck_assert(y[r * 3 + 1] == 1.0f);
+			ck_assert(y[r * 3 + 2] == 0.0f);
+		}
+	}
+}
+END_TEST
+
+START_TEST(test_gemm_args)
+{
+	const gemm_arg_case *c = &gemm_arg_cases[_i];
+	float x[64], y[64];
+	sl_half w[64];
+	for (int i = 0; i < 64; i++) {
+		x[i] = 1.0f;
+		w[i] = 0x3c00;
+		y[i] = bitsf(POISON_F32);
+	}
+	sl_gemm_args a = { .m = c->m, .n = c->n, .k = c->k, .x = x, .ldx = c->ldx, .w = w,
+			   .y = y, .ldy = c->ldy };
+	int rc = sl_gemm(be, qu, &a);
+	ck_assert_int_eq(rc, c->rc);
+	for (int i = 0; i < 64; i++)
+		ck_assert_msg(fbits(y[i]) == POISON_F32, "y[%d] written by a call that does nothing", i);
+}
+END_TEST
+
+/* ---- layernorm ---------------------------------------------------------- */
+
+static const int ln_rows[] = { 1, 3, 17 };
+static const int ln_ns[] = { 1, 5, 64, 1000 };
+#define LN_CASES ((int)(SL_ARRAY_LEN(ln_rows) * SL_ARRAY_LEN(ln_ns)) * 2)
+
+START_TEST(test_layernorm)
+{
+	const int rows = ln_rows[_i / 8], n = ln_ns[_i / 2 % 4];
+	const bool inplace = _i & 1;
+	const int ldx = n + 3, ldy = inplace ? ldx : n + 7;
+	const float eps = 1e-5f;
+	rng r = rng_seed(4000 + (uint64_t)_i);
+	float *x = xmalloc(sizeof(float) * (size_t)rows * ldx);
+	float *x0 = xmalloc(sizeof(float) * (size_t)rows * ldx);
+	float *ybuf = inplace ? x : xmalloc(sizeof(float) * (size_t)rows * ldy);
+	sl_half *gamma = xmalloc(sizeof(sl_half) * (size_t)n);
+	sl_half *beta = xmalloc(sizeof(sl_half) * (size_t)n);
+	for (size_t i = 0; i < (size_t)rows * ldx; i++)
+		x[i] = (int)(i % (size_t)ldx) < n ? rng_unif(&r) : bitsf(POISON_F32);
+	memcpy(x0, x, sizeof(float) * (size_t)rows * ldx);
+	if (!inplace)
+		for (size_t i = 0; i < (size_t)rows * ldy; i++)
+			ybuf[i] = bitsf(POISON_F32);
+	for (int i = 0; i < n; i++) {
+		gamma[i] = ref_f2h(1.0f + 0.5f * rng_unif(&r));
+		beta[i] = rand_half(&r);
+	}
+	int rc = be->ops->layernorm(be, qu, rows, n, x, ldx, gamma, beta, eps, ybuf, ldy);
+	ck_assert_int_eq(rc, 0);
+	for (int i = 0; i < rows; i++) {
+		const float *xr = x0 + (size_t)i * ldx;
+		double mean = 0, var = 0;
+		for (int j = 0; j < n; j++)
+			mean += xr[j];
+		mean /= n;
+		for (int j = 0; j < n; j++)
+			var += ((double)xr[j] - mean) * ((double)xr[j] - mean);
+		var /= n;
+		const double rstd = 1.0 / sqrt(var + (double)eps);
+		for (int j = 0; j < ldy; j++) {
+			const float got = ybuf[(size_t)i * ldy + j];
+			if (j >= n) {
+				FAIL_IF(fbits(got) != POISON_F32,
+					"layernorm rows=%d n=%d: gap y[%d][%d] written", rows, n, i, j);
+				continue;
+			}
+			const double g = ref_half(gamma[j]), bt = ref_half(beta[j]);
+			const double want = (xr[j] - mean) * rstd * g + bt;
+			const double tol = 1e-5 * ((fabs(xr[j]) + fabs(mean)) * rstd * fabs(g) + fabs(bt));
+			FAIL_IF(!(fabs(got - want) <= tol),
+				"layernorm rows=%d n=%d inplace=%d: y[%d][%d] = %.9g, want %.9g", rows,
+				n, inplace, i, j, (double)got, want);
+		}
+	}
+	if (!inplace) /* x is const */
+		ck_assert_msg(memcmp(x, x0, sizeof(float) * (size_t)rows * ldx) == 0,
+			      "layernorm wrote to its input");
+	if (!inplace)
+		free(ybuf);
+	free(x);
+	free(x0);
+	free(gamma);
+	free(beta);
+}
+END_TEST
+
+/* ---- embed ------------------------------------------------------------------ */
+
+static const int emb_rows[] = { 1, 5, 33 };
+static const int emb_ns[] = { 1, 7, 64, 1000 };
+#define EMB_CASES ((int)(SL_ARRAY_LEN(emb_rows) * SL_ARRAY_LEN(emb_ns)) * 2)
+#define EMB_VOCAB 50
+
+/* Table entries are any finite fp16 (subnormals to 65504): widening is
+ * exact, and so is one fp32 addition rounded once (double then float
+ * rounding of a sum of two floats is the correctly rounded sum). */
+static void embed_check(sl_backend *b, sl_queue *q, int rows, int n, bool acc, uint64_t seed)
+{
+	rng r = rng_seed(seed);
+	sl_half *table = xmalloc(sizeof(sl_half) * (size_t)EMB_VOCAB * n);
+	int32_t *idx = xmalloc(sizeof(int32_t) * (size_t)rows);
+	float *y = xmalloc(sizeof(float) * (size_t)rows * n);
+	float *y0 = xmalloc(sizeof(float) * (size_t)rows * n);
+	for (size_t i = 0; i < (size_t)EMB_VOCAB * n; i++) {
+		uint16_t h;
+		do
+			h = (uint16_t)rng_u32(&r);
+		while ((h & 0x7c00) == 0x7c00);
+		table[i] = h;
+	}
+	for (int i = 0; i < rows; i++)
+		idx[i] = i == 1 ? idx[0] : rng_int(&r, EMB_VOCAB); /* a repeat */
+	for (size_t i = 0; i < (size_t)rows * n; i++)
+		y0[i] = y[i] = acc ? rng_unif(&r) * 100.0f : bitsf(POISON_F32);
+	int rc = b->ops->embed(b, q, rows, n, table, idx, y, acc);
+	ck_assert_int_eq(rc, 0);
+	for (int i = 0; i < rows; i++)
+		for (int j = 0; j < n; j++) {
+			const double e = ref_half(table[(size_t)idx[i] * n + j]);
+			const float want = acc ? (float)((double)y0[(size_t)i * n + j] + e) : (float)e;
+			const float got = y[(size_t)i * n + j];
+			FAIL_IF(fbits(got) != fbits(want),
+				"embed rows=%d n=%d acc=%d: y[%d][%d] = %a, want %a", rows, n, acc, i,
+				j, (double)got, (double)want);
+		}
+	free(table);
+	free(idx);
+	free(y);
+	free(y0);
+}
+
+START_TEST(test_embed)
+{
+	const int rows = emb_rows[_i / 8], n = emb_ns[_i / 2 % 4];
+	const bool acc = _i & 1;
+	embed_check(be, qu, rows, n, acc, 5000 + (uint64_t)_i);
+	embed_check(be_scalar, qu_scalar, rows, n, acc, 5000 + (uint64_t)_i);
+}
+END_TEST
+
+/* ---- attention -------------------------------------------------------------- */
+
+typedef struct attn_case {
+	int nseq, nh, hd, t;
+	bool f32, score;
+} attn_case;
+
+static const int at_nseq[] = { 1, 3 }, at_nh[] = { 1, 4 }, at_hd[] = { 1, 8, 64 },
+		 at_t[] = { 1, 5, 33 };
+#define PREFILL_CASES 144 /* 2 nseq x 2 nh x 3 hd x 3 t x 2 dtypes x 2 score */
+#define DECODE_CASES 48   /* the same without t */
+
+static attn_case attn_case_of(int i, bool prefill)
+{
+	attn_case c;
+	c.score = i & 1;
+	c.f32 = (i >> 1) & 1;
+	i >>= 2;
+	if (prefill) {
+		c.t = at_t[i % 3];
+		i /= 3;
+	} else {
+		c.t = 1;
+	}
+	c.hd = at_hd[i % 3];
+	i /= 3;
+	c.nh = at_nh[i % 2];
+	c.nseq = at_nseq[i / 2];
+	return c;
+}
+
+/* Cache element access for either dtype. */
+static uint32_t cache_bits(const void *cache, bool f32, size_t i)
+{
+	return f32 ? fbits(((const float *)cache)[i]) : ((const sl_half *)cache)[i];
+}
+
+static uint32_t cache_poison(bool f32)
+{
+	return f32 ? POISON_F32 : POISON_F16;
+}
+
+/* The bits a cache slot must hold for an fp32 value written to it. */
+static uint32_t cache_want(float v, bool f32)
+{
+	return f32 ? fbits(v) : ref_f2h(v);
+}
+
+/*
+ * Reference attention of one query over nk keys/values (doubles, rows of
+ * hd): writes out (hd) and the probabilities p (nk); the tolerance of each
+ * output is 1e-5 * sum_j p_j |v_jd| (error proportional to the terms).
+ */
+static void ref_attend(const float *q, const double *K, const double *V, int nk, int hd,
+		       double *p, double *out, double *tol)
+{
+	double mx = -INFINITY, sum = 0;
+	for (int j = 0; j < nk; j++) {
+		double l = 0;
+		for (int d = 0; d < hd; d++)
+			l += (double)q[d] * K[(size_t)j * hd + d];
+		p[j] = l;
+		mx = fmax(mx, l);
+	}
+	for (int j = 0; j < nk; j++) {
+		p[j] = exp(p[j] - mx);
+		sum += p[j];
+	}
+	for (int j = 0; j < nk; j++)
+		p[j] /= sum;
+	for (int d = 0; d < hd; d++) {
+		double o = 0, m = 0;
+		for (int j = 0; j < nk; j++) {
+			o += p[j] * V[(size_t)j * hd + d];
+			m += p[j] * fabs(V[(size_t)j * hd + d]);
+		}
+		out[d] = o;
+		tol[d] = 1e-5 * m;
+	}
+}
+
+static void prefill_check(sl_backend *b, sl_queue *q, const attn_case *c, int mode, uint64_t seed)
+{
+	const int nseq = c->nseq, nh = c->nh, hd = c->hd, t = c->t, hidden = nh * hd;
+	static const int cap_extra[] = { 0, 3, 1, 2 };
+	const int cap = t + cap_extra[mode];
+	const int pats[4][3] = { { 0, t - 1, t / 2 },
+				 { t - 1, t / 2, 0 },
+				 { t / 2, 0, t - 1 },
+				 { t - 1, t, 0 } }; /* t: a sequence all padding */
+	int npad[3];
+	for (int s = 0; s < nseq; s++)
+		npad[s] = pats[mode][s % 3];
+	rng r = rng_seed(seed);
+	const size_t nact = (size_t)nseq * t * hidden, ncache = (size_t)nseq * nh * cap * hd;
+	const size_t esz = c->f32 ? sizeof(float) : sizeof(sl_half);
+	float *qv = xmalloc(sizeof(float) * nact), *kn = xmalloc(sizeof(float) * nact);
+	float *vn = xmalloc(sizeof(float) * nact), *out = xmalloc(sizeof(float) * nact);
+	void *kc = xmalloc(esz * ncache), *vc = xmalloc(esz * ncache);
+	float *score = c->score ? xmalloc(sizeof(float) * (size_t)nseq * nh * cap) : NULL;
+	float *score0 = xmalloc(sizeof(float) * (size_t)nseq * nh * cap);
+	const float qs = (float)(1.0 / sqrt(hd)); /* q arrives scaled by 1/sqrt(hd) */
+	for (int s = 0; s < nseq; s++)
+		for (int i = 0; i < t; i++)
+			for (int e = 0; e < hidden; e++) {
+				const size_t o = ((size_t)s * t + i) * hidden + e;
+				/* padding rows hold large finite garbage: using them
+				 * anywhere would show in the results */
+				const bool pad = i < npad[s];
+				qv[o] = pad ? 50.0f + rng_unif(&r) : rng_unif(&r) * qs;
+				kn[o] = pad ? 70.0f + rng_unif(&r) : rng_unif(&r);
+				vn[o] = pad ? 90.0f + rng_unif(&r) : rng_unif(&r);
+				out[o] = bitsf(POISON_F32);
+			}
+	for (size_t i = 0; i < ncache; i++) {
+		if (c->f32) {
+			((float *)kc)[i] = bitsf(POISON_F32);
+			((float *)vc)[i] = bitsf(POISON_F32);
+		} else {
+			((sl_half *)kc)[i] = POISON_F16;
+			((sl_half *)vc)[i] = POISON_F16;
+		}
+	}
+	for (size_t i = 0; i < (size_t)nseq * nh * cap; i++)
+		score0[i] = 1.0f + 0.25f * (float)(i % 7);
+	if (score)
+		memcpy(score, score0, sizeof(float) * (size_t)nseq * nh * cap);
+
+	sl_attn_args a = { .nseq = nseq, .nh = nh, .hd = hd, .t = t, .cap = cap, .q = qv,
+			   .k_new = kn, .v_new = vn, .out = out, .k_cache = kc, .v_cache = vc,
+			   .kv_f32 = c->f32, .npad = npad, .score = score };
+	int rc = b->ops->attn_prefill(b, q, &a);
+	ck_assert_msg(rc == 0, "attn_prefill: rc %d (%s)", rc, sl_errmsg());
+
+	double *K = xmalloc(sizeof(double) * (size_t)t * hd), *V = xmalloc(sizeof(double) * (size_t)t * hd);
+	double *p = xmalloc(sizeof(double) * (size_t)t), *colsum = xmalloc(sizeof(double) * (size_t)t);
+	double *o = xmalloc(sizeof(double) * (size_t)hd), *tol = xmalloc(sizeof(double) * (size_t)hd);
+#define PF_CTX "attn_prefill nseq=%d nh=%d hd=%d t=%d cap=%d f32=%d score=%d npad[%d]=%d h=%d: "
+#define PF_ARGS nseq, nh, hd, t, cap, c->f32, c->score, s, np, h
+	for (int s = 0; s < nseq; s++)
+		for (int h = 0; h < nh; h++) {
+			const int np = npad[s], nr = t - np;
+			const size_t base = (size_t)(s * nh + h) * cap * hd;
+			/* (1) real rows cached in slots [0, nr), rounded to the cache
+			 * dtype; (2) slots beyond untouched */
+			for (int j = 0; j < cap; j++)
+				for (int d = 0; d < hd; d++) {
+					const size_t ci = base + (size_t)j * hd + d;
+					if (j >= nr) {
+						FAIL_IF(cache_bits(kc, c->f32, ci) != cache_poison(c->f32) ||
+								cache_bits(vc, c->f32, ci) != cache_poison(c->f32),
+							PF_CTX "slot %d past the real rows was written", PF_ARGS, j);
+						continue;
+					}
+					const size_t src = ((size_t)s * t + np + j) * hidden + (size_t)h * hd + d;
+					FAIL_IF(cache_bits(kc, c->f32, ci) != cache_want(kn[src], c->f32),
+						PF_CTX "k slot %d [%d] = %x, want %x", PF_ARGS, j, d,
+						cache_bits(kc, c->f32, ci), cache_want(kn[src], c->f32));
+					FAIL_IF(cache_bits(vc, c->f32, ci) != cache_want(vn[src], c->f32),
+						PF_CTX "v slot %d [%d] = %x, want %x", PF_ARGS, j, d,
+						cache_bits(vc, c->f32, ci), cache_want(vn[src], c->f32));
+					/* attention reads what the cache holds */
+					K[(size_t)j * hd + d] = c->f32 ? kn[src] : ref_round_half(kn[src]);
+					V[(size_t)j * hd + d] = c->f32 ? vn[src] : ref_round_half(vn[src]);
+				}
+			/* (3) padding rows of out are zero */
+			for (int i = 0; i < np; i++)
+				for (int d = 0; d < hd; d++) {
+					const float got = out[((size_t)s * t + i) * hidden + (size_t)h * hd + d];
+					FAIL_IF(got != 0.0f, PF_CTX "padding row %d out[%d] = %g, want 0",
+						PF_ARGS, i, d, (double)got);
+				}
+			/* (4) causal attention among the real rows */
+			for (int j = 0; j < nr; j++)
+				colsum[j] = 0;
+			for (int i = 0; i < nr; i++) {
+				const size_t row = ((size_t)s * t + np + i) * hidden + (size_t)h * hd;
+				ref_attend(qv + row, K, V, i + 1, hd, p, o, tol);
+				for (int j = 0; j <= i; j++)
+					colsum[j] += p[j];
+				for (int d = 0; d < hd; d++) {
+					const float got = out[row + d];
+					FAIL_IF(!(fabs(got - o[d]) <= tol[d]),
+						PF_CTX "real row %d out[%d] = %.9g, want %.9g (tol %.3g)",
+						PF_ARGS, i, d, (double)got, o[d], tol[d]);
+				}
+			}
+			/* (5) score: column sums added to the old values; the rest kept */
+			if (!score)
+				continue;
+			for (int j = 0; j < cap; j++) {
+				const size_t si = (size_t)(s * nh + h) * cap + j;
+				if (j >= nr) {
+					FAIL_IF(fbits(score[si]) != fbits(score0[si]),
+						PF_CTX "score slot %d past the real rows changed", PF_ARGS, j);
+					continue;
+				}
+				const double want = score0[si] + colsum[j];
+				FAIL_IF(!(fabs(score[si] - want) <= 1e-5 * want),
+					PF_CTX "score slot %d = %.9g, want %.9g", PF_ARGS, j,
+					(double)score[si], want);
+			}
+		}
+#undef PF_CTX
+#undef PF_ARGS
+	free(qv);
+	free(kn);
+	free(vn);
+	free(out);
+	free(kc);
+	free(vc);
+	free(score);
+	free(score0);
+	free(K);
+	free(V);
+	free(p);
+	free(colsum);
+	free(o);
+	free(tol);
+}
+
+START_TEST(test_attn_prefill)
+{
+	const attn_case c = attn_case_of(_i, true);
+	for (int mode = 0; mode < 4; mode++) {
+		prefill_check(be, qu, &c, mode, 6000 + 4 * (uint64_t)_i + mode);
+		if (!c.f32) /* fp16 cache reads differ between the two */
+			prefill_check(be_scalar, qu_scalar, &c, mode, 6000 + 4 * (uint64_t)_i + mode);
+	}
+}
+END_TEST
+
+static void decode_check(sl_backend *b, sl_queue *q, const attn_case *c, int mode, uint64_t seed)
+{
+	const int nseq = c->nseq, nh = c->nh, hd = c->hd, hidden = nh * hd;
+	static const int caps[] = { 1, 9, 40, 6 };
+	static const int lens[4][3] = { { 0, 0, 0 }, { 3, 8, 0 }, { 39, 17, 0 }, { 5, 0, 2 } };
+	const int cap = caps[mode];
+	int len[3];
+	for (int s = 0; s < nseq; s++)
+		len[s] = lens[mode][s % 3];
+	rng r = rng_seed(seed);
+	const size_t nact = (size_t)nseq * hidden, ncache = (size_t)nseq * nh * cap * hd;
+	const size_t esz = c->f32 ? sizeof(float) : sizeof(sl_half), nscore = (size_t)nseq * nh * cap;
+	float *qv = xmalloc(sizeof(float) * nact), *kn = xmalloc(sizeof(float) * nact);
+	float *vn = xmalloc(sizeof(float) * nact), *out = xmalloc(sizeof(float) * nact);
+	void *kc = xmalloc(esz * ncache), *vc = xmalloc(esz * ncache);
+	void *kc0 = xmalloc(esz * ncache), *vc0 = xmalloc(esz * ncache);
+	float *score = c->score ? xmalloc(sizeof(float) * nscore) : NULL;
+	float *score0 = xmalloc(sizeof(float) * nscore);
+	const float qs = (float)(1.0 / sqrt(hd));
+	for (size_t i = 0; i < nact; i++) {
+		qv[i] = rng_unif(&r) * qs;
+		kn[i] = rng_unif(&r);
+		vn[i] = rng_unif(&r);
+		out[i] = bitsf(POISON_F32);
+	}
+	/* slots [0, len) hold earlier tokens; slot len and beyond are poison */
+	for (int s = 0; s < nseq; s++)
+		for (int h = 0; h < nh; h++)
+			for (int j = 0; j < cap; j++)
+				for (int d = 0; d < hd; d++) {
+					const size_t ci = ((size_t)(s * nh + h) * cap + j) * hd + d;
+					const bool live = j < len[s];
+					if (c->f32) {
+						((float *)kc)[ci] = live ? rng_unif(&r) : bitsf(POISON_F32);
+						((float *)vc)[ci] = live ? rng_unif(&r) : bitsf(POISON_F32);
+					} else {
+						((sl_half *)kc)[ci] = live ? rand_half(&r) : POISON_F16;
+						((sl_half *)vc)[ci] = live ? rand_half(&r) : POISON_F16;
+					}
+				}
+	memcpy(kc0, kc, esz * ncache);
+	memcpy(vc0, vc, esz * ncache);
+	for (size_t i = 0; i < nscore; i++)
+		score0[i] = 2.0f + 0.5f * (float)(i % 5);
+	if (score)
+		memcpy(score, score0, sizeof(float) * nscore);
+
+	sl_attn_args a = { .nseq = nseq, .nh = nh, .hd = hd, .t = 1, .cap = cap, .q = qv,
+			   .k_new = kn, .v_new = vn, .out = out, .k_cache = kc, .v_cache = vc,
+			   .kv_f32 = c->f32, .len = len, .score = score };
+	int rc = b->ops->attn_decode(b, q, &a);
+	ck_assert_msg(rc == 0, "attn_decode: rc %d (%s)", rc, sl_errmsg());
+
+	double *K = xmalloc(sizeof(double) * (size_t)cap * hd), *V = xmalloc(sizeof(double) * (size_t)cap * hd);
+	double *p = xmalloc(sizeof(double) * (size_t)cap);
+	double *o = xmalloc(sizeof(double) * (size_t)hd), *tol = xmalloc(sizeof(double) * (size_t)hd);
+#define DC_CTX "attn_decode nseq=%d nh=%d hd=%d cap=%d f32=%d score=%d len[%d]=%d h=%d: "
+#define DC_ARGS nseq, nh, hd, cap, c->f32, c->score, s, L, h
+	for (int s = 0; s < nseq; s++)
+		for (int h = 0; h < nh; h++) {
+			const int L = len[s];
+			const size_t base = (size_t)(s * nh + h) * cap * hd;
+			const size_t row = (size_t)s * hidden + (size_t)h * hd;
+			for (int j = 0; j < cap; j++)
+				for (int d = 0; d < hd; d++) {
+					const size_t ci = base + (size_t)j * hd + d;
+					const uint32_t kb = cache_bits(kc, c->f32, ci), vb = cache_bits(vc, c->f32, ci);
+					if (j == L) { /* the new token */
+						FAIL_IF(kb != cache_want(kn[row + d], c->f32) ||
+								vb != cache_want(vn[row + d], c->f32),
+							DC_CTX "new k/v not in slot len [%d]", DC_ARGS, d);
+					} else {
+						FAIL_IF(kb != cache_bits(kc0, c->f32, ci) ||
+								vb != cache_bits(vc0, c->f32, ci),
+							DC_CTX "slot %d [%d] changed", DC_ARGS, j, d);
+					}
+					if (j <= L) {
+						K[(size_t)j * hd + d] = c->f32 ? bitsf(kb) : ref_half((uint16_t)kb);
+						V[(size_t)j * hd + d] = c->f32 ? bitsf(vb) : ref_half((uint16_t)vb);
+					}
+				}
+			ref_attend(qv + row, K, V, L + 1, hd, p, o, tol);
+			for (int d = 0; d < hd; d++)
+				FAIL_IF(!(fabs(out[row + d] - o[d]) <= tol[d]),
+					DC_CTX "out[%d] = %.9g, want %.9g (tol %.3g)", DC_ARGS, d,
+					(double)out[row + d], o[d], tol[d]);
+			if (!score)
+				continue;
+			for (int j = 0; j < cap; j++) {
+				const size_t si = (size_t)(s * nh + h) * cap + j;
+				if (j > L) {
+					FAIL_IF(fbits(score[si]) != fbits(score0[si]),
+						DC_CTX "score slot %d past len changed", DC_ARGS, j);
+					continue;
+				}
+				const double want = score0[si] + p[j];
+				FAIL_IF(!(fabs(score[si] - want) <= 1e-5 * want),
+					DC_CTX "score slot %d = %.9g, want %.9g", DC_ARGS, j,
+					(double)score[si], want);
+			}
+		}
+#undef DC_CTX
+#undef DC_ARGS
+	free(qv);
+	free(kn);
+	free(vn);
+	free(out);
+	free(kc);
+	free(vc);
+	free(kc0);
+	free(vc0);
+	free(score);
+	free(score0);
+	free(K);
+	free(V);
+	free(p);
+	free(o);
+	free(tol);
+}
+
+START_TEST(test_attn_decode)
+{
+	const attn_case c = attn_case_of(_i, false);
+	for (int mode = 0; mode < 4; mode++) {
+		decode_check(be, qu, &c, mode, 7000 + 4 * (uint64_t)_i + mode);
+		if (!c.f32)
+			decode_check(be_scalar, qu_scalar, &c, mode, 7000 + 4 * (uint64_t)_i + mode);
+	}
+}
+END_TEST
+
+/* Bad lengths: SL_EINVAL.  nseq = 2, cap = 4. */
+typedef struct attn_bad_case {
+	bool prefill;
+	int t, v0, v1; /* prefill: npad; decode: len */
+} attn_bad_case;
+
+static const attn_bad_case attn_bad_cases[] = {
+	{ false, 1, 4, 0 },  /* len == cap */
+	{ false, 1, 0, 9 },  /* len > cap, second sequence */
+	{ false, 1, -1, 0 }, /* len < 0 */
+	{ true, 3, 4, 0 },   /* npad > t */
+	{ true, 3, 0, -1 },  /* npad < 0 */
+	{ true, 6, 1, 0 },   /* t - npad = 6 real rows > cap */
+};
+
+START_TEST(test_attn_bad_args)
+{
+	const attn_bad_case *c = &attn_bad_cases[_i];
+	enum { NSEQ = 2, NH = 2, HD = 4, CAP = 4, T = 6 };
+	float act[NSEQ * T * NH * HD] = { 0 }, out[NSEQ * T * NH * HD];
+	sl_half kc[NSEQ * NH * CAP * HD], vc[NSEQ * NH * CAP * HD];
+	float score[NSEQ * NH * CAP] = { 0 };
+	const int vals[NSEQ] = { c->v0, c->v1 };
+	memset(kc, 0, sizeof kc);
+	memset(vc, 0, sizeof vc);
+	sl_attn_args a = { .nseq = NSEQ, .nh = NH, .hd = HD, .t = c->t, .cap = CAP, .q = act,
+			   .k_new = act, .v_new = act, .out = out, .k_cache = kc, .v_cache = vc,
+			   .kv_f32 = false, .score = score };
+	int rc;
+	sl_err_clear();
+	if (c->prefill) {
+		a.npad = vals;
+		rc = be->ops->attn_prefill(be, qu, &a);
+	} else {
+		a.len = vals;
+		rc = be->ops->attn_decode(be, qu, &a);
+	}
+	ck_assert_int_eq(rc, SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), c->prefill ? "attn_prefill" : "attn_decode"),
+		      "the message does not name the op: %s", sl_errmsg());
+}
+END_TEST
+
+/* ---- argmax ------------------------------------------------------------------ */
+
+static const int am_rows[] = { 1, 4, 37 };
+static const int am_ns[] = { 1, 2, 7, 1000, 50272 };
+#define ARGMAX_CASES ((int)(SL_ARRAY_LEN(am_rows) * SL_ARRAY_LEN(am_ns)) * 2)
+#define ARGMAX_KINDS 8
+
+/* Row kinds: random; a tied maximum; NaNs (index 0 among them) around
+ * random values; all equal; NaNs with -inf the only numbers; -0 and +0 as
+ * the maximum; +inf twice; NaN last and around the maximum.  A row may
+ * end up with no number at all (n = 1): no answer is defined there. */
+static void argmax_row(rng *r, float *x, int n, int kind)
+{
+	for (int i = 0; i < n; i++)
+		x[i] = rng_unif(r);
+	const int p0 = rng_int(r, n), p1 = p0 + (n - p0 > 1 ? 1 + rng_int(r, n - p0 - 1) : 0);
+	switch (kind) {
+	case 1: /* the maximum at p0 and p1 (and maybe between) */
+		x[p0] = x[p1] = 2.0f;
+		if (p1 - p0 > 1)
+			x[p0 + 1 + rng_int(r, p1 - p0 - 1)] = 2.0f;
+		break;
+	case 2: /* NaN at index 0 and at ~1/8 of the rest, one number kept */
+		for (int i = 0; i < n; i++)
+			if (i == 0 || rng_int(r, 8) == 0)
+				x[i] = NAN;
+		if (n > 1)
+			x[1 + rng_int(r, n - 1)] = 0.5f;
+		else
+			x[0] = 0.5f;
+		break;
+	case 3: /* all equal */
+		for (int i = 0; i < n; i++)
+			x[i] = 0.25f;
+		break;
+	case 4: /* NaN everywhere but -inf at p0 and p1 */
+		for (int i = 0; i < n; i++)
+			x[i] = NAN;
+		x[p0] = x[p1] = -INFINITY;
+		break;
+	case 5: /* all negative, then -0 and +0 (either order) at p0 < p1 */
+		for (int i = 0; i < n; i++)
+			x[i] = -fabsf(x[i]) - 0.001f;
+		x[p0] = rng_int(r, 2) ? -0.0f : 0.0f;
+		if (p1 != p0)
+			x[p1] = signbit(x[p0]) ? 0.0f : -0.0f;
+		break;
+	case 6: /* +inf twice */
+		x[p0] = x[p1] = INFINITY;
+		break;
+	case 7: /* NaN at the end and around the maximum */
+		x[n - 1] = NAN;
+		if (p0 != n - 1) {
+			x[p0] = 3.0f;
+			if (p0 > 0)
+				x[p0 - 1] = NAN;
+		}
+		break;
+	}
+}
+
+START_TEST(test_argmax)
+{
+	const int rows = am_rows[_i / 10], n = am_ns[_i / 2 % 5];
+	const int ldx = (_i & 1) ? n + 5 : n;
+	rng r = rng_seed(8000 + (uint64_t)_i);
+	float *x = xmalloc(sizeof(float) * (size_t)rows * ldx);
+	int32_t *out = xmalloc(sizeof(int32_t) * (size_t)(rows + 1));
+	for (int i = 0; i < rows; i++) {
+		float *xr = x + (size_t)i * ldx;
+		argmax_row(&r, xr, n, (i + _i) % ARGMAX_KINDS);
+		for (int j = n; j < ldx; j++)
+			xr[j] = INFINITY; /* the stride gap would win if read */
+	}
+	for (int i = 0; i <= rows; i++)
+		out[i] = -7;
+	int rc = be->ops->argmax(be, qu, rows, n, x, ldx, out);
+	ck_assert_int_eq(rc, 0);
+	for (int i = 0; i < rows; i++) {
+		const float *xr = x + (size_t)i * ldx;
+		float mx = NAN;
+		for (int j = 0; j < n; j++)
+			if (!isnan(xr[j]) && (isnan(mx) || xr[j] > mx))
+				mx = xr[j];
+		if (isnan(mx))
+			continue; /* no number in the row: not specified */
+		int want = 0;
+		while (!(xr[want] == mx))
+			want++;
+		FAIL_IF(out[i] != want, "argmax rows=%d n=%d ldx=%d row %d (kind %d): got %d (%g), want %d (%g)",
+			rows, n, ldx, i, (i + _i) % ARGMAX_KINDS, out[i],
+			out[i] >= 0 && out[i] < n ? (double)xr[out[i]] : 0.0, want, (double)mx);
+	}
+	ck_assert_msg(out[rows] == -7, "argmax wrote past its rows");
+	free(x);
+	free(out);
+}
+END_TEST
+
+/* ---- main ------------------------------------------------------------------- */
+
+int main(void)
+{
+	if (!cpu_has_f16c())
+		fprintf(stderr, "test_ops: this CPU has no F16C: fp16 conversions are checked "
+				"against the test's reference only, not the hardware\n");
+	Suite *s = suite_create("ops");
+
+	TCase *tc = tcase_create("fp16");
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_half_to_float_all, 0, H2F_CHUNKS);
+	tcase_add_loop_test(tc, test_float_to_half_edges, 0, N_F2H_CASES);
+	tcase_add_test(tc, test_float_to_half_ties);
+	tcase_add_loop_test(tc, test_float_to_half_random, 0, F2H_RANDOM_CHUNKS);
+	tcase_add_test(tc, test_bf16_to_float_all);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("gemm");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_gemm, 0, GEMM_CASES);
+	tcase_add_loop_test(tc, test_gemm_scalar, 0, GEMM_CASES);
+	tcase_add_loop_test(tc, test_gemm_small_m_bit_identical, 0, GEMM_BITID_CASES);
+	tcase_add_test(tc, test_gemm_k0);
+	tcase_add_loop_test(tc, test_gemm_args, 0, (int)SL_ARRAY_LEN(gemm_arg_cases));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("layernorm_embed");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_layernorm, 0, LN_CASES);
+	tcase_add_loop_test(tc, test_embed, 0, EMB_CASES);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("attention");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_attn_prefill, 0, PREFILL_CASES);
+	tcase_add_loop_test(tc, test_attn_decode, 0, DECODE_CASES);
+	tcase_add_loop_test(tc, test_attn_bad_args, 0, (int)SL_ARRAY_LEN(attn_bad_cases));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("argmax");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_argmax, 0, ARGMAX_CASES);
+	suite_add_tcase(s, tc);
+
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
