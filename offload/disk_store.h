@@ -1,0 +1,160 @@
+/*
+ * disk_store.h - the disk tier: one store file per model in the offload
+ * directory, read and written with O_DIRECT through io_uring.
+ *
+ * Layout of the file: a 4 KiB header (magic, version, data size, the key
+ * that names the model and layout, a "complete" flag, a checksum), then the
+ * data area of data_bytes.  The caller carves the data area into its own
+ * 4 KiB-aligned segments; the store only moves bytes.
+ *
+ * I/O is asynchronous: sl_disk_read()/sl_disk_write() queue a request and
+ * hand back a ticket; sl_disk_wait(ticket) blocks until that request is done
+ * and returns its status.  A request is split into chunks (1 MiB by default)
+ * and up to queue_depth chunks are in flight at once; requests beyond that
+ * are queued inside the store and started as chunks complete, by a
+ * completion thread (io_uring) or a small pool of pread/pwrite threads (the
+ * fallback), so I/O keeps going while the caller computes.
+ *
+ * Engines, chosen once at open:
+ *   "io_uring+O_DIRECT"        the normal path: fixed file, registered
+ *                              buffers where the caller registered them
+ *   "threads+pread+O_DIRECT"   io_uring unavailable (ENOSYS, EPERM in
+ *                              containers, kernel.io_uring_disabled)
+ *   "threads+pread+buffered"   the file system refuses O_DIRECT (EINVAL on
+ *                              open); the page cache is dropped behind every
+ *                              chunk with posix_fadvise(DONTNEED)
+ * A fallback is never silent: open prints one line to stderr,
+ * "sluice: warning: <dir>: <why>; using <engine>".
+ *
+ * Completeness: sl_disk_mark_complete() sets the header's flag after an
+ * fdatasync, once the caller has written the whole data area.  A store whose
+ * writing was interrupted (crash, disk full) keeps the flag clear, and
+ * reopening it reports fresh=true, so the caller rewrites it.  The first
+ * write to a complete store clears the flag on disk before any data moves.
+ *
+ * Threads: read, write, wait and wait_all may be called from any thread;
+ * register and close must not run concurrently with other calls on the same
+ * store.  Buffers handed to read/write belong to the caller and must stay
+ * valid (and, for writes, unchanged) until the request has been waited for.
+ *
+ * Errors follow sl_common.h: 0 or a negative SL_E* code, with a one-line
+ * message from sl_errmsg() naming the file and the problem.
+ */
+#ifndef SL_DISK_STORE_H
+#define SL_DISK_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SL_DISK_ALIGN 4096u              /* offsets, sizes and buffers */
+#define SL_DISK_HEADER_BYTES 4096u       /* the header before the data area */
+#define SL_DISK_MAX_KEY 4000u            /* longest key, in bytes */
+#define SL_DISK_DEFAULT_QD 32
+#define SL_DISK_DEFAULT_CHUNK (1u << 20) /* 1 MiB */
+#define SL_DISK_MAX_REQUESTS 1024        /* requests outstanding at once */
+
+typedef struct sl_disk_store sl_disk_store;
+
+/* Zeroed fields take their defaults. */
+typedef struct sl_disk_params {
+	const char *dir;        /* the offload directory; must exist */
+	const char *file_name;  /* e.g. "opt-1.3b.sluice"; no '/' */
+	const char *key;        /* text naming the model and layout; stored in
+	                           the header and compared on open */
+	uint64_t data_bytes;    /* capacity of the data area (rounded up to
+	                           4 KiB) */
+	int queue_depth;        /* chunks in flight; 0: 32, at most 4096 */
+	size_t chunk_bytes;     /* request split size; 0: 1 MiB; a multiple of
+	                           4 KiB, at most 64 MiB */
+	bool force_fallback;    /* tests: act as if io_uring were unavailable */
+	bool force_no_direct;   /* tests: act as if O_DIRECT were refused */
+} sl_disk_params;
+
+typedef struct sl_disk_stats {
+	uint64_t bytes_read, bytes_written; /* completed successfully */
+	uint64_t reads, writes;             /* requests completed (any status) */
+	uint64_t fixed_chunks;              /* chunks done from registered buffers */
+	uint64_t requeued;                  /* requests that waited for a free slot */
+	int max_in_flight;                  /* most chunks in flight at once */
+	double busy_s;                      /* seconds with >= 1 request unfinished */
+} sl_disk_stats;
+
+/*
+ * Open DIR/FILE_NAME, creating it if missing.  *fresh is set true when the
+ * caller must (re)write the data area: a new file, or a store whose writing
+ * never completed; false for a complete store with the same key and size.
+ * Errors: SL_ENOTFOUND (dir missing or not a directory), SL_EIO (dir not
+ * writable, not enough free space, I/O error), SL_EINVAL (a store with
+ * another key or size: remove it or use another --offload-dir; bad params),
+ * SL_EFORMAT (not a sluice store, corrupt header, file shorter than its
+ * header says).  On success the store owns its file; sl_disk_close frees it.
+ */
+int sl_disk_open(const sl_disk_params *p, sl_disk_store **out, bool *fresh);
+
+/*
+ * Register the caller's staging buffers (pinned host memory) with io_uring so
+ * that chunks inside them use fixed-buffer reads and writes.  Optional; the
+ * buffers must be 4 KiB aligned with lengths in multiples of 4 KiB and stay
+ * valid until sl_disk_close or the next sl_disk_register (which replaces the
+ * set; n == 0 unregisters).  Waits for requests in flight first.  Where the
+ * kernel refuses (RLIMIT_MEMLOCK) it prints a warning and carries on with
+ * unregistered I/O; on the thread engine it only checks the arguments.
+ */
+int sl_disk_register(sl_disk_store *s, void *const *bufs, const size_t *lens, int n);
+
+/*
+ * Queue a read of n bytes at data-area offset off into buf (or a write from
+ * buf).  off, n and buf must be multiples of 4096 (SL_EINVAL) and the range
+ * within the data area (SL_ERANGE).  *ticket identifies the request for
+ * sl_disk_wait.  Blocks only while SL_DISK_MAX_REQUESTS requests are
+ * outstanding.  Returns 0; the I/O status comes from the wait.
+ */
+int sl_disk_read(sl_disk_store *s, uint64_t off, void *buf, size_t n, uint64_t *ticket);
+int sl_disk_write(sl_disk_store *s, uint64_t off, const void *buf, size_t n, uint64_t *ticket);
+
+/*
+ * Wait for the request with this ticket and return its status: 0, or SL_EIO
+ * with a message such as "short read at offset X of FILE (got N of M bytes):
+ * truncated store?" or "FILE: disk full writing offset X (No space left on
+ * device)".  Waiting for a ticket that already completed returns at once (its
+ * error, if it failed and was not yet reported).  SL_EINVAL for a ticket
+ * never issued.
+ */
+int sl_disk_wait(sl_disk_store *s, uint64_t ticket);
+
+/* Wait for every request issued so far; returns the first failure's status
+ * (by ticket order) and forgets all failures. */
+int sl_disk_wait_all(sl_disk_store *s);
+
+/*
+ * Declare the data area fully written: waits for all requests, refuses
+ * (SL_EIO) if any write failed since open or the file is shorter than the
+ * data area, then fdatasync()s the data and writes the header's complete
+ * flag (and syncs it).
+ */
+int sl_disk_mark_complete(sl_disk_store *s);
+
+/* Wait for requests in flight, stop the engine, close the file.  NULL ok. */
+void sl_disk_close(sl_disk_store *s);
+
+/* "io_uring+O_DIRECT", "threads+pread+O_DIRECT" or "threads+pread+buffered". */
+const char *sl_disk_mode(const sl_disk_store *s);
+/* The store file's path. */
+const char *sl_disk_path(const sl_disk_store *s);
+/* The data area's capacity in bytes (data_bytes rounded up to 4 KiB). */
+uint64_t sl_disk_capacity(const sl_disk_store *s);
+/* Counters since open; busy_s includes the current busy period. */
+void sl_disk_get_stats(sl_disk_store *s, sl_disk_stats *out);
+
+/*
+ * Measure sequential O_DIRECT read bandwidth in dir: writes a temporary
+ * (already unlinked) file of bytes (rounded up to 1 MiB, at least 1 MiB),
+ * then reads it back through the same engine as a store (io_uring, 32 chunks
+ * of 1 MiB in flight, fed by 16 MiB requests; or the fallback), and reports
+ * GB/s (1e9 bytes/s) and the engine's name in mode.  No warning is printed;
+ * mode tells which path ran.  Errors as sl_disk_open for the directory.
+ */
+int sl_disk_probe_read(const char *dir, uint64_t bytes, double *gbps, char *mode, size_t mode_len);
+
+#endif
