@@ -87,3 +87,33 @@ void sl_dev_free(sl_backend *b, void *p, size_t bytes)
 	b->ops->dev_free(b, p);
 	sl_dev_unaccount(b, bytes);
 }
+
+void sl_backend_set_host_limit(sl_backend *b, size_t bytes)
+{
+	b->host_limit = bytes;
+}
+
+int sl_host_alloc(sl_backend *b, size_t bytes, const char *what, void **out)
+{
+	*out = NULL;
+	if (b->host_limit && b->host_used + bytes > b->host_limit)
+		return sl_err(SL_EBUDGET,
+			      "host memory budget exceeded allocating %s: %zu bytes needed, %zu of %zu in use",
+			      what, bytes, b->host_used, b->host_limit);
+	int rc = b->ops->host_alloc(b, bytes, out);
+	if (rc < 0)
+		return sl_err_prefix(rc, "allocating %zu bytes of pinned memory for %s", bytes, what);
+	b->host_used += bytes;
+	if (b->host_used > b->host_peak)
+		b->host_peak = b->host_used;
+	return 0;
+}
+
+void sl_host_free(sl_backend *b, void *p, size_t bytes)
+{
+	if (!p)
+		return;
+	b->ops->host_free(b, p);
+	SL_ASSERT(bytes <= b->host_used);
+	b->host_used -= bytes;
+}

@@ -110,6 +110,9 @@ typedef struct sl_attn_args {
 
 typedef struct sl_backend_ops {
 	const char *name; /* "cpu", "cuda" */
+	/* device memory is ordinary host memory (the CPU backend): the disk
+	 * tier may read into it directly */
+	bool dev_is_host;
 	void (*free)(sl_backend *b);
 
 	/* memory: raw allocation; accounting lives in the sl_dev_* wrappers */
@@ -163,6 +166,9 @@ struct sl_backend {
 	/* device-tier accounting, kept by sl_dev_alloc / sl_dev_free */
 	size_t dev_limit; /* 0: unlimited */
 	size_t dev_used, dev_peak;
+	/* host-tier (pinned) accounting, kept by sl_host_alloc / sl_host_free */
+	size_t host_limit; /* 0: unlimited */
+	size_t host_used, host_peak;
 	/* GEMM time and work, kept by backends whose ops run synchronously (the
 	 * CPU backend); zero elsewhere, where callers time with wall clocks */
 	double gemm_seconds, gemm_flop;
@@ -185,6 +191,12 @@ void sl_backend_set_dev_limit(sl_backend *b, size_t bytes);
  * what names the allocation in the error message. */
 int sl_dev_alloc(sl_backend *b, size_t bytes, const char *what, void **out);
 void sl_dev_free(sl_backend *b, void *p, size_t bytes);
+/* Pinned host allocation under the host-tier budget (--cpu-mem); 4 KiB
+ * aligned, so the disk tier can read into it with O_DIRECT. */
+int sl_host_alloc(sl_backend *b, size_t bytes, const char *what, void **out);
+void sl_host_free(sl_backend *b, void *p, size_t bytes);
+void sl_backend_set_host_limit(sl_backend *b, size_t bytes);
+
 /* For a backend's own workspaces (cuBLAS): account without allocating. */
 int sl_dev_account(sl_backend *b, size_t bytes, const char *what);
 void sl_dev_unaccount(sl_backend *b, size_t bytes);

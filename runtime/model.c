@@ -9,37 +9,85 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int sl_model_open(sl_backend *be, const char *dir, const char *dummy, sl_model **out)
+{
+	sl_model_params p = { .dir = dir, .dummy = dummy, .w_gpu_percent = 100 };
+	return sl_model_open_ex(be, &p, out);
+}
+
+/* The store key: what the disk share of the weights was made from. */
+static void store_key(const sl_model_params *p, const sl_opt_config *c, char *key, size_t n)
+{
+	char src[PATH_MAX + 64] = "dummy seed 0";
+	if (p->dir) {
+		char real[PATH_MAX];
+		struct stat st;
+		char cfg[PATH_MAX];
+		snprintf(cfg, sizeof cfg, "%s/config.json", p->dir);
+		long long mt = stat(cfg, &st) == 0 ? (long long)st.st_mtime : 0;
+		snprintf(src, sizeof src, "checkpoint %s (config mtime %lld)",
+			 realpath(p->dir, real) ? real : p->dir, mt);
+	}
+	snprintf(key, n,
+		 "sluice weights v1; model %s: layers %d heads %d hidden %d ffn %d vocab %d embed %d pos %d; %s; fp16; placement gpu %.6g%% cpu %.6g%%",
+		 c->name, c->n_layer, c->n_head, c->hidden, c->ffn, c->vocab, c->embed_dim, c->max_pos,
+		 src, p->w_gpu_percent, p->w_cpu_percent);
+}
+
+int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 {
 	*out = NULL;
 	sl_model *m = calloc(1, sizeof *m);
 	if (!m)
 		return sl_err(SL_ENOMEM, "out of memory");
 	m->be = be;
+	sl_st_set *st = NULL;
 	int rc = be->ops->queue_create(be, &m->q);
 	if (rc < 0)
 		goto fail;
-	if (dir) {
+	if (p->dir) {
 		char path[PATH_MAX];
-		snprintf(path, sizeof path, "%s/config.json", dir);
+		snprintf(path, sizeof path, "%s/config.json", p->dir);
 		if ((rc = sl_opt_config_load(path, &m->cfg)) < 0)
 			goto fail;
-		sl_st_set *st = NULL;
-		if ((rc = sl_st_open_dir(dir, &st)) < 0)
+		if ((rc = sl_st_open_dir(p->dir, &st)) < 0)
 			goto fail;
-		rc = sl_weights_load(be, m->q, &m->cfg, st, dir, &m->w);
-		sl_st_close(st);
-	} else {
-		if ((rc = sl_opt_config_named(dummy, &m->cfg)) < 0)
-			goto fail;
-		rc = sl_weights_dummy(be, m->q, &m->cfg, 0, &m->w);
+	} else if ((rc = sl_opt_config_named(p->dummy, &m->cfg)) < 0) {
+		goto fail;
 	}
+	sl_weight_place place = { .gpu_percent = p->w_gpu_percent, .cpu_percent = p->w_cpu_percent,
+				  .overlap = p->overlap };
+	if (p->w_gpu_percent + p->w_cpu_percent < 100.0) {
+		if (!p->offload_dir) {
+			rc = sl_err(SL_EINVAL, "weights placed on disk need --offload-dir DIR");
+			goto fail;
+		}
+		char key[2 * PATH_MAX], name[128];
+		store_key(p, &m->cfg, key, sizeof key);
+		snprintf(name, sizeof name, "%s.weights.sluice",
+			 strrchr(m->cfg.name, '/') ? strrchr(m->cfg.name, '/') + 1 : m->cfg.name);
+		/* the data area: every layer's disk segment */
+		sl_disk_params dp = { .dir = p->offload_dir, .file_name = name, .key = key,
+				      .data_bytes = (uint64_t)m->cfg.n_layer *
+						    sl_weights_disk_bytes(&m->cfg, p->w_gpu_percent,
+									  p->w_cpu_percent) };
+		bool fresh = true;
+		if ((rc = sl_disk_open(&dp, &m->disk, &fresh)) < 0)
+			goto fail;
+		place.disk = m->disk;
+		place.disk_ready = !fresh;
+	}
+	rc = p->dir ? sl_weights_load(be, m->q, &m->cfg, st, p->dir, &place, &m->w)
+		    : sl_weights_dummy(be, m->q, &m->cfg, 0, &place, &m->w);
 	if (rc < 0)
 		goto fail;
+	sl_st_close(st);
 	*out = m;
 	return 0;
 fail:
+	sl_st_close(st);
 	sl_model_free(m);
 	return rc;
 }
@@ -61,6 +109,7 @@ void sl_model_free(sl_model *m)
 		return;
 	release_ws(m);
 	sl_weights_free(m->be, &m->w);
+	sl_disk_close(m->disk);
 	if (m->q)
 		m->be->ops->queue_free(m->be, m->q);
 	free(m);
@@ -185,7 +234,9 @@ static int layers(sl_model *m, sl_kv *kv, int rows, int t, const int *npad, bool
 	const int h = c->hidden, f = c->ffn, hd = sl_opt_head_dim(c);
 	const float scale = 1.0f / sqrtf((float)hd);
 	for (int l = 0; l < c->n_layer; l++) {
-		const sl_opt_layer_w *w = &m->w.layers[l];
+		sl_opt_layer_w wv;
+		SL_TRY(sl_weights_acquire(m->be, m->q, &m->w, l, &wv));
+		const sl_opt_layer_w *w = &wv;
 		const float *xin = m->h;
 		if (c->pre_ln) {
 			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln1_g, w->ln1_b, c->ln_eps,
@@ -216,6 +267,7 @@ static int layers(sl_model *m, sl_kv *kv, int rows, int t, const int *npad, bool
 		if (!c->pre_ln)
 			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln2_g, w->ln2_b, c->ln_eps,
 					    m->h, h));
+		SL_TRY(sl_weights_release(m->be, m->q, &m->w, l));
 	}
 	return 0;
 }

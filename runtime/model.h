@@ -28,6 +28,7 @@ typedef struct sl_model {
 	size_t ws_bytes;
 	int32_t *ids_host, *pos_host; /* (max_rows) */
 	bool kv_f32; /* caches made by sl_kv_create hold fp32 (default fp16) */
+	sl_disk_store *disk; /* owned; weights on disk */
 } sl_model;
 
 typedef struct sl_kv {
@@ -41,8 +42,19 @@ typedef struct sl_kv {
 } sl_kv;
 
 /* Open a model: from a checkpoint directory (config.json + safetensors),
- * or with dummy weights for a named shape (dir NULL, dummy "opt-1.3b"). */
+ * or with dummy weights for a named shape (dir NULL, dummy "opt-1.3b"),
+ * all weights on the device. */
 int sl_model_open(sl_backend *be, const char *dir, const char *dummy, sl_model **out);
+
+typedef struct sl_model_params {
+	const char *dir, *dummy;     /* one of them */
+	double w_gpu_percent, w_cpu_percent; /* the rest on disk */
+	const char *offload_dir;     /* the disk store's folder (weights on disk) */
+	bool overlap;                /* prefetch the next layer's weights */
+} sl_model_params;
+
+/* Open with the weights placed across device, pinned host and disk. */
+int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out);
 void sl_model_free(sl_model *m);
 
 /* Size the workspace for batches of up to max_seq sequences and max_rows

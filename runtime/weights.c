@@ -214,24 +214,91 @@ static int fill_tensor(const sl_opt_config *c, const source *src, const tdesc *d
 	return 0;
 }
 
-static int alloc_block(sl_backend *b, size_t bytes, const char *what, void **out)
+static size_t align4k(size_t n)
 {
-	return sl_dev_alloc(b, bytes, what, out);
+	return (n + 4095) & ~(size_t)4095;
+}
+
+size_t sl_weights_layer_bytes(const sl_opt_config *c)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++)
+		n += align64(tensor_elems(c, &layer_tensors[i]) * 2);
+	return n;
+}
+
+/* FlexGen's rule: tiers by byte midpoint, ordered [disk, cpu, device]. */
+static void place_layer(const sl_opt_config *c, const sl_weight_place *p, sl_opt_weights *w)
+{
+	double gpu = p ? p->gpu_percent : 100.0, cpu = p ? p->cpu_percent : 0.0;
+	double disk = 100.0 - gpu - cpu;
+	size_t total = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++)
+		total += tensor_elems(c, &layer_tensors[i]) * 2;
+	size_t cum = 0;
+	w->dev_bytes = w->host_bytes = w->disk_bytes = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++) {
+		size_t nb = tensor_elems(c, &layer_tensors[i]) * 2;
+		double mid = 100.0 * ((double)cum + nb / 2.0) / (double)total;
+		cum += nb;
+		enum sl_tier t = mid < disk ? SL_TIER_DISK : mid < disk + cpu ? SL_TIER_HOST : SL_TIER_DEVICE;
+		w->tier[i] = (unsigned char)t;
+		size_t *home = t == SL_TIER_DISK ? &w->disk_bytes : t == SL_TIER_HOST ? &w->host_bytes
+										   : &w->dev_bytes;
+		w->home_off[i] = *home;
+		*home += align64(nb);
+	}
+	/* a staging slot holds the host tensors, then (page aligned, for
+	 * O_DIRECT) the disk tensors, each at its home offset */
+	w->stage_host_part = align4k(w->host_bytes);
+	w->disk_bytes = align4k(w->disk_bytes);
+	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++)
+		w->stage_off[i] = w->tier[i] == SL_TIER_HOST ? w->home_off[i]
+				  : w->tier[i] == SL_TIER_DISK ? w->stage_host_part + w->home_off[i]
+							       : 0;
+	w->stage_bytes = w->stage_host_part + w->disk_bytes;
+	w->streamed = w->host_bytes + w->disk_bytes > 0;
+}
+
+size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent)
+{
+	sl_opt_weights tmp;
+	sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent };
+	place_layer(c, &p, &tmp);
+	return tmp.disk_bytes;
+}
+
+/* Pointers of layer l's tensors: home for device ones, slot for the rest. */
+static void layer_view(const sl_opt_weights *w, const sl_opt_layer_w *lw, void *slot,
+		       sl_opt_layer_w *view)
+{
+	*view = *lw;
+	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++) {
+		char *base = w->tier[i] == SL_TIER_DEVICE ? (char *)lw->block + w->home_off[i]
+			     : slot ? (char *)slot + w->stage_off[i] : NULL;
+		*(sl_half **)((char *)view + layer_tensors[i].off) = (sl_half *)base;
+	}
 }
 
 static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const source *src,
-		    sl_opt_weights *w)
+		    const sl_weight_place *place, sl_opt_weights *w)
 {
 	memset(w, 0, sizeof *w);
+	w->slot[0].layer = w->slot[1].layer = -1;
 	w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
 	if (!w->layers)
 		return sl_err(SL_ENOMEM, "out of memory");
 	w->n_layer = c->n_layer;
+	place_layer(c, place, w);
+	w->overlap = place ? place->overlap : false;
+	w->disk = place ? place->disk : NULL;
+	if (w->disk_bytes && !w->disk)
+		return sl_err(SL_EINVAL, "weights placed on disk need an offload directory");
+	const bool write_disk = w->disk_bytes && !place->disk_ready;
 
 	/* sizes, then one staging buffer big enough for any block */
-	size_t lbytes = 0, gbytes = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++)
-		lbytes += align64(tensor_elems(c, &layer_tensors[i]) * 2);
+	const size_t lbytes = sl_weights_layer_bytes(c);
+	size_t gbytes = 0;
 	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++)
 		if (global_present(c, global_tensors[i].cond))
 			gbytes += align64(tensor_elems(c, &global_tensors[i].d) * 2);
@@ -242,11 +309,11 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 		if (!head)
 			head = sl_st_find(src->st, "model.lm_head.weight");
 	}
-	size_t stage_bytes = SL_MAX(lbytes, gbytes + (head ? head_bytes : 0));
+	size_t stage_bytes = SL_MAX(align4k(lbytes) + w->disk_bytes, gbytes + (head ? head_bytes : 0));
 	void *stage = NULL;
-	int rc = b->ops->host_alloc(b, stage_bytes, &stage);
+	int rc = sl_host_alloc(b, stage_bytes, "weight conversion", &stage);
 	if (rc < 0)
-		return sl_err_prefix(rc, "allocating %zu bytes of staging memory", stage_bytes);
+		return rc;
 
 	/* globals */
 	size_t off = 0;
@@ -271,7 +338,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 	}
 	w->block_bytes = off;
 	if (!rc)
-		rc = alloc_block(b, off, "embeddings and final layers", &w->block);
+		rc = sl_dev_alloc(b, off, "embeddings and final layers", &w->block);
 	if (!rc)
 		rc = b->ops->copy_h2d(b, q, w->block, stage, off);
 	if (!rc)
@@ -288,65 +355,195 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 		w->lm_head = tied ? w->embed_tokens : (sl_half *)((char *)w->block + off);
 	}
 
-	/* decoder layers, one block each */
+	/* decoder layers: each tensor converted once, then sent to its tier */
+	unsigned char *disk_img = sp + align4k(lbytes); /* page aligned: stage is */
 	for (int l = 0; l < c->n_layer && !rc; l++) {
 		sl_opt_layer_w *lw = &w->layers[l];
+		lw->disk_off = (uint64_t)l * w->disk_bytes;
+		char what[64];
+		snprintf(what, sizeof what, "weights of layer %d", l);
+		if (w->dev_bytes && (rc = sl_dev_alloc(b, w->dev_bytes, what, &lw->block)) < 0)
+			break;
+		lw->block_bytes = w->dev_bytes;
+		if (w->host_bytes && (rc = sl_host_alloc(b, w->host_bytes, what, &lw->host)) < 0)
+			break;
+		memset(disk_img, 0, w->disk_bytes);
 		off = 0;
 		for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors) && !rc; i++) {
 			const tdesc *d = &layer_tensors[i];
+			const size_t nb = tensor_elems(c, d) * 2;
+			if (w->tier[i] == SL_TIER_DISK && !write_disk)
+				continue; /* the store holds it already */
 			char name[160];
 			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
-			rc = fill_tensor(c, src, d, name, (uint64_t)l * 64 + i, (sl_half *)(sp + off));
-			off += align64(tensor_elems(c, d) * 2);
+			sl_half *dst = (sl_half *)(sp + off);
+			rc = fill_tensor(c, src, d, name, (uint64_t)l * 64 + i, dst);
+			if (rc)
+				break;
+			if (w->tier[i] == SL_TIER_HOST)
+				memcpy((char *)lw->host + w->home_off[i], dst, nb);
+			else if (w->tier[i] == SL_TIER_DISK)
+				memcpy(disk_img + w->home_off[i], dst, nb);
+			else
+				rc = b->ops->copy_h2d(b, q, (char *)lw->block + w->home_off[i], dst, nb);
+			if (!rc)
+				rc = b->ops->queue_sync(b, q);
+			off += align64(nb);
 		}
-		if (rc)
-			break;
-		char what[64];
-		snprintf(what, sizeof what, "weights of layer %d", l);
-		lw->block_bytes = off;
-		if ((rc = alloc_block(b, off, what, &lw->block)) < 0)
-			break;
-		if ((rc = b->ops->copy_h2d(b, q, lw->block, stage, off)) < 0 ||
-		    (rc = b->ops->queue_sync(b, q)) < 0)
-			break;
-		off = 0;
-		for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++) {
-			*(sl_half **)((char *)lw + layer_tensors[i].off) = (sl_half *)((char *)lw->block + off);
-			off += align64(tensor_elems(c, &layer_tensors[i]) * 2);
+		if (!rc && write_disk) {
+			uint64_t ticket;
+			rc = sl_disk_write(w->disk, lw->disk_off, disk_img, w->disk_bytes, &ticket);
+			if (!rc)
+				rc = sl_disk_wait(w->disk, ticket);
+			w->stats.disk_write_bytes += w->disk_bytes;
 		}
+		layer_view(w, lw, NULL, lw); /* device pointers; others set per acquire */
 	}
-	b->ops->host_free(b, stage);
+	if (!rc && write_disk)
+		rc = sl_disk_mark_complete(w->disk);
+	sl_host_free(b, stage, stage_bytes);
+
+	/* staging slots for the streamed tensors */
+	for (int k = 0; k < 2 && !rc && w->streamed; k++) {
+		rc = sl_dev_alloc(b, w->stage_bytes, "weight staging", &w->slot[k].buf);
+		if (!rc && w->disk_bytes && !b->ops->dev_is_host)
+			rc = sl_host_alloc(b, w->disk_bytes, "disk bounce buffer", &w->slot[k].bounce);
+		if (!rc)
+			rc = b->ops->event_create(b, &w->slot[k].free_ev);
+		if (!rc)
+			rc = b->ops->event_create(b, &w->slot[k].ready_ev);
+	}
+	if (!rc && w->streamed)
+		rc = b->ops->queue_create(b, &w->copy_q);
 	if (rc) {
 		sl_weights_free(b, w);
 		return rc;
 	}
-	w->bytes = w->block_bytes;
-	for (int l = 0; l < c->n_layer; l++)
-		w->bytes += w->layers[l].block_bytes;
+	w->bytes = w->block_bytes + (size_t)c->n_layer * lbytes;
+	return 0;
+}
+
+/* Issue the loads of layer l into slot k (host part by copy, disk part by
+ * an asynchronous read). */
+static int start_load(sl_backend *b, sl_opt_weights *w, int k, int l)
+{
+	sl_weight_slot *s = &w->slot[k];
+	const sl_opt_layer_w *lw = &w->layers[l];
+	/* not before the compute queue is done with what the slot holds */
+	SL_TRY(b->ops->queue_wait(b, w->copy_q, s->free_ev));
+	if (w->host_bytes) {
+		SL_TRY(b->ops->copy_h2d(b, w->copy_q, s->buf, lw->host, w->host_bytes));
+		w->stats.h2d_bytes += w->host_bytes;
+	}
+	if (w->disk_bytes) {
+		void *dst = (char *)s->buf + w->stage_host_part;
+		if (!b->ops->dev_is_host) {
+			/* the bounce buffer's last copy to the device must be done */
+			SL_TRY(b->ops->event_sync(b, s->ready_ev));
+			dst = s->bounce;
+		} else {
+			/* the disk writes into device memory: compute must be done */
+			SL_TRY(b->ops->event_sync(b, s->free_ev));
+		}
+		SL_TRY(sl_disk_read(w->disk, lw->disk_off, dst, w->disk_bytes, &s->ticket));
+		s->disk_pending = true;
+		w->stats.disk_read_bytes += w->disk_bytes;
+	}
+	s->layer = l;
+	w->stats.loads++;
+	return 0;
+}
+
+/* Make slot k's loads complete and visible to the compute queue. */
+static int finish_load(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int k)
+{
+	sl_weight_slot *s = &w->slot[k];
+	if (s->disk_pending) {
+		double t0 = sl_now();
+		int rc = sl_disk_wait(w->disk, s->ticket);
+		w->stats.stall_s += sl_now() - t0;
+		s->disk_pending = false;
+		SL_TRY(rc);
+		if (!b->ops->dev_is_host)
+			SL_TRY(b->ops->copy_h2d(b, w->copy_q, (char *)s->buf + w->stage_host_part, s->bounce,
+						w->disk_bytes));
+	}
+	SL_TRY(b->ops->event_record(b, s->ready_ev, w->copy_q));
+	return b->ops->queue_wait(b, compute, s->ready_ev);
+}
+
+int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l,
+		       sl_opt_layer_w *view)
+{
+	if (!w->streamed) {
+		*view = w->layers[l];
+		return 0;
+	}
+	int k = w->slot[0].layer == l ? 0 : w->slot[1].layer == l ? 1 : -1;
+	if (k < 0) { /* not prefetched (first layer, or no overlap) */
+		k = l % 2;
+		double t0 = sl_now();
+		SL_TRY(start_load(b, w, k, l));
+		w->stats.stall_s += sl_now() - t0;
+	}
+	SL_TRY(finish_load(b, compute, w, k));
+	layer_view(w, &w->layers[l], w->slot[k].buf, view);
+	if (w->overlap && w->n_layer > 1) {
+		int next = (l + 1) % w->n_layer;
+		if (w->slot[!k].layer != next)
+			SL_TRY(start_load(b, w, !k, next));
+	}
+	return 0;
+}
+
+int sl_weights_release(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l)
+{
+	if (!w->streamed)
+		return 0;
+	int k = w->slot[0].layer == l ? 0 : 1;
+	SL_TRY(b->ops->event_record(b, w->slot[k].free_ev, compute));
+	if (!w->overlap)
+		w->slot[k].layer = -1; /* load again next time: nothing kept ahead */
 	return 0;
 }
 
 int sl_weights_load(sl_backend *b, sl_queue *q, const sl_opt_config *c, const sl_st_set *st,
-		    const char *dir, sl_opt_weights *w)
+		    const char *dir, const sl_weight_place *place, sl_opt_weights *w)
 {
 	source src = { .st = st, .dir = dir };
-	return load_all(b, q, c, &src, w);
+	return load_all(b, q, c, &src, place, w);
 }
 
 int sl_weights_dummy(sl_backend *b, sl_queue *q, const sl_opt_config *c, uint64_t seed,
-		     sl_opt_weights *w)
+		     const sl_weight_place *place, sl_opt_weights *w)
 {
 	source src = { .seed = seed + 1 };
-	return load_all(b, q, c, &src, w);
+	return load_all(b, q, c, &src, place, w);
 }
 
 void sl_weights_free(sl_backend *b, sl_opt_weights *w)
 {
 	if (!w)
 		return;
+	if (w->copy_q)
+		b->ops->queue_sync(b, w->copy_q);
+	for (int k = 0; k < 2; k++) {
+		if (w->slot[k].disk_pending)
+			sl_disk_wait(w->disk, w->slot[k].ticket);
+		sl_dev_free(b, w->slot[k].buf, w->stage_bytes);
+		sl_host_free(b, w->slot[k].bounce, w->disk_bytes);
+		if (w->slot[k].free_ev)
+			b->ops->event_free(b, w->slot[k].free_ev);
+		if (w->slot[k].ready_ev)
+			b->ops->event_free(b, w->slot[k].ready_ev);
+	}
+	if (w->copy_q)
+		b->ops->queue_free(b, w->copy_q);
 	if (w->layers)
-		for (int l = 0; l < w->n_layer; l++)
+		for (int l = 0; l < w->n_layer; l++) {
 			sl_dev_free(b, w->layers[l].block, w->layers[l].block_bytes);
+			sl_host_free(b, w->layers[l].host, w->host_bytes);
+		}
 	sl_dev_free(b, w->block, w->block_bytes);
 	free(w->layers);
 	memset(w, 0, sizeof *w);

@@ -8,6 +8,7 @@
 #define SL_WEIGHTS_H
 
 #include "backend.h"
+#include "disk_store.h"
 #include "opt_config.h"
 #include "safetensors.h"
 
@@ -17,9 +18,46 @@ typedef struct sl_opt_layer_w {
 	sl_half *fc1_w, *fc1_b;                                 /* (f, h), (f) */
 	sl_half *fc2_w, *fc2_b;                                 /* (h, f), (h) */
 	sl_half *ln2_g, *ln2_b;                                 /* the layer's final_layer_norm */
-	void *block;                                            /* one allocation */
+	void *block;       /* device home: the tensors placed on the device */
 	size_t block_bytes;
+	void *host;        /* pinned home: the tensors placed on the host */
+	uint64_t disk_off; /* disk home: offset of the layer's segment in the store */
 } sl_opt_layer_w;
+
+enum sl_tier { SL_TIER_DEVICE, SL_TIER_HOST, SL_TIER_DISK };
+
+/*
+ * Where weights live.  Each decoder layer's tensors are placed by
+ * FlexGen's rule, the same in every layer: a tensor whose byte midpoint (as
+ * a percentage of its layer's bytes) falls in [0, disk%) goes to the disk,
+ * in [disk%, disk% + cpu%) to pinned host memory, the rest to the device.
+ * The embeddings, positions, projections and final norm stay on the device.
+ */
+typedef struct sl_weight_place {
+	double gpu_percent, cpu_percent; /* disk holds the rest */
+	sl_disk_store *disk;             /* borrowed; needed when the disk share is not 0 */
+	bool disk_ready;                 /* the store already holds these weights */
+	bool overlap;                    /* load layer l+1 while layer l computes */
+} sl_weight_place;
+
+#define SL_LAYER_TENSORS 16
+
+/* A staging slot: one layer's streamed tensors on the device. */
+typedef struct sl_weight_slot {
+	void *buf;        /* device, stage_bytes */
+	void *bounce;     /* pinned, disk part (backends whose device is not host) */
+	int layer;        /* held, or -1 */
+	bool disk_pending;
+	uint64_t ticket;
+	sl_event *free_ev, *ready_ev;
+} sl_weight_slot;
+
+typedef struct sl_weight_stats {
+	double stall_s;        /* compute waiting for weights */
+	uint64_t h2d_bytes;    /* host tier to device */
+	uint64_t disk_read_bytes, disk_write_bytes;
+	int loads;             /* layer loads */
+} sl_weight_stats;
 
 typedef struct sl_opt_weights {
 	sl_half *embed_tokens;   /* (vocab, e) */
@@ -32,17 +70,48 @@ typedef struct sl_opt_weights {
 	size_t block_bytes;
 	sl_opt_layer_w *layers;  /* n_layer */
 	int n_layer;
-	size_t bytes;            /* all device bytes */
+	size_t bytes;            /* the weights' bytes, all tiers */
+
+	/* placement, the same for every layer */
+	unsigned char tier[SL_LAYER_TENSORS];
+	size_t home_off[SL_LAYER_TENSORS];  /* offset in its tier's layer block */
+	size_t stage_off[SL_LAYER_TENSORS]; /* offset in a staging slot */
+	size_t dev_bytes, host_bytes, disk_bytes, stage_bytes; /* per layer */
+	size_t stage_host_part; /* host tensors occupy [0, this) of a slot */
+	bool streamed;          /* some tensors live off the device */
+	bool overlap;
+	sl_disk_store *disk;
+	sl_queue *copy_q;
+	sl_weight_slot slot[2];
+	sl_weight_stats stats;
 } sl_opt_weights;
 
-/* Load from an open checkpoint; dir names it in messages. */
+/* Load from an open checkpoint; dir names it in messages.  place may be
+ * NULL: everything on the device. */
 int sl_weights_load(sl_backend *b, sl_queue *q, const sl_opt_config *c, const sl_st_set *st,
-		    const char *dir, sl_opt_weights *w);
+		    const char *dir, const sl_weight_place *place, sl_opt_weights *w);
 
 /* Deterministic pseudo-random weights of the right shapes (same seed, same
  * weights, whatever the thread count). */
 int sl_weights_dummy(sl_backend *b, sl_queue *q, const sl_opt_config *c, uint64_t seed,
-		     sl_opt_weights *w);
+		     const sl_weight_place *place, sl_opt_weights *w);
+
+/* Bytes of one decoder layer's weights, and the device bytes a placement
+ * needs (homes plus two staging slots), for budgets and messages. */
+size_t sl_weights_layer_bytes(const sl_opt_config *c);
+/* The disk segment of one layer (page aligned) under a placement. */
+size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent);
+
+/*
+ * The weights of layer l in device memory, as pointers in *view: the
+ * device-tier tensors at home, the others in a staging slot loaded from the
+ * host tier and the disk.  With overlap, acquiring layer l starts loading
+ * layer l + 1 (wrapping to 0) into the other slot.  compute is the queue
+ * that will read them; release(l) after the layer's work is issued there.
+ */
+int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l,
+		       sl_opt_layer_w *view);
+int sl_weights_release(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l);
 
 void sl_weights_free(sl_backend *b, sl_opt_weights *w);
 

@@ -177,5 +177,17 @@ printf '{"input_ids": [5]}\n' >"$tmp/nocont.jsonl"
 expect_fail "score without continuation" 'missing "continuation"' "$tmp/sc.out" -- \
 	score --backend cpu --model "$fx/opt-pre" --input "$tmp/nocont.jsonl" --out "$tmp/sc.out"
 
+# weights streamed from the disk tier give the same tokens
+mkdir -p "$tmp/off"
+if "$sluice" "${job[@]}" --batch-size 2 --percent 0 0 100 0 100 0 --offload-dir "$tmp/off" \
+	--out "$tmp/disk.jsonl" && cmp -s "$tmp/disk.jsonl" "$tmp/ref.jsonl"; then ok; else bad "weights on disk changed the output"; fi
+expect_fail "disk share without a folder" "need --offload-dir" "$tmp/d2.jsonl" -- \
+	"${job[@]}" --percent 50 0 100 0 100 0 --out "$tmp/d2.jsonl"
+expect_fail "missing offload folder" "$tmp/nodir" "$tmp/d3.jsonl" -- \
+	"${job[@]}" --percent 0 0 100 0 100 0 --offload-dir "$tmp/nodir" --out "$tmp/d3.jsonl"
+expect_fail "cache off the device" "places weights only" "$tmp/d4.jsonl" -- \
+	"${job[@]}" --percent 100 0 50 50 100 0 --out "$tmp/d4.jsonl"
+expect_fail "bad percent" "--percent" "" -- bench --dummy opt-125m --percent 100 0 100
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

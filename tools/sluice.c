@@ -9,6 +9,7 @@
 #include "job.h"
 #include "jsonl.h"
 #include "model.h"
+#include "policy.h"
 #include "sl_config.h"
 
 #include <getopt.h>
@@ -51,12 +52,25 @@ static int parse_int(const char *cmd, const char *opt, const char *s, int lo, in
 typedef struct common_opts {
 	const char *model_dir, *dummy, *backend;
 	int threads;
-	size_t gpu_mem;
+	size_t gpu_mem, cpu_mem;
 	bool kv_f32;
+	int argc;
+	char **argv;
+	sl_policy policy;
+	bool policy_given; /* a policy file or flag: its batch is the block size */
+	const char *offload_dir;
 } common_opts;
 
+static void common_init(common_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->backend = "auto";
+	sl_policy_default(&o->policy);
+}
+
 enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,
-       OPT_PROMPT_LEN, OPT_GEN_LEN, OPT_QUIET, OPT_SEED, OPT_KV_DTYPE };
+       OPT_PROMPT_LEN, OPT_GEN_LEN, OPT_QUIET, OPT_SEED, OPT_KV_DTYPE, OPT_POLICY, OPT_PERCENT,
+       OPT_GBS, OPT_NGB, OPT_OFFLOAD_DIR, OPT_CPU_MEM, OPT_NO_OVERLAP, OPT_CPU_CACHE_COMPUTE };
 
 static bool common_opt(const char *cmd, int c, common_opts *o)
 {
@@ -69,6 +83,38 @@ static bool common_opt(const char *cmd, int c, common_opts *o)
 		if (sl_parse_size(optarg, &o->gpu_mem) < 0)
 			usage_error(cmd, "--gpu-mem: %s", sl_errmsg());
 		return true;
+	case OPT_CPU_MEM:
+		if (sl_parse_size(optarg, &o->cpu_mem) < 0)
+			usage_error(cmd, "--cpu-mem: %s", sl_errmsg());
+		return true;
+	case OPT_POLICY:
+		if (sl_policy_load(optarg, &o->policy) < 0)
+			die(SL_EFORMAT);
+		o->policy_given = true;
+		return true;
+	case OPT_PERCENT: {
+		/* six numbers: this argument and the five after it */
+		const char *v[6] = { optarg };
+		for (int i = 1; i < 6; i++) {
+			if (optind >= o->argc)
+				usage_error(cmd, "%s", "--percent takes six numbers: WG WC CG CC AG AC");
+			v[i] = o->argv[optind++];
+		}
+		if (sl_policy_set_percent(&o->policy, v) < 0)
+			usage_error(cmd, "%s", sl_errmsg());
+		o->policy_given = true;
+		return true;
+	}
+	case OPT_GBS:
+	case OPT_NGB:
+		if (sl_policy_set(&o->policy, c == OPT_GBS ? "--gpu-batch-size" : "--num-gpu-batches",
+				  optarg) < 0)
+			usage_error(cmd, "%s", sl_errmsg());
+		o->policy_given = true;
+		return true;
+	case OPT_NO_OVERLAP: o->policy.overlap = false; return true;
+	case OPT_CPU_CACHE_COMPUTE: o->policy.cpu_cache_compute = true; return true;
+	case OPT_OFFLOAD_DIR: o->offload_dir = optarg; return true;
 	case OPT_KV_DTYPE:
 		if (strcmp(optarg, "f16") && strcmp(optarg, "f32"))
 			usage_error(cmd, "--kv-dtype must be f16 or f32, got '%s'", optarg);
@@ -91,11 +137,25 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	int threads = o->threads;
 	if (threads > 0)
 		omp_set_num_threads(threads);
-	int rc = sl_backend_create(o->backend, threads, be);
+	const sl_policy *p = &o->policy;
+	int rc = sl_policy_validate(p, "policy");
+	if (rc < 0)
+		return rc;
+	/* what this engine places today: weights in any tier; the KV cache
+	 * and activations on the device */
+	if (p->cache_gpu_percent < 100 || p->act_gpu_percent < 100 || p->cpu_cache_compute ||
+	    p->compress_weight || p->compress_cache || p->hh_ratio > 0)
+		return sl_err(SL_EUNSUPPORTED,
+			      "this build places weights only: the KV cache and activations must stay on the device (cache_gpu_percent and act_gpu_percent 100), without cpu_cache_compute, compression or H2O");
+	rc = sl_backend_create(o->backend, threads, be);
 	if (rc < 0)
 		return rc;
 	sl_backend_set_dev_limit(*be, o->gpu_mem);
-	rc = sl_model_open(*be, o->model_dir, o->dummy, m);
+	sl_backend_set_host_limit(*be, o->cpu_mem);
+	sl_model_params mp = { .dir = o->model_dir, .dummy = o->dummy,
+			       .w_gpu_percent = p->w_gpu_percent, .w_cpu_percent = p->w_cpu_percent,
+			       .offload_dir = o->offload_dir, .overlap = p->overlap };
+	rc = sl_model_open_ex(*be, &mp, m);
 	if (rc < 0) {
 		sl_backend_free(*be);
 		*be = NULL;
@@ -110,7 +170,15 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 		{ "backend", required_argument, 0, OPT_BACKEND },                              \
 		{ "threads", required_argument, 0, OPT_THREADS },                              \
 		{ "gpu-mem", required_argument, 0, OPT_GPU_MEM },                              \
-		{ "kv-dtype", required_argument, 0, OPT_KV_DTYPE }
+		{ "kv-dtype", required_argument, 0, OPT_KV_DTYPE },                            \
+		{ "cpu-mem", required_argument, 0, OPT_CPU_MEM },                              \
+		{ "policy", required_argument, 0, OPT_POLICY },                                \
+		{ "percent", required_argument, 0, OPT_PERCENT },                              \
+		{ "gpu-batch-size", required_argument, 0, OPT_GBS },                           \
+		{ "num-gpu-batches", required_argument, 0, OPT_NGB },                          \
+		{ "offload-dir", required_argument, 0, OPT_OFFLOAD_DIR },                      \
+		{ "no-overlap", no_argument, 0, OPT_NO_OVERLAP },                              \
+		{ "cpu-cache-compute", no_argument, 0, OPT_CPU_CACHE_COMPUTE }
 
 #define COMMON_HELP                                                                          \
 	"  --model DIR          Hugging Face OPT checkpoint (config.json + safetensors)\n"  \
@@ -119,7 +187,14 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"   \
 	"  --threads N          CPU threads (default: all cores)\n"                        \
 	"  --gpu-mem BYTES      cap on device memory (e.g. 16G)\n"                          \
-	"  --kv-dtype f16|f32   KV cache precision (default f16; f32 doubles its size)\n"
+	"  --kv-dtype f16|f32   KV cache precision (default f16; f32 doubles its size)\n"  \
+	"  --cpu-mem BYTES      cap on pinned host memory (e.g. 64G)\n"                    \
+	"  --policy FILE        placement and batching policy (JSON; docs/policy.md)\n"    \
+	"  --percent WG WC CG CC AG AC  FlexGen's six placement percentages (weights,\n"  \
+	"                       cache, activations on GPU and CPU; the rest on disk)\n"     \
+	"  --gpu-batch-size N, --num-gpu-batches N  the policy's block: N x N prompts\n"   \
+	"  --offload-dir DIR    where the disk share of the weights is stored\n"           \
+	"  --no-overlap         load each layer when needed instead of prefetching\n"
 
 /* ---- generate and score ---------------------------------------------- */
 
@@ -145,7 +220,7 @@ static void catch_signals(void)
 typedef struct job_cli {
 	common_opts co;
 	const char *in, *out, *stats;
-	bool overwrite, resume, quiet, skip_bad, truncate_left;
+	bool overwrite, resume, quiet, skip_bad, truncate_left, batch_given;
 	sl_job_opts jo;
 	int nstop_cap;
 } job_cli;
@@ -182,7 +257,10 @@ static bool job_opt(const char *cmd, int c, job_cli *j)
 		return true;
 	switch (c) {
 	case 'o': j->out = optarg; return true;
-	case 'b': j->jo.batch = parse_int(cmd, "--batch-size", optarg, 1, 1 << 16); return true;
+	case 'b':
+		j->jo.batch = parse_int(cmd, "--batch-size", optarg, 1, 1 << 16);
+		j->batch_given = true;
+		return true;
 	case OPT_OVERWRITE: j->overwrite = true; return true;
 	case OPT_RESUME: j->resume = true; return true;
 	case OPT_QUIET: j->quiet = true; return true;
@@ -240,6 +318,8 @@ static int run_job(const char *cmd, job_cli *j, bool score)
 	check_model_opts(cmd, &j->co);
 	if (j->overwrite && j->resume)
 		usage_error(cmd, "%s", "--overwrite and --resume exclude each other");
+	if (j->co.policy_given && !j->batch_given)
+		j->jo.batch = (int)sl_policy_batch(&j->co.policy);
 	j->jo.stats_path = j->stats;
 	j->jo.resume = j->resume;
 	j->jo.progress = j->quiet ? 0 : isatty(STDERR_FILENO) ? 2 : 1;
@@ -347,7 +427,10 @@ static float parse_float(const char *cmd, const char *opt, const char *s, float 
 
 static int cmd_generate(int argc, char **argv)
 {
-	job_cli j = { .co = { .backend = "auto" } };
+	job_cli j = { 0 };
+	common_init(&j.co);
+	j.co.argc = argc;
+	j.co.argv = argv;
 	j.jo.batch = 8;
 	j.jo.max_new = 32;
 	j.jo.sampling.top_p = 1.0f;
@@ -403,7 +486,10 @@ static const char score_help[] =
 
 static int cmd_score(int argc, char **argv)
 {
-	job_cli j = { .co = { .backend = "auto" } };
+	job_cli j = { 0 };
+	common_init(&j.co);
+	j.co.argc = argc;
+	j.co.argv = argv;
 	j.jo.batch = 8;
 	static const struct option opts[] = {
 		JOB_LONG_OPTS,
@@ -482,8 +568,12 @@ static double measure_read_gbps(int threads)
 
 static int cmd_bench(int argc, char **argv)
 {
-	common_opts co = { .backend = "auto" };
+	common_opts co;
+	common_init(&co);
+	co.argc = argc;
+	co.argv = argv;
 	int plen = 128, glen = 32, batch = 8, seed = 1;
+	bool batch_given = false;
 	bool json = false;
 	static const struct option opts[] = {
 		COMMON_LONG_OPTS,
@@ -502,7 +592,10 @@ static int cmd_bench(int argc, char **argv)
 		switch (c) {
 		case OPT_PROMPT_LEN: plen = parse_int("bench", "--prompt-len", optarg, 1, 1 << 20); break;
 		case OPT_GEN_LEN: glen = parse_int("bench", "--gen-len", optarg, 1, 1 << 20); break;
-		case 'b': batch = parse_int("bench", "--batch", optarg, 1, 1 << 16); break;
+		case 'b':
+			batch = parse_int("bench", "--batch", optarg, 1, 1 << 16);
+			batch_given = true;
+			break;
 		case OPT_SEED: seed = parse_int("bench", "--seed", optarg, 0, 1 << 30); break;
 		case OPT_JSON: json = true; break;
 		case 'h': fputs(bench_help, stdout); return 0;
@@ -511,6 +604,8 @@ static int cmd_bench(int argc, char **argv)
 	}
 	if (optind < argc)
 		usage_error("bench", "unexpected argument '%s'", argv[optind]);
+	if (co.policy_given && !batch_given)
+		batch = (int)sl_policy_batch(&co.policy);
 	check_model_opts("bench", &co);
 	sl_backend *be = NULL;
 	sl_model *m = NULL;
@@ -549,6 +644,10 @@ static int cmd_bench(int argc, char **argv)
 		kv->nseq = batch;
 	}
 	be->gemm_seconds = be->gemm_flop = 0;
+	memset(&m->w.stats, 0, sizeof m->w.stats);
+	sl_disk_stats ds0 = { 0 }, ds1 = { 0 };
+	if (m->disk)
+		sl_disk_get_stats(m->disk, &ds0);
 	double t0 = sl_now();
 	if ((rc = sl_model_prefill(m, kv, ids, npad, plen, NULL)) < 0 ||
 	    (rc = sl_model_argmax(m, batch, next)) < 0)
@@ -569,15 +668,39 @@ static int cmd_bench(int argc, char **argv)
 	const double dc_gbps = glen > 1 ? wbytes * (glen - 1) / (dc_gemm_s > 0 ? dc_gemm_s : decode_s) / 1e9 : 0;
 	const int threads = co.threads > 0 ? co.threads : omp_get_max_threads();
 	const double mem_gbps = strcmp(be->ops->name, "cpu") ? 0 : measure_read_gbps(threads);
+	/* the offload breakdown: io_s is the disk's busy time (the busiest link
+	 * on the CPU backend), stall_s the compute waiting for weights; ops run
+	 * synchronously there, so compute_s is the rest of the wall time */
+	if (m->disk)
+		sl_disk_get_stats(m->disk, &ds1);
+	const double wall = prefill_s + decode_s;
+	const double stall_s = m->w.stats.stall_s, compute_s = wall - stall_s;
+	const double io_s = ds1.busy_s - ds0.busy_s;
+	const double disk_bytes = (double)(ds1.bytes_read - ds0.bytes_read);
+	const double disk_gbps = io_s > 0 ? disk_bytes / io_s / 1e9 : 0;
+	double probe_gbps = 0;
+	char probe_mode[64] = "";
+	if (m->disk && sl_disk_probe_read(co.offload_dir, (uint64_t)1 << 30, &probe_gbps, probe_mode,
+					  sizeof probe_mode) < 0)
+		probe_gbps = 0;
 	if (json) {
 		printf("{\"system\":\"sluice\",\"version\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
 		       "\"threads\":%d,\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,"
+		       "\"w_gpu_percent\":%g,\"w_cpu_percent\":%g,\"overlap\":%s,"
 		       "\"prefill_s\":%.6f,\"decode_s\":%.6f,\"wall_s\":%.6f,\"throughput_tok_s\":%.4f,"
+		       "\"compute_s\":%.6f,\"io_s\":%.6f,\"stall_s\":%.6f,"
+		       "\"disk_read_bytes\":%.0f,\"disk_read_gbps\":%.4f,\"probe_read_gbps\":%.4f,"
+		       "\"disk_write_bytes\":%.0f,"
 		       "\"gemm_gflops\":%.2f,\"decode_weight_gbps\":%.2f,\"mem_read_gbps\":%.2f,"
-		       "\"weight_bytes\":%.0f,\"peak_device_bytes\":%zu}\n",
-		       SL_VERSION, cfg->name, be->ops->name, threads, plen, glen, batch, prefill_s,
-		       decode_s, prefill_s + decode_s, tput, pf_gflops, dc_gbps, mem_gbps, wbytes,
-		       be->dev_peak);
+		       "\"weight_bytes\":%.0f,\"peak_bytes\":{\"device\":%zu,\"host\":%zu,\"disk\":%llu},"
+		       "\"peak_device_bytes\":%zu}\n",
+		       SL_VERSION, cfg->name, be->ops->name, threads, plen, glen, batch,
+		       co.policy.w_gpu_percent, co.policy.w_cpu_percent,
+		       co.policy.overlap ? "true" : "false", prefill_s, decode_s, wall, tput, compute_s,
+		       io_s, stall_s, disk_bytes, disk_gbps, probe_gbps,
+		       (double)(ds1.bytes_written - ds0.bytes_written), pf_gflops, dc_gbps, mem_gbps,
+		       wbytes, be->dev_peak, be->host_peak,
+		       m->disk ? (unsigned long long)sl_disk_capacity(m->disk) : 0ull, be->dev_peak);
 	} else {
 		printf("model %s on %s (%d threads): prompt %d, gen %d, batch %d\n", cfg->name,
 		       be->ops->name, threads, plen, glen, batch);
@@ -588,7 +711,21 @@ static int cmd_bench(int argc, char **argv)
 		if (mem_gbps > 0)
 			printf("  memory read     %10.1f GB/s  (decode roofline: %.0f%% reached)\n", mem_gbps,
 			       100.0 * dc_gbps / mem_gbps);
-		printf("  device peak     %10.1f MiB\n", be->dev_peak / 1048576.0);
+		printf("  device peak     %10.1f MiB;  host peak %.1f MiB\n", be->dev_peak / 1048576.0,
+		       be->host_peak / 1048576.0);
+		if (m->w.streamed) {
+			printf("  weights         %g%% device, %g%% host, the rest on disk; overlap %s\n",
+			       co.policy.w_gpu_percent, co.policy.w_cpu_percent,
+			       co.policy.overlap ? "on" : "off");
+			printf("  compute         %10.3f s\n  stall           %10.3f s  (waiting for weights)\n",
+			       compute_s, stall_s);
+			if (m->disk)
+				printf("  disk            %10.3f s busy, %.2f GB read at %.2f GB/s (O_DIRECT probe %.2f GB/s, %s: %.0f%%)\n"
+				       "  overlap         %10.2f  (max(compute, io) / wall)\n",
+				       io_s, disk_bytes / 1e9, disk_gbps, probe_gbps, probe_mode,
+				       probe_gbps > 0 ? 100 * disk_gbps / probe_gbps : 0,
+				       SL_MAX(compute_s, io_s) / wall);
+		}
 	}
 	sl_kv_free(m, kv);
 	free(ids);

@@ -47,7 +47,10 @@ static void cpu_free(sl_backend *b)
 
 static int cpu_dev_alloc(sl_backend *b, size_t bytes, void **out)
 {
-	*out = sl_aligned_alloc(bytes);
+	/* page aligned: the disk tier reads into device memory with O_DIRECT */
+	*out = NULL;
+	if (posix_memalign(out, 4096, bytes ? (bytes + 4095) & ~(size_t)4095 : 4096) != 0)
+		*out = NULL;
 	if (!*out)
 		return sl_err(SL_ENOMEM, "cpu backend: out of memory allocating %zu bytes", bytes);
 	return 0;
@@ -116,6 +119,7 @@ static int cpu_memset(sl_backend *b, sl_queue *q, void *dst, int value, size_t n
 
 static const sl_backend_ops cpu_ops = {
 	.name = "cpu",
+	.dev_is_host = true,
 	.free = cpu_free,
 	.dev_alloc = cpu_dev_alloc,
 	.dev_free = cpu_dev_free,

@@ -1,0 +1,251 @@
+/*
+ * test_offload.c - weights across the device, pinned host and disk tiers.
+ *
+ * On the CPU backend every placement must give bit-identical logits and
+ * tokens (placement moves bytes, never changes arithmetic), with and without
+ * prefetching; the device peak must shrink with the device share and stay
+ * within --gpu-mem; the disk store must be reused by a second run and
+ * refused for another placement.  argv[1] is the fixtures folder.
+ */
+#include "backend.h"
+#include "generate.h"
+#include "model.h"
+
+#include <check.h>
+#include <jansson.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *fixtures_dir = "tests/fixtures";
+static char offdir[256];   /* made and removed by the fixture */
+static char storedir[300]; /* where run() keeps its store */
+
+static const struct {
+	double gpu, cpu;
+	bool overlap;
+} placements[] = {
+	{ 100, 0, true }, { 0, 100, true }, { 0, 0, true },  { 0, 0, false },
+	{ 30, 30, true }, { 50, 0, false }, { 20, 70, true }, { 0, 50, true },
+};
+#define N_PLACE ((int)SL_ARRAY_LEN(placements))
+
+/* prompts of the opt-pre fixture */
+static int np, plen[16];
+static int32_t prompts[16][64];
+
+static void load_prompts(void)
+{
+	char path[600];
+	snprintf(path, sizeof path, "%s/opt-pre/golden.json", fixtures_dir);
+	json_t *g = json_load_file(path, 0, NULL);
+	ck_assert_ptr_nonnull(g);
+	json_t *pr = json_object_get(g, "prompts");
+	np = (int)json_array_size(pr);
+	for (int i = 0; i < np; i++) {
+		json_t *p = json_array_get(pr, (size_t)i);
+		plen[i] = (int)json_array_size(p);
+		for (int j = 0; j < plen[i]; j++)
+			prompts[i][j] = (int32_t)json_integer_value(json_array_get(p, (size_t)j));
+	}
+	json_decref(g);
+}
+
+typedef struct run_out {
+	float *logits; /* prefill, all rows */
+	int32_t tokens[16][24];
+	int ntok[16];
+	size_t dev_peak, host_peak;
+	sl_weight_stats stats;
+} run_out;
+
+static int run(double gpu, double cpu, bool overlap, size_t gpu_mem, run_out *o)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
+	sl_backend_set_dev_limit(be, gpu_mem);
+	sl_model_params mp = { .dir = dir, .w_gpu_percent = gpu, .w_cpu_percent = cpu,
+			       .offload_dir = storedir, .overlap = overlap };
+	sl_model *m = NULL;
+	int rc = sl_model_open_ex(be, &mp, &m);
+	if (rc < 0) {
+		sl_backend_free(be);
+		return rc;
+	}
+	int t = 0;
+	for (int i = 0; i < np; i++)
+		t = SL_MAX(t, plen[i]);
+	sl_kv *kv = NULL;
+	ck_assert_int_eq(sl_kv_create(m, np, t, &kv), 0);
+	int32_t ids[16 * 64] = { 0 };
+	int npad[16];
+	for (int s = 0; s < np; s++) {
+		npad[s] = t - plen[s];
+		memcpy(ids + s * t + npad[s], prompts[s], sizeof(int32_t) * (size_t)plen[s]);
+	}
+	o->logits = malloc(sizeof(float) * (size_t)np * t * m->cfg.vocab);
+	ck_assert_int_eq(sl_model_prefill(m, kv, ids, npad, t, o->logits), 0);
+	sl_kv_free(m, kv);
+	sl_generator *g = NULL;
+	ck_assert_int_eq(sl_generator_create(m, np, t + 24, &g), 0);
+	sl_seq seqs[16];
+	for (int s = 0; s < np; s++)
+		seqs[s] = (sl_seq){ .prompt = prompts[s], .prompt_len = plen[s], .max_new = 24,
+				    .out = o->tokens[s] };
+	sl_gen_timing tm = { 0 };
+	ck_assert_int_eq(sl_generator_run(g, seqs, np, NULL, &tm), 0);
+	for (int s = 0; s < np; s++)
+		o->ntok[s] = seqs[s].n_out;
+	o->dev_peak = be->dev_peak;
+	o->host_peak = be->host_peak;
+	o->stats = m->w.stats;
+	sl_generator_free(g);
+	sl_model_free(m);
+	ck_assert_int_eq(be->dev_used, 0);
+	ck_assert_int_eq(be->host_used, 0);
+	sl_backend_free(be);
+	return 0;
+}
+
+static void make_offdir(void)
+{
+	snprintf(offdir, sizeof offdir, "/tmp/sluice-offload-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(offdir));
+	snprintf(storedir, sizeof storedir, "%s", offdir);
+	load_prompts();
+}
+
+static void rm_offdir(void)
+{
+	char cmd[300];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", offdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_placement_invariance)
+{
+	run_out ref, o;
+	ck_assert_int_eq(run(100, 0, true, 0, &ref), 0);
+	size_t nlog = 0;
+	int t = 0;
+	for (int i = 0; i < np; i++)
+		t = SL_MAX(t, plen[i]);
+	nlog = (size_t)np * t * 512;
+	const double gpu = placements[_i].gpu, cpu = placements[_i].cpu;
+	/* each placement gets its own store folder: a store holds one layout */
+	snprintf(storedir, sizeof storedir, "%s/p%d", offdir, _i);
+	ck_assert_int_eq(mkdir(storedir, 0755), 0);
+	for (int pass = 0; pass < 2; pass++) { /* the second pass reuses the store */
+		int rc = run(gpu, cpu, placements[_i].overlap, 0, &o);
+		ck_assert_msg(rc == 0, "placement %g/%g: %s", gpu, cpu, sl_errmsg());
+		for (int s = 0; s < np; s++) {
+			const float *a = ref.logits, *b = o.logits;
+			for (size_t i = 0; i < nlog; i++)
+				if (memcmp(&a[i], &b[i], sizeof(float))) {
+					/* padding rows are unspecified: compare real rows only */
+					size_t row = i / 512;
+					int seq = (int)(row / (size_t)t), pos = (int)(row % (size_t)t);
+					ck_assert_msg(pos < t - plen[seq],
+						      "placement %g/%g/%g: logit %zu differs", gpu, cpu,
+						      100 - gpu - cpu, i);
+				}
+			ck_assert_int_eq(o.ntok[s], ref.ntok[s]);
+			ck_assert_mem_eq(o.tokens[s], ref.tokens[s], sizeof(int32_t) * (size_t)o.ntok[s]);
+		}
+		if (gpu + cpu < 100) {
+			if (pass == 0)
+				ck_assert_uint_gt(o.stats.disk_write_bytes, 0);
+			else
+				ck_assert_uint_eq(o.stats.disk_write_bytes, 0); /* reused */
+			ck_assert_uint_gt(o.stats.disk_read_bytes, 0);
+		}
+		free(o.logits);
+	}
+	free(ref.logits);
+}
+END_TEST
+
+/* Device peak of one short prefill of dummy OPT-125m (12 layers, so two
+ * staging slots are far less than all the layers). */
+static int dummy_peak(double gpu, size_t budget, size_t *peak)
+{
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
+	sl_backend_set_dev_limit(be, budget);
+	sl_model_params mp = { .dummy = "opt-125m", .w_gpu_percent = gpu, .offload_dir = storedir,
+			       .overlap = true };
+	sl_model *m = NULL;
+	int rc = sl_model_open_ex(be, &mp, &m);
+	if (!rc) {
+		sl_kv *kv = NULL;
+		int32_t ids[4] = { 5, 6, 7, 8 };
+		int npad = 0;
+		rc = sl_kv_create(m, 1, 4, &kv);
+		if (!rc)
+			rc = sl_model_prefill(m, kv, ids, &npad, 4, NULL);
+		sl_kv_free(m, kv);
+		sl_model_free(m);
+	}
+	*peak = be->dev_peak;
+	sl_backend_free(be);
+	return rc;
+}
+
+START_TEST(test_device_budget)
+{
+	size_t all = 0, disk = 0, peak = 0;
+	ck_assert_int_eq(dummy_peak(100, 0, &all), 0);
+	ck_assert_int_eq(dummy_peak(0, 0, &disk), 0);
+	ck_assert_msg(disk < all / 2, "weights on disk: device peak %zu of %zu", disk, all);
+	/* a budget between the two fits the disk placement, refuses the other */
+	size_t budget = disk + (all - disk) / 2;
+	ck_assert_int_eq(dummy_peak(0, budget, &peak), 0);
+	ck_assert_uint_le(peak, budget);
+	ck_assert_int_eq(dummy_peak(100, budget, &peak), SL_EBUDGET);
+	ck_assert_msg(strstr(sl_errmsg(), "device memory budget exceeded"), "%s", sl_errmsg());
+}
+END_TEST
+
+START_TEST(test_store_refused_for_another_layout)
+{
+	run_out o;
+	ck_assert_int_eq(run(0, 0, true, 0, &o), 0);
+	free(o.logits);
+	int rc = run(0, 40, true, 0, &o);
+	ck_assert_int_eq(rc, SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "holds another model or layout") &&
+			      strstr(sl_errmsg(), "another --offload-dir"),
+		      "%s", sl_errmsg());
+	/* a disk share without an offload directory */
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	sl_model_params mp = { .dir = dir, .w_gpu_percent = 50 };
+	sl_model *m = NULL;
+	ck_assert_int_eq(sl_model_open_ex(be, &mp, &m), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "--offload-dir"), "%s", sl_errmsg());
+	sl_backend_free(be);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	if (argc > 1)
+		fixtures_dir = argv[1];
+	Suite *s = suite_create("offload");
+	TCase *tc = tcase_create("weights");
+	tcase_add_checked_fixture(tc, make_offdir, rm_offdir);
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_placement_invariance, 0, N_PLACE);
+	tcase_add_test(tc, test_device_budget);
+	tcase_add_test(tc, test_store_refused_for_another_layout);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
