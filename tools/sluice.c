@@ -12,6 +12,7 @@
 #include "policy.h"
 #include "sl_config.h"
 
+#include <cblas.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -693,17 +694,18 @@ static int cmd_bench(int argc, char **argv)
 		       "\"disk_write_bytes\":%.0f,"
 		       "\"gemm_gflops\":%.2f,\"decode_weight_gbps\":%.2f,\"mem_read_gbps\":%.2f,"
 		       "\"weight_bytes\":%.0f,\"peak_bytes\":{\"device\":%zu,\"host\":%zu,\"disk\":%llu},"
-		       "\"peak_device_bytes\":%zu}\n",
+		       "\"peak_device_bytes\":%zu,\"blas_core\":\"%s\"}\n",
 		       SL_VERSION, cfg->name, be->ops->name, threads, plen, glen, batch,
 		       co.policy.w_gpu_percent, co.policy.w_cpu_percent,
 		       co.policy.overlap ? "true" : "false", prefill_s, decode_s, wall, tput, compute_s,
 		       io_s, stall_s, disk_bytes, disk_gbps, probe_gbps,
 		       (double)(ds1.bytes_written - ds0.bytes_written), pf_gflops, dc_gbps, mem_gbps,
 		       wbytes, be->dev_peak, be->host_peak,
-		       m->disk ? (unsigned long long)sl_disk_capacity(m->disk) : 0ull, be->dev_peak);
+		       m->disk ? (unsigned long long)sl_disk_capacity(m->disk) : 0ull, be->dev_peak,
+		       openblas_get_corename());
 	} else {
-		printf("model %s on %s (%d threads): prompt %d, gen %d, batch %d\n", cfg->name,
-		       be->ops->name, threads, plen, glen, batch);
+		printf("model %s on %s (%d threads, OpenBLAS %s kernels): prompt %d, gen %d, batch %d\n",
+		       cfg->name, be->ops->name, threads, openblas_get_corename(), plen, glen, batch);
 		printf("  throughput      %10.2f tokens/s\n", tput);
 		printf("  prefill         %10.3f s   (GEMM %.1f GFLOP/s)\n", prefill_s, pf_gflops);
 		printf("  decode          %10.3f s   (%d steps; weights streamed at %.1f GB/s)\n",
