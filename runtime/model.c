@@ -115,6 +115,27 @@ void sl_model_free(sl_model *m)
 	free(m);
 }
 
+static size_t ws_bytes(const sl_opt_config *c, int max_seq, int max_rows)
+{
+	const size_t r = (size_t)max_rows, h = (size_t)c->hidden;
+	const size_t wide = (size_t)SL_MAX(c->hidden, c->embed_dim);
+	size_t sizes[] = { r * h, r * wide, r * wide, r * h, r * h, r * h, r * (size_t)c->ffn,
+			   (size_t)max_seq * c->vocab };
+	size_t total = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(sizes); i++)
+		total += (sizes[i] * sizeof(float) + 255) & ~(size_t)255;
+	return total;
+}
+
+size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
+				 bool kv_f32)
+{
+	size_t stage = (sl_weights_layer_bytes(c) + 2 * 4096) & ~(size_t)4095;
+	size_t kv = 2 * (size_t)max_seq * c->hidden * cap * (kv_f32 ? 4 : 2) * c->n_layer;
+	return sl_weights_global_bytes(c) + 2 * stage + kv +
+	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq));
+}
+
 int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 {
 	if (max_seq <= m->max_seq && max_rows <= m->max_rows)
@@ -128,9 +149,7 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	size_t sizes[] = { r * h, r * wide, r * wide, r * h, r * h, r * h, r * (size_t)c->ffn,
 			   (size_t)max_seq * c->vocab };
 	float **ptrs[] = { &m->h, &m->x, &m->qb, &m->kb, &m->vb, &m->ab, &m->fb, &m->logits };
-	size_t total = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(sizes); i++)
-		total += (sizes[i] * sizeof(float) + 255) & ~(size_t)255;
+	size_t total = ws_bytes(c, max_seq, max_rows);
 	int rc = sl_dev_alloc(m->be, total, "activation workspace", &m->ws);
 	if (rc < 0)
 		return rc;

@@ -61,6 +61,13 @@ void sl_model_free(sl_model *m);
  * rows in one forward (prefill: sequences x padded length). */
 int sl_model_reserve(sl_model *m, int max_seq, int max_rows);
 
+/* The least device memory a job of max_seq sequences, max_rows rows per
+ * forward and cap cache slots can run in: every decoder layer's weights off
+ * the device (two staging slots), the rest as sl_model_reserve and
+ * sl_kv_create size it.  Used to say what budget would work. */
+size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
+				 bool kv_f32);
+
 /* A KV cache of cap slots for nseq sequences. */
 int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out);
 void sl_kv_free(sl_model *m, sl_kv *kv);

@@ -260,6 +260,15 @@ static void place_layer(const sl_opt_config *c, const sl_weight_place *p, sl_opt
 	w->streamed = w->host_bytes + w->disk_bytes > 0;
 }
 
+size_t sl_weights_global_bytes(const sl_opt_config *c)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++)
+		if (global_present(c, global_tensors[i].cond))
+			n += align64(tensor_elems(c, &global_tensors[i].d) * 2);
+	return n;
+}
+
 size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent)
 {
 	sl_opt_weights tmp;

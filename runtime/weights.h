@@ -99,6 +99,9 @@ int sl_weights_dummy(sl_backend *b, sl_queue *q, const sl_opt_config *c, uint64_
 /* Bytes of one decoder layer's weights, and the device bytes a placement
  * needs (homes plus two staging slots), for budgets and messages. */
 size_t sl_weights_layer_bytes(const sl_opt_config *c);
+/* The embeddings, positions, projections and final norm (always on the
+ * device; a stored untied head adds vocab x embed halves). */
+size_t sl_weights_global_bytes(const sl_opt_config *c);
 /* The disk segment of one layer (page aligned) under a placement. */
 size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent);
 

@@ -189,5 +189,21 @@ expect_fail "cache off the device" "places weights only" "$tmp/d4.jsonl" -- \
 	"${job[@]}" --percent 100 0 50 50 100 0 --out "$tmp/d4.jsonl"
 expect_fail "bad percent" "--percent" "" -- bench --dummy opt-125m --percent 100 0 100
 
+# budgets: a budget no schedule fits names the smallest that does, and that
+# one runs with the weights off the device; too small for the placement asked
+# for says the same (dummy OPT-125m: 12 layers, so streaming saves memory)
+printf '{"input_ids": [5, 6, 7]}\n{"input_ids": [8]}\n' >"$tmp/two.jsonl"
+small=(generate --backend cpu --quiet --dummy opt-125m --prompts "$tmp/two.jsonl" --max-new-tokens 2)
+expect_fail "budget fits no schedule" "needs at least --gpu-mem" "$tmp/b1.jsonl" -- \
+	"${small[@]}" --gpu-mem 64K --out "$tmp/b1.jsonl"
+need=$(sed -n 's/.*needs at least --gpu-mem \([0-9.]*[KMG]\).*/\1/p' "$tmp/stderr")
+expect_fail "budget too small for all-on-device" "the smallest device budget for this job is --gpu-mem $need" \
+	"$tmp/b2.jsonl" -- "${small[@]}" --gpu-mem "$need" --out "$tmp/b2.jsonl"
+if [ -n "$need" ] && "$sluice" "${small[@]}" --gpu-mem "$need" --percent 0 100 100 0 100 0 --out "$tmp/b3.jsonl"; then
+	ok
+else
+	bad "the smallest budget named ($need) does not run"
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

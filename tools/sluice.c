@@ -15,6 +15,7 @@
 #include <cblas.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <immintrin.h>
 #include <unistd.h>
@@ -309,6 +310,56 @@ static int fit_prompts(sl_prompts *ps, const char *in, int max_pos, bool truncat
 	return 0;
 }
 
+/* The model's shapes without reading its weights. */
+static int model_config(const common_opts *o, sl_opt_config *cfg)
+{
+	if (!o->model_dir)
+		return sl_opt_config_named(o->dummy, cfg);
+	char path[4096];
+	snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+	return sl_opt_config_load(path, cfg);
+}
+
+/* A size in the units --gpu-mem takes, rounded up so that it still fits. */
+static void fmt_bytes(size_t n, char *buf, size_t len)
+{
+	if (n >= (size_t)1 << 30)
+		snprintf(buf, len, "%.2fG", ceil(n / 1073741824.0 * 100) / 100);
+	else if (n >= (size_t)1 << 20)
+		snprintf(buf, len, "%.1fM", ceil(n / 1048576.0 * 10) / 10);
+	else
+		snprintf(buf, len, "%.0fK", ceil(n / 1024.0));
+}
+
+/* A device budget no schedule fits is refused before anything is loaded,
+ * with the smallest budget that would work. */
+static int check_budget(const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
+			int cap)
+{
+	size_t need = sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32);
+	if (!o->gpu_mem || o->gpu_mem >= need)
+		return 0;
+	char have[32], want[32];
+	fmt_bytes(o->gpu_mem, have, sizeof have);
+	fmt_bytes(need, want, sizeof want);
+	return sl_err(SL_EBUDGET,
+		      "--gpu-mem %s is too small for any schedule of this job: it needs at least --gpu-mem %s (every layer's weights off the device, e.g. --percent 0 100 100 0 100 0), or a smaller --batch-size",
+		      have, want);
+}
+
+/* After a budget error: say what would fit. */
+static void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
+			int cap)
+{
+	if (rc != SL_EBUDGET)
+		return;
+	char want[32], msg[1024];
+	fmt_bytes(sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32), want, sizeof want);
+	snprintf(msg, sizeof msg, "%s", sl_errmsg());
+	sl_err(rc, "%s; the smallest device budget for this job is --gpu-mem %s with every layer's weights off the device (--percent 0 100 100 0 100 0, or on disk with --offload-dir)",
+	       msg, want);
+}
+
 static int run_job(const char *cmd, job_cli *j, bool score)
 {
 	if (optind < 0)
@@ -344,7 +395,10 @@ static int run_job(const char *cmd, job_cli *j, bool score)
 	sl_tokenizer *tok = NULL;
 	sl_prompts ps = { 0 };
 	sl_job_stats st = { 0 };
-	if ((rc = open_model(&j->co, &be, &m)) < 0)
+	/* the shapes, the tokenizer and the input first: all cheap, all
+	 * checked before any weight is read */
+	sl_opt_config cfg;
+	if ((rc = model_config(&j->co, &cfg)) < 0)
 		goto fail;
 	if (j->co.model_dir) {
 		char vpath[4096];
@@ -352,16 +406,34 @@ static int run_job(const char *cmd, job_cli *j, bool score)
 		if (access(vpath, F_OK) == 0 && (rc = sl_tokenizer_load(j->co.model_dir, &tok)) < 0)
 			goto fail;
 	}
-	sl_read_opts ro = { .vocab = m->cfg.vocab, .tok = tok, .score = score,
+	sl_read_opts ro = { .vocab = cfg.vocab, .tok = tok, .score = score,
 			    .skip_bad_lines = j->skip_bad };
 	if ((rc = sl_prompts_read(j->in, &ro, &ps)) < 0)
 		goto fail;
-	if ((rc = fit_prompts(&ps, j->in, m->cfg.max_pos, j->truncate_left, j->jo.max_new, score)) < 0)
+	if ((rc = fit_prompts(&ps, j->in, cfg.max_pos, j->truncate_left, j->jo.max_new, score)) < 0)
 		goto fail;
+	int max_len = 1, max_prompt = 1;
+	for (int i = 0; i < ps.n; i++) {
+		const sl_prompt *p = &ps.p[i];
+		if (p->error)
+			continue;
+		int extra = score ? p->ncont : (p->max_new ? p->max_new : j->jo.max_new);
+		max_len = SL_MAX(max_len, p->n + extra);
+		max_prompt = SL_MAX(max_prompt, p->n);
+	}
+	const int nseq = SL_MIN(j->jo.batch, ps.n);
+	if ((rc = check_budget(&j->co, &cfg, nseq, nseq * max_len, max_len)) < 0)
+		goto fail;
+	if ((rc = open_model(&j->co, &be, &m)) < 0) {
+		budget_hint(rc, &j->co, &cfg, nseq, nseq * max_len, max_len);
+		goto fail;
+	}
 	rc = score ? sl_job_score(m, &ps, out, &j->jo, &st)
 		   : sl_job_generate(m, tok, &ps, out, &j->jo, &st);
-	if (rc < 0)
+	if (rc < 0) {
+		budget_hint(rc, &j->co, &cfg, nseq, nseq * max_len, max_len);
 		goto fail;
+	}
 	sl_output_close(out, false);
 	out = NULL;
 	rc = sl_job_report(&st, &j->jo, score ? "scored" : "generated", j->quiet, be->ops->name);
@@ -610,9 +682,15 @@ static int cmd_bench(int argc, char **argv)
 	check_model_opts("bench", &co);
 	sl_backend *be = NULL;
 	sl_model *m = NULL;
-	int rc0 = open_model(&co, &be, &m);
-	if (rc0 < 0)
+	sl_opt_config bcfg;
+	int rc0 = model_config(&co, &bcfg);
+	if (rc0 < 0 || (rc0 = check_budget(&co, &bcfg, batch, batch * plen, plen + glen)) < 0)
 		die(rc0);
+	rc0 = open_model(&co, &be, &m);
+	if (rc0 < 0) {
+		budget_hint(rc0, &co, &bcfg, batch, batch * plen, plen + glen);
+		die(rc0);
+	}
 	const sl_opt_config *cfg = &m->cfg;
 	int rc = 0;
 	if (plen + glen > cfg->max_pos) {
@@ -632,8 +710,10 @@ static int cmd_bench(int argc, char **argv)
 		ids[i] = 3 + (int32_t)(r % (uint64_t)(cfg->vocab - 3));
 	}
 	if ((rc = sl_kv_create(m, batch, plen + glen, &kv)) < 0 ||
-	    (rc = sl_model_reserve(m, batch, batch * plen)) < 0)
+	    (rc = sl_model_reserve(m, batch, batch * plen)) < 0) {
+		budget_hint(rc, &co, &bcfg, batch, batch * plen, plen + glen);
 		die(rc);
+	}
 	/* warm-up: a short prompt, one token (FlexGen's warm-up) */
 	{
 		int wl = SL_MIN(8, plen);
