@@ -1,0 +1,180 @@
+/*
+ * attention.cu - attn_prefill and attn_decode (backend.h, sl_attn_args):
+ * argument checks, the choice of kernel variant, and the launches in
+ * chunks of sequences (the per-sequence npad / len travel by value in the
+ * kernel parameters, SL_CU_PARAM_INTS sequences per launch).  The kernels
+ * and their shapes are described in attention_kernels.cuh.
+ */
+#include "cuda_internal.cuh"
+#include "attention_kernels.cuh"
+
+static int sl_cu_attn_check(const sl_attn_args *a, const char *op)
+{
+	if (a->nseq < 0 || a->nh <= 0 || a->hd <= 0 || a->t < 0 || a->cap <= 0)
+		return sl_err(SL_EINVAL, "cuda %s: bad shape nseq=%d nh=%d hd=%d t=%d cap=%d", op,
+			      a->nseq, a->nh, a->hd, a->t, a->cap);
+	if (a->hd > 256)
+		return sl_err(SL_EUNSUPPORTED, "cuda %s: head dim %d is over the 256 supported", op,
+			      a->hd);
+	if ((long long)a->nh * a->hd > (1 << 30))
+		return sl_err(SL_EINVAL, "cuda %s: hidden size %lld too large", op,
+			      (long long)a->nh * a->hd);
+	if (a->nseq > 0 && (!a->q || !a->k_new || !a->v_new || !a->out || !a->k_cache ||
+			    !a->v_cache))
+		return sl_err(SL_EINVAL, "cuda %s: NULL tensor", op);
+	return 0;
+}
+
+/* ---- prefill -------------------------------------------------------------- */
+
+template <int DPL>
+static int sl_cu_prefill_launch(sl_backend *b, cudaStream_t st, dim3 grid, size_t smem,
+				const sl_attn_args *a, const sl_cu_ints &np, size_t s0, float2 *ml)
+{
+	const size_t hidden = (size_t)a->nh * a->hd;
+	const size_t act = s0 * (size_t)a->t * hidden;
+	const size_t cache = s0 * (size_t)a->nh * a->cap * a->hd;
+	SL_TRY(sl_cu_smem_limit(b, (const void *)sl_prefill_attn_kernel<DPL>, smem,
+				"attn_prefill"));
+	SL_CU_LAUNCH(sl_prefill_attn_kernel<DPL>, grid, SL_PF_THREADS, smem, st,
+		a->t, a->nh, a->hd, a->cap, np, a->q + act, (const __half *)a->k_cache + cache,
+		(const __half *)a->v_cache + cache, a->out + act, ml);
+	SL_CU_LAUNCHED("sl_prefill_attn_kernel");
+	return 0;
+}
+
+int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
+{
+	SL_TRY(sl_cu_attn_check(a, "attn_prefill"));
+	if (a->nseq == 0 || a->t == 0)
+		return 0;
+	if (!a->npad)
+		return sl_err(SL_EINVAL, "cuda attn_prefill: npad is NULL");
+	for (int s = 0; s < a->nseq; s++)
+		if (a->npad[s] < 0 || a->npad[s] > a->t || a->t - a->npad[s] > a->cap)
+			return sl_err(SL_EINVAL,
+				      "cuda attn_prefill: sequence %d: npad %d with t %d does not fit cap %d",
+				      s, a->npad[s], a->t, a->cap);
+	q = sl_cu_queue(b, q);
+	cudaStream_t st = q->stream;
+	const int t = a->t, nh = a->nh, hd = a->hd, cap = a->cap;
+	const size_t hidden = (size_t)nh * hd;
+
+	/* sequences per launch; with a score the (m, l) scratch bounds it too */
+	int per = SL_CU_PARAM_INTS;
+	float2 *ml = NULL;
+	if (a->score) {
+		const size_t per_seq = (size_t)nh * t * sizeof(float2);
+		/* the score pass keeps (row max, row sum) per query: sequences
+		 * run in chunks whose scratch stays under the cap */
+		size_t fit = sl_cu_ctx(b)->scratch_max / per_seq;
+		if (fit < 1)
+			fit = 1;
+		if (fit < (size_t)per)
+			per = (int)fit;
+		const int use = SL_MIN(per, a->nseq);
+		SL_TRY(sl_cu_scratch_reserve(b, q, &q->attn, (size_t)use * per_seq,
+					     "attn_prefill scratch"));
+		ml = (float2 *)q->attn.p;
+	}
+	const size_t smem = sl_prefill_attn_smem(hd);
+	const size_t smem_score = sl_prefill_score_smem(hd);
+	if (a->score)
+		SL_TRY(sl_cu_smem_limit(b, (const void *)sl_prefill_score_kernel, smem_score,
+					"attn_prefill score"));
+
+	sl_cu_ints np;
+	for (int s0 = 0; s0 < a->nseq; s0 += per) {
+		const int ns = SL_MIN(per, a->nseq - s0);
+		int maxl = 0;
+		for (int i = 0; i < ns; i++) {
+			np.v[i] = a->npad[s0 + i];
+			maxl = SL_MAX(maxl, t - np.v[i]);
+		}
+		const size_t act = (size_t)s0 * t * hidden;
+		const size_t cache = (size_t)s0 * nh * cap * hd;
+
+		/* the new rows into the cache, zeros into the padding rows */
+		SL_CU_LAUNCH(sl_prefill_store_kernel, dim3((unsigned)t, (unsigned)ns),
+			     SL_PF_STORE_THREADS, 0, st,
+			t, nh, hd, cap, np, a->k_new + act, a->v_new + act, a->out + act,
+			(__half *)a->k_cache + cache, (__half *)a->v_cache + cache);
+		SL_CU_LAUNCHED("sl_prefill_store_kernel");
+		if (maxl == 0)
+			continue;
+
+		dim3 grid((unsigned)sl_cu_div_up(maxl, SL_PF_BQ), (unsigned)nh, (unsigned)ns);
+		if (hd <= 64)
+			SL_TRY(sl_cu_prefill_launch<2>(b, st, grid, smem, a, np, s0, ml));
+		else if (hd <= 128)
+			SL_TRY(sl_cu_prefill_launch<4>(b, st, grid, smem, a, np, s0, ml));
+		else
+			SL_TRY(sl_cu_prefill_launch<8>(b, st, grid, smem, a, np, s0, ml));
+
+		if (a->score) {
+			dim3 sgrid((unsigned)sl_cu_div_up(maxl, SL_PS_KEYS), (unsigned)nh, (unsigned)ns);
+			SL_CU_LAUNCH(sl_prefill_score_kernel, sgrid, SL_PS_THREADS, smem_score, st,
+				t, nh, hd, cap, np, a->q + act, (const __half *)a->k_cache + cache, ml,
+				a->score + (size_t)s0 * nh * cap);
+			SL_CU_LAUNCHED("sl_prefill_score_kernel");
+		}
+	}
+	return 0;
+}
+
+/* ---- decode ---------------------------------------------------------------- */
+
+template <int VEC, int CPL>
+static int sl_cu_decode_launch(sl_backend *b, cudaStream_t st, const sl_attn_args *a)
+{
+	const int nh = a->nh, hd = a->hd, cap = a->cap;
+	const size_t hidden = (size_t)nh * hd;
+	const int nchunk = hd / VEC;
+	int lpk = 32;
+	if (VEC == 8) { /* the smallest power of two that covers a row */
+		lpk = 1;
+		while (lpk < nchunk)
+			lpk <<= 1;
+	}
+	/* a pointer: the template's comma would split the macro arguments */
+	auto *kfn = sl_decode_attn_kernel<VEC, CPL>;
+	sl_cu_ints len;
+	for (int s0 = 0; s0 < a->nseq; s0 += SL_CU_PARAM_INTS) {
+		const int ns = SL_MIN(SL_CU_PARAM_INTS, a->nseq - s0);
+		int maxlen = 0;
+		for (int i = 0; i < ns; i++) {
+			len.v[i] = a->len[s0 + i];
+			maxlen = SL_MAX(maxlen, len.v[i]);
+		}
+		const size_t smem = sl_decode_smem(hd, VEC, maxlen);
+		SL_TRY(sl_cu_smem_limit(b, (const void *)kfn, smem, "attn_decode"));
+		const size_t act = (size_t)s0 * hidden;
+		const size_t cache = (size_t)s0 * nh * cap * hd;
+		SL_CU_LAUNCH(kfn, dim3((unsigned)nh, (unsigned)ns), SL_DEC_THREADS, smem, st,
+			nh, hd, cap, lpk, len, a->q + act, a->k_new + act, a->v_new + act,
+			(__half *)a->k_cache + cache, (__half *)a->v_cache + cache, a->out + act,
+			a->score ? a->score + (size_t)s0 * nh * cap : NULL);
+		SL_CU_LAUNCHED("sl_decode_attn_kernel");
+	}
+	return 0;
+}
+
+int sl_cu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a)
+{
+	SL_TRY(sl_cu_attn_check(a, "attn_decode"));
+	if (a->nseq == 0)
+		return 0;
+	if (!a->len)
+		return sl_err(SL_EINVAL, "cuda attn_decode: len is NULL");
+	for (int s = 0; s < a->nseq; s++)
+		if (a->len[s] < 0 || a->len[s] >= a->cap)
+			return sl_err(SL_EINVAL,
+				      "cuda attn_decode: sequence %d: len %d leaves no free slot in cap %d", s,
+				      a->len[s], a->cap);
+	q = sl_cu_queue(b, q);
+	const bool vec8 = a->hd % 8 == 0 && ((uintptr_t)a->k_cache & 15) == 0 &&
+			  ((uintptr_t)a->v_cache & 15) == 0;
+	if (vec8)
+		return sl_cu_decode_launch<8, 1>(b, q->stream, a);
+	return sl_cu_decode_launch<1, 8>(b, q->stream, a);
+}

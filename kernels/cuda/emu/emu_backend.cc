@@ -1,0 +1,11 @@
+/*
+ * emu_backend.cc - the CUDA backend's sources as one C++ unit for the CPU
+ * emulation (cuda_emu.h): built with -DSL_CU_EMU by emu/meson.build or
+ * run-emu-tests.sh, never by nvcc.
+ */
+#include "../cuda_backend.cu"
+#include "../gemm.cu"
+#include "../layernorm.cu"
+#include "../embed.cu"
+#include "../argmax.cu"
+#include "../attention.cu"

@@ -1,0 +1,822 @@
+/*
+ * test_cross_backend.c - every op of the CUDA backend against the CPU
+ * backend (the reference), on fresh random inputs over a table of shapes:
+ * odd sizes, one-row decode GEMMs, row strides, every flag combination,
+ * prefill with a different padding per sequence, decode with a different
+ * length per sequence, with and without the H2O score; plus queues and
+ * events, copies, the NULL queue, argument errors and the device budget.
+ *
+ * Outputs are poisoned (NaN) before each run, the padding columns of
+ * strided outputs hold a sentinel that must survive, and cache slots that
+ * the op must not touch hold NaN on both sides and are compared bit for
+ * bit.  Errors are normalised: max |got - ref| / max(max |ref|, 1e-6), with
+ * TOL_FP16 for what goes through fp16 GEMM inputs and TOL_FP32 for fp32
+ * math; embed and argmax must match exactly.
+ *
+ * Exits 77 (meson SKIP) where this build has no CUDA backend or the
+ * machine no usable GPU.  SL_CROSS_BACKEND=name compares another backend
+ * instead of "cuda" (e.g. "cpu" to check the test itself).
+ */
+#include "backend.h"
+#include "sl_config.h"
+#if SL_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#endif
+
+#include <check.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL_FP16 2e-3
+#define TOL_FP32 1e-5
+#define SENTINEL 4242.0f
+
+/* side 0 is the reference (cpu), side 1 the backend under test */
+static sl_backend *g_be[2];
+static sl_queue *g_q[2];
+static const char *g_name = "cuda";
+
+/* ---- random numbers ---------------------------------------------------------- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static void rng_seed(uint64_t s)
+{
+	g_rng = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+	if (!g_rng)
+		g_rng = 1;
+}
+
+static uint64_t rng_next(void)
+{
+	g_rng ^= g_rng >> 12;
+	g_rng ^= g_rng << 25;
+	g_rng ^= g_rng >> 27;
+	return g_rng * 0x2545f4914f6cdd1dull;
+}
+
+/* uniform in [-1, 1) */
+static float rnd(void)
+{
+	return (float)((double)(rng_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static int rnd_int(int n)
+{
+	return (int)(rng_next() % (uint64_t)n);
+}
+
+static float *fill_f32(size_t n, float scale)
+{
+	float *p = malloc(n * sizeof(float) + 1);
+	ck_assert_ptr_nonnull(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = rnd() * scale;
+	return p;
+}
+
+static sl_half *fill_f16(size_t n, float scale)
+{
+	sl_half *p = malloc(n * sizeof(sl_half) + 1);
+	ck_assert_ptr_nonnull(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = sl_float_to_half(rnd() * scale);
+	return p;
+}
+
+static float *nan_f32(size_t n)
+{
+	float *p = malloc(n * sizeof(float) + 1);
+	ck_assert_ptr_nonnull(p);
+	memset(p, 0xff, n * sizeof(float));
+	return p;
+}
+
+/* ---- device buffers on one side --------------------------------------------------- */
+
+static void ok(int rc, const char *what)
+{
+	ck_assert_msg(rc == 0, "%s on %s failed: %s (%s)", what, g_be[1] ? g_be[1]->ops->name : "?",
+		      sl_errmsg(), sl_strerror(rc));
+}
+
+static void *dput(int s, const void *host, size_t bytes)
+{
+	void *d = NULL;
+	ok(sl_dev_alloc(g_be[s], bytes, "test buffer", &d), "sl_dev_alloc");
+	ok(g_be[s]->ops->copy_h2d(g_be[s], g_q[s], d, host, bytes), "copy_h2d");
+	ok(g_be[s]->ops->queue_sync(g_be[s], g_q[s]), "queue_sync");
+	return d;
+}
+
+static void dget(int s, void *host, const void *dev, size_t bytes)
+{
+	ok(g_be[s]->ops->copy_d2h(g_be[s], g_q[s], host, dev, bytes), "copy_d2h");
+	ok(g_be[s]->ops->queue_sync(g_be[s], g_q[s]), "queue_sync");
+}
+
+static void dfree(int s, void *d, size_t bytes)
+{
+	sl_dev_free(g_be[s], d, bytes);
+}
+
+/* ---- comparisons ---------------------------------------------------------------- */
+
+/* normalised max error of got against ref over n values; NaN counts as a failure */
+static void check_close(const char *what, const float *ref, const float *got, size_t n,
+			double tol)
+{
+	double amax = 0.0, emax = 0.0;
+	size_t worst = 0;
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_msg(isfinite(ref[i]), "%s: reference value %zu is %f", what, i, ref[i]);
+		if (fabs(ref[i]) > amax)
+			amax = fabs(ref[i]);
+	}
+	for (size_t i = 0; i < n; i++) {
+		double e = isfinite(got[i]) ? fabs((double)got[i] - ref[i]) : INFINITY;
+		if (e > emax) {
+			emax = e;
+			worst = i;
+		}
+	}
+	const double rel = emax / (amax > 1e-6 ? amax : 1e-6);
+	ck_assert_msg(rel <= tol,
+		      "%s: normalised error %.3g > %.3g (worst at %zu: ref %.9g got %.9g, max |ref| %.6g)",
+		      what, rel, tol, worst, n ? ref[worst] : 0.0, n ? got[worst] : 0.0, amax);
+}
+
+/* ---- gemm ------------------------------------------------------------------------ */
+
+typedef struct gemm_case {
+	int m, n, k;
+	int ldx_pad, ldy_pad;
+	float alpha;
+	bool big; /* skipped when SL_CROSS_SMALL is set (the emulator) */
+} gemm_case;
+
+static const gemm_case gemm_cases[] = {
+	{ 1, 64, 64, 0, 0, 0.0f, false },      /* decode, alpha 0 means 1 */
+	{ 1, 1000, 768, 0, 0, 1.0f, false },   /* decode, wide */
+	{ 1, 77, 129, 3, 5, -2.0f, false },    /* odd, strided */
+	{ 3, 129, 77, 0, 7, 0.125f, false },
+	{ 7, 50, 1, 2, 0, 1.0f, false },       /* k = 1 */
+	{ 16, 256, 128, 0, 0, 1.0f, false },   /* the CPU's last direct-kernel size */
+	{ 17, 333, 200, 5, 3, 0.5f, false },   /* the CPU's panel path, odd */
+	{ 64, 768, 768, 0, 0, 1.0f, false },
+	{ 130, 257, 96, 32, 1, 1.0f, false },
+	{ 512, 1024, 512, 0, 0, 1.0f, true },  /* prefill-sized */
+	{ 333, 4096, 1024, 8, 8, 1.0f, true },
+};
+
+static void run_gemm(const gemm_case *c, bool with_bias, unsigned flags, uint64_t seed)
+{
+	const int ldx = c->k + c->ldx_pad, ldy = c->n + c->ldy_pad;
+	const float ws = 1.0f / sqrtf((float)c->k);
+	rng_seed(seed);
+	float *x = fill_f32((size_t)c->m * ldx, 1.0f);
+	sl_half *w = fill_f16((size_t)c->n * c->k, ws);
+	sl_half *bias = fill_f16((size_t)c->n, 1.0f);
+	float *y0 = fill_f32((size_t)c->m * ldy, 1.0f);
+	for (int r = 0; r < c->m; r++)
+		for (int j = 0; j < ldy; j++)
+			if (j >= c->n)
+				y0[(size_t)r * ldy + j] = SENTINEL;
+			else if (!(flags & SL_GEMM_ACCUM))
+				y0[(size_t)r * ldy + j] = NAN; /* poison: must be overwritten */
+	float *out[2];
+	for (int s = 0; s < 2; s++) {
+		const size_t xb = (size_t)c->m * ldx * 4, wb = (size_t)c->n * c->k * 2;
+		const size_t bb = (size_t)c->n * 2, yb = (size_t)c->m * ldy * 4;
+		float *dx = dput(s, x, xb);
+		sl_half *dw = dput(s, w, wb);
+		sl_half *db = dput(s, bias, bb);
+		float *dy = dput(s, y0, yb);
+		sl_gemm_args a = { .m = c->m, .n = c->n, .k = c->k, .x = dx, .ldx = ldx, .w = dw,
+				   .bias = with_bias ? db : NULL, .y = dy, .ldy = ldy,
+				   .alpha = c->alpha, .flags = flags };
+		ok(g_be[s]->ops->gemm(g_be[s], g_q[s], &a), "gemm");
+		out[s] = nan_f32((size_t)c->m * ldy);
+		dget(s, out[s], dy, yb);
+		dfree(s, dx, xb);
+		dfree(s, dw, wb);
+		dfree(s, db, bb);
+		dfree(s, dy, yb);
+	}
+	char what[160];
+	snprintf(what, sizeof(what), "gemm m=%d n=%d k=%d ldx=%d ldy=%d alpha=%g bias=%d flags=%u",
+		 c->m, c->n, c->k, ldx, ldy, c->alpha, with_bias, flags);
+	/* compare the valid columns row by row, as one array */
+	float *ref = malloc((size_t)c->m * c->n * sizeof(float) + 1);
+	float *got = malloc((size_t)c->m * c->n * sizeof(float) + 1);
+	for (int r = 0; r < c->m; r++)
+		for (int j = 0; j < ldy; j++) {
+			const size_t i = (size_t)r * ldy + j;
+			if (j < c->n) {
+				ref[(size_t)r * c->n + j] = out[0][i];
+				got[(size_t)r * c->n + j] = out[1][i];
+			} else {
+				ck_assert_msg(out[0][i] == SENTINEL && out[1][i] == SENTINEL,
+					      "%s: padding column %d of row %d was written (ref %g got %g)",
+					      what, j, r, out[0][i], out[1][i]);
+			}
+		}
+	check_close(what, ref, got, (size_t)c->m * c->n, TOL_FP16);
+	free(ref);
+	free(got);
+	free(out[0]);
+	free(out[1]);
+	free(x);
+	free(w);
+	free(bias);
+	free(y0);
+}
+
+static bool g_small;
+
+START_TEST(test_gemm)
+{
+	const gemm_case *c = &gemm_cases[_i];
+	if (c->big && g_small)
+		return;
+	/* every combination: bias, relu, accumulate */
+	for (unsigned combo = 0; combo < 8; combo++) {
+		unsigned flags = 0;
+		if (combo & 2)
+			flags |= SL_GEMM_RELU;
+		if (combo & 4)
+			flags |= SL_GEMM_ACCUM;
+		run_gemm(c, combo & 1, flags, 1000u * (unsigned)_i + combo);
+	}
+}
+END_TEST
+
+/* ---- layernorm ------------------------------------------------------------------ */
+
+typedef struct ln_case {
+	int rows, n, ldx_pad, ldy_pad;
+	bool inplace;
+} ln_case;
+
+static const ln_case ln_cases[] = {
+	{ 1, 768, 0, 0, false },  { 5, 1000, 0, 0, false },  { 3, 4096, 16, 3, false },
+	{ 64, 2048, 0, 0, true }, { 2, 12288, 0, 0, false }, { 7, 33, 1, 0, false },
+	{ 9, 5, 0, 0, true },     { 200, 96, 4, 4, true },
+};
+
+START_TEST(test_layernorm)
+{
+	const ln_case *c = &ln_cases[_i];
+	const int ldx = c->n + c->ldx_pad;
+	const int ldy = c->inplace ? ldx : c->n + c->ldy_pad;
+	rng_seed(2000 + _i);
+	/* an offset and a scale, so the mean and variance matter */
+	float *x = fill_f32((size_t)c->rows * ldx, 2.0f);
+	for (size_t i = 0; i < (size_t)c->rows * ldx; i++)
+		x[i] += 3.0f;
+	sl_half *g = fill_f16((size_t)c->n, 1.0f);
+	sl_half *bt = fill_f16((size_t)c->n, 1.0f);
+	float *y0 = nan_f32((size_t)c->rows * ldy);
+	for (int r = 0; r < c->rows; r++)
+		for (int j = c->n; j < ldy; j++)
+			y0[(size_t)r * ldy + j] = SENTINEL;
+	float *out[2];
+	const size_t xb = (size_t)c->rows * ldx * 4, yb = (size_t)c->rows * ldy * 4;
+	for (int s = 0; s < 2; s++) {
+		float *dx = dput(s, x, xb);
+		sl_half *dg = dput(s, g, (size_t)c->n * 2);
+		sl_half *dbt = dput(s, bt, (size_t)c->n * 2);
+		float *dy = c->inplace ? dx : dput(s, y0, yb);
+		ok(g_be[s]->ops->layernorm(g_be[s], g_q[s], c->rows, c->n, dx, ldx, dg, dbt, 1e-5f, dy,
+					   ldy),
+		   "layernorm");
+		out[s] = nan_f32((size_t)c->rows * ldy);
+		dget(s, out[s], dy, yb);
+		dfree(s, dx, xb);
+		dfree(s, dg, (size_t)c->n * 2);
+		dfree(s, dbt, (size_t)c->n * 2);
+		if (!c->inplace)
+			dfree(s, dy, yb);
+	}
+	char what[128];
+	snprintf(what, sizeof(what), "layernorm rows=%d n=%d ldx=%d ldy=%d inplace=%d", c->rows,
+		 c->n, ldx, ldy, c->inplace);
+	for (int r = 0; r < c->rows; r++) {
+		check_close(what, out[0] + (size_t)r * ldy, out[1] + (size_t)r * ldy, (size_t)c->n,
+			    TOL_FP32);
+		for (int j = c->n; j < ldy; j++) {
+			const size_t i = (size_t)r * ldy + j;
+			const float want = c->inplace ? x[i] : SENTINEL;
+			ck_assert_msg(out[0][i] == want && out[1][i] == want,
+				      "%s: padding column %d of row %d was written", what, j, r);
+		}
+	}
+	free(out[0]);
+	free(out[1]);
+	free(x);
+	free(g);
+	free(bt);
+	free(y0);
+}
+END_TEST
+
+/* ---- embed ---------------------------------------------------------------------- */
+
+typedef struct embed_case {
+	int rows, n, vocab;
+} embed_case;
+
+static const embed_case embed_cases[] = {
+	{ 1, 768, 100 }, { 37, 1000, 50 }, { 1000, 64, 3000 }, /* rows over one launch's chunk */
+	{ 5, 3, 7 },
+};
+
+START_TEST(test_embed)
+{
+	const embed_case *c = &embed_cases[_i];
+	for (int accum = 0; accum < 2; accum++) {
+		rng_seed(3000 + 10 * _i + accum);
+		sl_half *table = fill_f16((size_t)c->vocab * c->n, 2.0f);
+		int32_t *keep = malloc(sizeof(int32_t) * c->rows);
+		int32_t *idx = malloc(sizeof(int32_t) * c->rows);
+		for (int r = 0; r < c->rows; r++)
+			keep[r] = rnd_int(c->vocab);
+		float *y0 = accum ? fill_f32((size_t)c->rows * c->n, 1.0f) : nan_f32((size_t)c->rows * c->n);
+		const size_t tb = (size_t)c->vocab * c->n * 2, yb = (size_t)c->rows * c->n * 4;
+		float *out[2];
+		for (int s = 0; s < 2; s++) {
+			sl_half *dt = dput(s, table, tb);
+			float *dy = dput(s, y0, yb);
+			memcpy(idx, keep, sizeof(int32_t) * c->rows);
+			ok(g_be[s]->ops->embed(g_be[s], g_q[s], c->rows, c->n, dt, idx, dy, accum),
+			   "embed");
+			/* the indices are the caller's again as soon as the call returns */
+			memset(idx, 0xff, sizeof(int32_t) * c->rows);
+			out[s] = nan_f32((size_t)c->rows * c->n);
+			dget(s, out[s], dy, yb);
+			dfree(s, dt, tb);
+			dfree(s, dy, yb);
+		}
+		ck_assert_msg(!memcmp(out[0], out[1], yb),
+			      "embed rows=%d n=%d accumulate=%d: results differ", c->rows, c->n, accum);
+		free(out[0]);
+		free(out[1]);
+		free(table);
+		free(idx);
+		free(keep);
+		free(y0);
+	}
+}
+END_TEST
+
+/* ---- argmax --------------------------------------------------------------------- */
+
+typedef struct argmax_case {
+	int rows, n, ldx_pad;
+	bool ties;
+} argmax_case;
+
+static const argmax_case argmax_cases[] = {
+	{ 1, 50272, 0, false }, { 8, 50272, 16, false }, { 3, 7, 0, false }, { 64, 1000, 3, true },
+	{ 5, 1, 0, false },     { 2, 4097, 0, true },
+};
+
+START_TEST(test_argmax)
+{
+	const argmax_case *c = &argmax_cases[_i];
+	const int ldx = c->n + c->ldx_pad;
+	rng_seed(4000 + _i);
+	float *x = fill_f32((size_t)c->rows * ldx, 10.0f);
+	int32_t *want = malloc(sizeof(int32_t) * c->rows);
+	for (int r = 0; r < c->rows; r++) {
+		float *xr = x + (size_t)r * ldx;
+		/* a clear maximum (no near-ties), or two exactly equal ones */
+		const int i = rnd_int(c->n);
+		xr[i] = 11.0f + (float)r;
+		want[r] = i;
+		if (c->ties && c->n > 1) {
+			int j = rnd_int(c->n);
+			if (j != i) {
+				xr[j] = xr[i];
+				want[r] = i < j ? i : j;
+			}
+		}
+		for (int j = c->n; j < ldx; j++)
+			xr[j] = 1e30f; /* the stride's padding is not part of the row */
+	}
+	int32_t *got[2];
+	const size_t xb = (size_t)c->rows * ldx * 4;
+	for (int s = 0; s < 2; s++) {
+		float *dx = dput(s, x, xb);
+		got[s] = malloc(sizeof(int32_t) * c->rows);
+		memset(got[s], 0xff, sizeof(int32_t) * c->rows);
+		ok(g_be[s]->ops->argmax(g_be[s], g_q[s], c->rows, c->n, dx, ldx, got[s]), "argmax");
+		dfree(s, dx, xb);
+	}
+	for (int r = 0; r < c->rows; r++) {
+		ck_assert_msg(got[0][r] == want[r], "argmax row %d: cpu %d, want %d", r, got[0][r],
+			      want[r]);
+		ck_assert_msg(got[1][r] == want[r], "argmax rows=%d n=%d row %d: %s %d, want %d",
+			      c->rows, c->n, r, g_name, got[1][r], want[r]);
+	}
+	free(got[0]);
+	free(got[1]);
+	free(want);
+	free(x);
+}
+END_TEST
+
+/* ---- attention ------------------------------------------------------------------ */
+
+#define MAXSEQ 1024
+
+typedef struct attn_case {
+	int nseq, nh, hd, t, cap;
+	int meta[8]; /* npad (prefill) or len (decode) of the first sequences, random
+		      * after them; meta[0] = -1: random for all */
+	bool misalign; /* decode: cache pointers off 16-byte alignment */
+	bool big;
+} attn_case;
+
+static const attn_case prefill_cases[] = {
+	{ 1, 1, 64, 1, 4, { 0 }, false, false },
+	{ 2, 2, 64, 17, 20, { 0, 3 }, false, false },
+	{ 3, 4, 128, 40, 48, { 0, 5, 39 }, false, false },
+	{ 2, 3, 80, 33, 40, { 7, 0 }, false, false },     /* OPT-2.7b's head dim */
+	{ 4, 2, 32, 64, 64, { 0, 63, 64, 10 }, false, false }, /* one row, all padding */
+	{ 1, 2, 256, 20, 24, { 2 }, false, false },
+	{ 3, 2, 36, 19, 25, { -1 }, false, false },
+	{ 2, 1, 8, 50, 50, { 1, 0 }, false, false },
+	{ 2, 2, 30, 21, 24, { 3, 0 }, false, false },     /* hd % 4 != 0: scalar dots */
+	{ 2, 1, 16, 5, 8, { 5, 5 }, false, false },       /* nothing but padding */
+	{ 4, 8, 128, 128, 160, { 0, 17, 100, 127 }, false, true },
+	{ 8, 32, 128, 256, 288, { -1 }, false, true },
+};
+
+static const attn_case decode_cases[] = {
+	{ 3, 4, 64, 1, 50, { 0, 17, 49 }, false, false },  /* len 0: only the new token */
+	{ 2, 2, 128, 1, 300, { 299, 150 }, false, false }, /* a full cache */
+	{ 5, 3, 80, 1, 40, { -1 }, false, false },
+	{ 2, 2, 36, 1, 20, { 5, 19 }, false, false },      /* hd % 8 != 0: half loads */
+	{ 2, 2, 64, 1, 33, { 31, 2 }, true, false },       /* misaligned: half loads */
+	{ 1, 1, 256, 1, 10, { 9 }, false, false },
+	{ 800, 1, 8, 1, 4, { -1 }, false, false },         /* more sequences than one launch */
+	{ 16, 32, 128, 1, 1100, { -1 }, false, true },
+	{ 4, 2, 64, 1, 4000, { 3999, 2500, 1, 0 }, false, true }, /* long contexts */
+};
+
+static void attn_meta(const attn_case *c, bool prefill, int *meta)
+{
+	for (int s = 0; s < c->nseq; s++) {
+		int v = c->meta[0] >= 0 && s < 8 ? c->meta[s] : -1;
+		if (v < 0)
+			v = prefill ? rnd_int(c->t + 1) : rnd_int(c->cap);
+		meta[s] = v;
+	}
+}
+
+static void run_attn(const attn_case *c, bool prefill, bool with_score, uint64_t seed)
+{
+	const int hidden = c->nh * c->hd;
+	const int rows = prefill ? c->t : 1;
+	const size_t act = (size_t)c->nseq * rows * hidden;
+	const size_t cache = (size_t)c->nseq * c->nh * c->cap * c->hd;
+	const size_t nscore = (size_t)c->nseq * c->nh * c->cap;
+	ck_assert_int_le(c->nseq, MAXSEQ);
+	int meta[MAXSEQ];
+	rng_seed(seed);
+	attn_meta(c, prefill, meta);
+
+	/* q arrives scaled by 1/sqrt(hd); a wider spread for some seeds makes
+	 * peaked attention */
+	const float qs = (seed & 1 ? 4.0f : 1.0f) / sqrtf((float)c->hd);
+	float *q = fill_f32(act, qs);
+	float *kn = fill_f32(act, 1.0f);
+	float *vn = fill_f32(act, 1.0f);
+	sl_half *kc0 = malloc(cache * 2 + 2), *vc0 = malloc(cache * 2 + 2);
+	memset(kc0, 0xff, cache * 2); /* NaN: any read of a slot outside the range shows */
+	memset(vc0, 0xff, cache * 2);
+	if (!prefill) /* decode: slots [0, len) hold earlier tokens */
+		for (int s = 0; s < c->nseq; s++)
+			for (int h = 0; h < c->nh; h++)
+				for (int j = 0; j < meta[s]; j++)
+					for (int d = 0; d < c->hd; d++) {
+						const size_t i = (((size_t)s * c->nh + h) * c->cap + j) * c->hd + d;
+						kc0[i] = sl_float_to_half(rnd());
+						vc0[i] = sl_float_to_half(rnd());
+					}
+	float *score0 = fill_f32(nscore, 1.0f);
+	for (size_t i = 0; i < nscore; i++)
+		score0[i] = fabsf(score0[i]) * 3.0f;
+	float *out0 = nan_f32(act);
+
+	const size_t off = c->misalign ? 8 : 0; /* bytes */
+	float *out[2], *score[2];
+	sl_half *kcache[2], *vcache[2];
+	for (int s = 0; s < 2; s++) {
+		float *dq = dput(s, q, act * 4), *dk = dput(s, kn, act * 4), *dv = dput(s, vn, act * 4);
+		float *dout = dput(s, out0, act * 4);
+		char *dkc = NULL, *dvc = NULL;
+		ok(sl_dev_alloc(g_be[s], cache * 2 + off, "test k cache", (void **)&dkc), "alloc");
+		ok(sl_dev_alloc(g_be[s], cache * 2 + off, "test v cache", (void **)&dvc), "alloc");
+		ok(g_be[s]->ops->copy_h2d(g_be[s], g_q[s], dkc + off, kc0, cache * 2), "copy_h2d");
+		ok(g_be[s]->ops->copy_h2d(g_be[s], g_q[s], dvc + off, vc0, cache * 2), "copy_h2d");
+		float *dscore = dput(s, score0, nscore * 4);
+		sl_attn_args a = {
+			.nseq = c->nseq, .nh = c->nh, .hd = c->hd, .t = rows, .cap = c->cap,
+			.q = dq, .k_new = dk, .v_new = dv, .out = dout,
+			.k_cache = (sl_half *)(dkc + off), .v_cache = (sl_half *)(dvc + off),
+			.npad = prefill ? meta : NULL, .len = prefill ? NULL : meta,
+			.score = with_score ? dscore : NULL,
+		};
+		if (prefill)
+			ok(g_be[s]->ops->attn_prefill(g_be[s], g_q[s], &a), "attn_prefill");
+		else
+			ok(g_be[s]->ops->attn_decode(g_be[s], g_q[s], &a), "attn_decode");
+		out[s] = nan_f32(act);
+		score[s] = nan_f32(nscore);
+		kcache[s] = malloc(cache * 2 + 2);
+		vcache[s] = malloc(cache * 2 + 2);
+		dget(s, out[s], dout, act * 4);
+		dget(s, score[s], dscore, nscore * 4);
+		dget(s, kcache[s], dkc + off, cache * 2);
+		dget(s, vcache[s], dvc + off, cache * 2);
+		dfree(s, dq, act * 4);
+		dfree(s, dk, act * 4);
+		dfree(s, dv, act * 4);
+		dfree(s, dout, act * 4);
+		dfree(s, dkc, cache * 2 + off);
+		dfree(s, dvc, cache * 2 + off);
+		dfree(s, dscore, nscore * 4);
+	}
+	char what[200];
+	snprintf(what, sizeof(what), "attn_%s nseq=%d nh=%d hd=%d t=%d cap=%d score=%d%s",
+		 prefill ? "prefill" : "decode", c->nseq, c->nh, c->hd, rows, c->cap, with_score,
+		 c->misalign ? " misaligned" : "");
+	/* the cache: the same fp16 bits everywhere, written slots and untouched ones */
+	ck_assert_msg(!memcmp(kcache[0], kcache[1], cache * 2), "%s: k cache differs", what);
+	ck_assert_msg(!memcmp(vcache[0], vcache[1], cache * 2), "%s: v cache differs", what);
+	if (prefill) /* padding rows: exact zeros */
+		for (int s = 0; s < c->nseq; s++)
+			for (int i = 0; i < meta[s]; i++)
+				for (int e = 0; e < hidden; e++) {
+					const size_t k = ((size_t)s * rows + i) * hidden + e;
+					ck_assert_msg(out[0][k] == 0.0f && out[1][k] == 0.0f,
+						      "%s: padding row %d of sequence %d is not zero (%g)", what,
+						      i, s, out[1][k]);
+				}
+	check_close(what, out[0], out[1], act, TOL_FP32);
+	/* the score: slots that got no probability keep their value exactly */
+	for (size_t i = 0; i < nscore; i++) {
+		const size_t sh = i / c->cap;
+		const int slot = (int)(i % c->cap), seq = (int)(sh / c->nh);
+		const int used = prefill ? c->t - meta[seq] : meta[seq] + 1;
+		if (!with_score || slot >= used)
+			ck_assert_msg(score[0][i] == score0[i] && score[1][i] == score0[i],
+				      "%s: score of slot %d (sequence %d) changed", what, slot, seq);
+	}
+	char swhat[240];
+	snprintf(swhat, sizeof(swhat), "%s (H2O score)", what);
+	check_close(swhat, score[0], score[1], nscore, TOL_FP32);
+	if (with_score) { /* the increments alone, for a sharper comparison */
+		for (int s = 0; s < 2; s++)
+			for (size_t i = 0; i < nscore; i++)
+				score[s][i] -= score0[i];
+		snprintf(swhat, sizeof(swhat), "%s (H2O score increments)", what);
+		check_close(swhat, score[0], score[1], nscore, TOL_FP32);
+	}
+	for (int s = 0; s < 2; s++) {
+		free(out[s]);
+		free(score[s]);
+		free(kcache[s]);
+		free(vcache[s]);
+	}
+	free(q);
+	free(kn);
+	free(vn);
+	free(kc0);
+	free(vc0);
+	free(score0);
+	free(out0);
+}
+
+START_TEST(test_attn_prefill)
+{
+	const attn_case *c = &prefill_cases[_i];
+	if (c->big && g_small)
+		return;
+	run_attn(c, true, false, 5000 + 2 * _i);
+	run_attn(c, true, true, 5001 + 2 * _i);
+}
+END_TEST
+
+START_TEST(test_attn_decode)
+{
+	const attn_case *c = &decode_cases[_i];
+	if (c->big && g_small)
+		return;
+	run_attn(c, false, false, 6000 + 2 * _i);
+	run_attn(c, false, true, 6001 + 2 * _i);
+}
+END_TEST
+
+/* ---- queues, events, copies, errors, budget -------------------------------------- */
+
+START_TEST(test_queues_events)
+{
+	/* a chain over two queues of the backend under test, ordered by events */
+	sl_backend *b = g_be[1];
+	sl_queue *q1 = NULL, *q2 = NULL;
+	sl_event *e = NULL;
+	ok(b->ops->queue_create(b, &q1), "queue_create");
+	ok(b->ops->queue_create(b, &q2), "queue_create");
+	ok(b->ops->event_create(b, &e), "event_create");
+	const size_t n = (size_t)3 << 20;
+	unsigned char *h = NULL, *back = malloc(n);
+	ok(b->ops->host_alloc(b, n, (void **)&h), "host_alloc");
+	for (size_t i = 0; i < n; i++)
+		h[i] = (unsigned char)(i * 7 + 3);
+	void *d1 = NULL, *d2 = NULL;
+	ok(sl_dev_alloc(b, n, "a", &d1), "sl_dev_alloc");
+	ok(sl_dev_alloc(b, n, "b", &d2), "sl_dev_alloc");
+	ok(b->ops->memset_dev(b, q2, d2, 0x5a, n), "memset_dev");
+	ok(b->ops->queue_sync(b, q2), "queue_sync");
+	ok(b->ops->copy_h2d(b, q1, d1, h, n), "copy_h2d");
+	ok(b->ops->event_record(b, e, q1), "event_record");
+	ok(b->ops->queue_wait(b, q2, e), "queue_wait");
+	ok(b->ops->copy_d2d(b, q2, d2, d1, n / 2), "copy_d2d");
+	ok(b->ops->event_record(b, e, q2), "event_record");
+	ok(b->ops->event_sync(b, e), "event_sync");
+	ok(b->ops->copy_d2h(b, NULL, back, d2, n), "copy_d2h on the NULL queue");
+	ok(b->ops->queue_sync(b, NULL), "queue_sync NULL");
+	for (size_t i = 0; i < n; i++) {
+		const unsigned char want = i < n / 2 ? h[i] : 0x5a;
+		ck_assert_msg(back[i] == want, "byte %zu: %d, want %d", i, back[i], want);
+	}
+	/* zero-byte copies are no-ops */
+	ok(b->ops->copy_h2d(b, q1, d1, h, 0), "copy_h2d of 0 bytes");
+	sl_dev_free(b, d1, n);
+	sl_dev_free(b, d2, n);
+	b->ops->host_free(b, h);
+	b->ops->event_free(b, e);
+	b->ops->queue_free(b, q1);
+	b->ops->queue_free(b, q2);
+	free(back);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+	for (int s = 0; s < 2; s++) {
+		sl_backend *b = g_be[s];
+		sl_gemm_args a = { .m = 2, .n = 3, .k = 8, .ldx = 4, .ldy = 3 };
+		ck_assert_int_eq(b->ops->gemm(b, g_q[s], &a), SL_EINVAL);
+		int npad[2] = { 0, 9 };
+		sl_attn_args at = { .nseq = 2, .nh = 1, .hd = 8, .t = 8, .cap = 8, .npad = npad };
+		float dummy[64];
+		sl_half hdummy[64];
+		at.q = at.k_new = at.v_new = at.out = dummy;
+		at.k_cache = at.v_cache = hdummy;
+		ck_assert_int_eq(b->ops->attn_prefill(b, g_q[s], &at), SL_EINVAL);
+		int len[2] = { 3, 8 }; /* 8 == cap: no slot for the new token */
+		at.npad = NULL;
+		at.len = len;
+		at.t = 1;
+		ck_assert_int_eq(b->ops->attn_decode(b, g_q[s], &at), SL_EINVAL);
+		ck_assert_ptr_nonnull(strstr(sl_errmsg(), "8"));
+	}
+}
+END_TEST
+
+/* The backend's own workspaces count against the device budget. */
+START_TEST(test_budget)
+{
+	if (strcmp(g_name, "cuda"))
+		return; /* the CPU backend keeps its workspaces in host memory */
+	sl_backend *b = NULL;
+	ok(sl_backend_create(g_name, 1, &b), "sl_backend_create");
+	const int m = 64, n = 256, k = 4096;
+	const size_t xb = (size_t)m * k * 4, wb = (size_t)n * k * 2, yb = (size_t)m * n * 4;
+	sl_backend_set_dev_limit(b, xb + wb + yb + 4096);
+	void *dx, *dw, *dy;
+	ok(sl_dev_alloc(b, xb, "x", &dx), "sl_dev_alloc");
+	ok(sl_dev_alloc(b, wb, "w", &dw), "sl_dev_alloc");
+	ok(sl_dev_alloc(b, yb, "y", &dy), "sl_dev_alloc");
+	sl_gemm_args a = { .m = m, .n = n, .k = k, .x = dx, .ldx = k, .w = dw, .y = dy, .ldy = n };
+	const int rc = b->ops->gemm(b, NULL, &a);
+	ck_assert_msg(rc == SL_EBUDGET, "gemm over the budget returned %d (%s)", rc, sl_errmsg());
+	ck_assert_msg(b->dev_used == xb + wb + yb, "accounting leaked: %zu used", b->dev_used);
+	/* with room it runs, and the workspaces show in dev_used */
+	sl_backend_set_dev_limit(b, 0);
+	ok(b->ops->gemm(b, NULL, &a), "gemm with room");
+	ok(b->ops->queue_sync(b, NULL), "queue_sync");
+	ck_assert_msg(b->dev_used > xb + wb + yb, "workspaces not accounted: %zu used", b->dev_used);
+	sl_dev_free(b, dx, xb);
+	sl_dev_free(b, dw, wb);
+	sl_dev_free(b, dy, yb);
+	sl_backend_free(b);
+}
+END_TEST
+
+/* The chunked paths: a backend whose scratch cap is small. */
+START_TEST(test_chunked)
+{
+	if (strcmp(g_name, "cuda"))
+		return;
+	setenv("SLUICE_CUDA_SCRATCH_MAX", "64K", 1);
+	sl_backend *b = NULL;
+	const int rc = sl_backend_create(g_name, 1, &b);
+	unsetenv("SLUICE_CUDA_SCRATCH_MAX");
+	ok(rc, "sl_backend_create with a 64K scratch cap");
+	sl_backend *keep = g_be[1];
+	sl_queue *keepq = g_q[1];
+	g_be[1] = b;
+	g_q[1] = NULL;
+	/* 64K of scratch: a few hundred rows of k = 96 per chunk, fewer with relu+accum */
+	const gemm_case gc = { 700, 300, 96, 1, 2, 1.0f, false };
+	for (unsigned combo = 0; combo < 8; combo++)
+		run_gemm(&gc, combo & 1,
+			 ((combo & 2) ? SL_GEMM_RELU : 0u) | ((combo & 4) ? SL_GEMM_ACCUM : 0u),
+			 7000 + combo);
+	/* prefill with score: (m, l) of 2 heads x 200 rows is 3.2K per sequence */
+	const attn_case pc = { 30, 2, 16, 200, 210, { -1 }, false, false };
+	run_attn(&pc, true, true, 7100);
+	g_be[1] = keep;
+	g_q[1] = keepq;
+	sl_backend_free(b);
+}
+END_TEST
+
+/* ---- main ----------------------------------------------------------------------- */
+
+static Suite *cross_suite(void)
+{
+	Suite *s = suite_create("cross_backend");
+	TCase *tc = tcase_create("ops");
+	tcase_set_timeout(tc, 600);
+	tcase_add_loop_test(tc, test_gemm, 0, (int)SL_ARRAY_LEN(gemm_cases));
+	tcase_add_loop_test(tc, test_layernorm, 0, (int)SL_ARRAY_LEN(ln_cases));
+	tcase_add_loop_test(tc, test_embed, 0, (int)SL_ARRAY_LEN(embed_cases));
+	tcase_add_loop_test(tc, test_argmax, 0, (int)SL_ARRAY_LEN(argmax_cases));
+	tcase_add_loop_test(tc, test_attn_prefill, 0, (int)SL_ARRAY_LEN(prefill_cases));
+	tcase_add_loop_test(tc, test_attn_decode, 0, (int)SL_ARRAY_LEN(decode_cases));
+	tcase_add_test(tc, test_queues_events);
+	tcase_add_test(tc, test_errors);
+	tcase_add_test(tc, test_budget);
+	tcase_add_test(tc, test_chunked);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	const char *env = getenv("SL_CROSS_BACKEND");
+	if (env && *env)
+		g_name = env;
+	g_small = getenv("SL_CROSS_SMALL") != NULL;
+	if (!strcmp(g_name, "cuda")) {
+		if (!sl_backend_cuda_built()) {
+			printf("SKIP: this build has no CUDA backend (configure with -Dcuda=enabled)\n");
+			return 77;
+		}
+#if SL_HAVE_CUDA
+		if (!sl_cuda_usable()) {
+			sl_backend *b = NULL;
+			int rc = sl_backend_create("cuda", 0, &b);
+			printf("SKIP: no usable CUDA GPU: %s\n", rc < 0 ? sl_errmsg() : "(unknown)");
+			sl_backend_free(b);
+			return 77;
+		}
+#endif
+	}
+	int rc = sl_backend_create("cpu", 0, &g_be[0]);
+	if (rc == 0)
+		rc = sl_backend_create(g_name, 0, &g_be[1]);
+	if (rc < 0) {
+		fprintf(stderr, "test_cross_backend: %s\n", sl_errmsg());
+		return 1;
+	}
+	for (int s = 0; s < 2; s++)
+		if (g_be[s]->ops->queue_create(g_be[s], &g_q[s]) < 0) {
+			fprintf(stderr, "test_cross_backend: %s\n", sl_errmsg());
+			return 1;
+		}
+	printf("comparing backend '%s' against 'cpu'%s\n", g_name,
+	       g_small ? " (small cases only)" : "");
+
+	SRunner *sr = srunner_create(cross_suite());
+	/* one process: a CUDA context does not survive fork() */
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	const int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	for (int s = 0; s < 2; s++) {
+		g_be[s]->ops->queue_free(g_be[s], g_q[s]);
+		sl_backend_free(g_be[s]);
+	}
+	return failed ? 1 : 0;
+}
