@@ -106,6 +106,44 @@ typedef struct sl_attn_args {
 	float *score;    /* (optional) device (nseq, nh, cap) */
 } sl_attn_args;
 
+/*
+ * H2O (Heavy-Hitter Oracle) cache maintenance, per (sequence, head).
+ * Budgets: heavy[s] = H and recent[s] = R tokens, B = H + R.  The H2O cache
+ * has cap >= B + 1 slots; slot j holds a token of position pos[j] with
+ * accumulated attention score[j]; slots [len, cap) are free with score 0
+ * and pos -1.  Ties: the older position is evicted first.
+ *
+ * compact (after prefill): the prefill ran over a scratch cache (k_src,
+ *   v_src, score_src; cap_in slots; sequence s's n[s] prompt tokens in
+ *   slots [0, n[s]) at positions 0..n[s]-1, with their column-sum scores).
+ *   Keeps all of them if n[s] <= B, else the last R and the H highest
+ *   scoring among the others; writes them to slots [0, kept) in position
+ *   order; the evicted tokens' scores are added to evicted (optional).
+ *
+ * evict (after a decode step): attn_decode wrote the new token to slot
+ *   len[s] and added every slot's probability to score.  Sets pos[len[s]] =
+ *   cur[s]; if the cache now holds B + 1 tokens, evicts the lowest-scoring
+ *   token among those outside the recent window (positions <= cur - R),
+ *   moves the new token into its slot when it is not the victim, and frees
+ *   slot len[s].  The caller then holds min(len + 1, B) tokens.
+ */
+typedef struct sl_h2o_args {
+	int nseq, nh, hd;
+	bool kv_f32;
+	const void *k_src, *v_src; /* compact: scratch (nseq, nh, cap_in, hd) */
+	const float *score_src;    /* compact: (nseq, nh, cap_in) */
+	int cap_in;
+	void *k_cache, *v_cache;   /* (nseq, nh, cap, hd) */
+	float *score;              /* (nseq, nh, cap) */
+	int32_t *pos;              /* (nseq, nh, cap) */
+	int cap;
+	const int *n;              /* compact: host (nseq) */
+	const int *len;            /* evict: host (nseq) */
+	const int *cur;            /* evict: host (nseq) */
+	const int *heavy, *recent; /* host (nseq) */
+	float *evicted;            /* (optional) device (nseq, nh) */
+} sl_h2o_args;
+
 /* ---- the interface ----------------------------------------------------- */
 
 typedef struct sl_backend_ops {
@@ -153,6 +191,10 @@ typedef struct sl_backend_ops {
 
 	int (*attn_prefill)(sl_backend *b, sl_queue *q, const sl_attn_args *a);
 	int (*attn_decode)(sl_backend *b, sl_queue *q, const sl_attn_args *a);
+
+	/* (optional: NULL where a backend lacks H2O) */
+	int (*h2o_compact)(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
+	int (*h2o_evict)(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
 
 	/* out[r] = the smallest index of the maximum of x[r, 0..n) (rows of
 	 * stride ldx); out is a host array, and the call waits for the result. */

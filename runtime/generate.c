@@ -24,7 +24,8 @@ struct sl_generator {
 	sl_sample_ws ws;
 };
 
-int sl_generator_create(sl_model *m, int max_seq, int max_len, sl_generator **out)
+int sl_generator_create(sl_model *m, int max_seq, int max_len, int max_prompt,
+			sl_generator **out)
 {
 	*out = NULL;
 	if (max_len > m->cfg.max_pos)
@@ -46,7 +47,7 @@ int sl_generator_create(sl_model *m, int max_seq, int max_len, sl_generator **ou
 	if (!g->padded || !g->next || !g->npad || !g->running || !g->was_running)
 		rc = sl_err(SL_ENOMEM, "out of memory");
 	if (!rc)
-		rc = sl_kv_create(m, max_seq, max_len, &g->kv);
+		rc = sl_kv_make(m, max_seq, max_prompt, max_len, &g->kv);
 	if (!rc)
 		rc = sl_model_reserve(m, max_seq, max_seq * max_len);
 	if (rc) {
@@ -128,7 +129,8 @@ int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, const sl_gen_opts 
 	for (int s = 0; s < nseq; s++) {
 		if (seqs[s].prompt_len <= 0 || seqs[s].max_new <= 0)
 			return sl_err(SL_EINVAL, "sequence %d: empty prompt or no new tokens", s);
-		if (seqs[s].prompt_len + seqs[s].max_new > g->max_len)
+		if (seqs[s].prompt_len + seqs[s].max_new > g->max_len ||
+		    (g->kv->h2o && seqs[s].prompt_len > g->kv->scratch_cap))
 			return sl_err(SL_ERANGE, "sequence %d: %d prompt + %d new tokens exceed %d", s,
 				      seqs[s].prompt_len, seqs[s].max_new, g->max_len);
 		t = SL_MAX(t, seqs[s].prompt_len);

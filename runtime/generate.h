@@ -42,9 +42,10 @@ typedef struct sl_gen_opts {
 
 typedef struct sl_generator sl_generator;
 
-/* Room for blocks of up to max_seq sequences whose prompt plus new tokens
- * fit in max_len positions. */
-int sl_generator_create(sl_model *m, int max_seq, int max_len, sl_generator **out);
+/* Room for blocks of up to max_seq sequences whose prompts have at most
+ * max_prompt tokens and whose prompt plus new tokens fit in max_len. */
+int sl_generator_create(sl_model *m, int max_seq, int max_len, int max_prompt,
+			sl_generator **out);
 void sl_generator_free(sl_generator *g);
 
 /* Benchmarks: EOS does not end a sequence. */

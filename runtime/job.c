@@ -296,13 +296,14 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 	if (o->nstop && !tok)
 		return sl_err(SL_EUNSUPPORTED,
 			      "--stop needs the model's tokenizer (vocab.json and merges.txt)");
-	int max_len = 1, max_out = 1;
+	int max_len = 1, max_out = 1, max_prompt = 1;
 	for (int i = 0; i < ps->n; i++) {
 		if (ps->p[i].error)
 			continue;
 		int want = ps->p[i].max_new ? ps->p[i].max_new : o->max_new;
 		max_len = SL_MAX(max_len, ps->p[i].n + want);
 		max_out = SL_MAX(max_out, want);
+		max_prompt = SL_MAX(max_prompt, ps->p[i].n);
 	}
 	const int batch = o->batch;
 	progress prog = { .mode = o->progress, .t0 = sl_now(), .total = shard_prompts(ps, o) };
@@ -326,7 +327,7 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 	if (!seqs || !obuf || !c.txt || !c.len || !c.cap || !c.stop_at)
 		rc = sl_err(SL_ENOMEM, "out of memory");
 	if (!rc)
-		rc = sl_generator_create(m, SL_MIN(batch, ps->n), max_len, &g);
+		rc = sl_generator_create(m, SL_MIN(batch, ps->n), max_len, max_prompt, &g);
 	sl_gen_opts go = { .sampling = &o->sampling, .on_token = on_token, .on_step = on_step,
 			   .ctx = &c, .interrupt = o->interrupt };
 	sl_gen_timing tm = { 0 };
@@ -397,12 +398,13 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 		 sl_job_stats *st)
 {
 	memset(st, 0, sizeof *st);
-	int max_len = 1, max_cont = 1;
+	int max_len = 1, max_cont = 1, max_prompt = 1;
 	for (int i = 0; i < ps->n; i++) {
 		if (ps->p[i].error)
 			continue;
 		max_len = SL_MAX(max_len, ps->p[i].n + ps->p[i].ncont);
 		max_cont = SL_MAX(max_cont, ps->p[i].ncont);
+		max_prompt = SL_MAX(max_prompt, ps->p[i].n);
 	}
 	const int batch = o->batch;
 	progress prog = { .mode = o->progress, .t0 = sl_now(), .total = shard_prompts(ps, o) };
@@ -419,7 +421,7 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 	double *lp = malloc(sizeof(double) * (size_t)batch * max_cont);
 	int rc = (!seqs || !lp) ? sl_err(SL_ENOMEM, "out of memory") : 0;
 	if (!rc)
-		rc = sl_scorer_create(m, SL_MIN(batch, ps->n), max_len, &sc);
+		rc = sl_scorer_create(m, SL_MIN(batch, ps->n), max_len, max_prompt, &sc);
 	const double t0 = sl_now();
 	for (int b = start; !rc && b < n_blocks(ps, batch); b++) {
 		if (!mine(o, b))

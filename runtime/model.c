@@ -43,6 +43,7 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 	if (!m)
 		return sl_err(SL_ENOMEM, "out of memory");
 	m->be = be;
+	m->h2o_heavy = m->h2o_recent = -1;
 	sl_st_set *st = NULL;
 	int rc = be->ops->queue_create(be, &m->q);
 	if (rc < 0)
@@ -207,11 +208,96 @@ int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out)
 	return 0;
 }
 
+static int h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent)
+{
+	*heavy = kv->fixed_heavy >= 0 ? kv->fixed_heavy : (int)floor(kv->hh_ratio * prompt);
+	*recent = kv->fixed_recent >= 0 ? kv->fixed_recent : (int)floor(kv->recent_ratio * prompt);
+	return *heavy + *recent;
+}
+
+int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
+{
+	const bool h2o = m->hh_ratio > 0 || m->recent_ratio > 0 || m->h2o_heavy >= 0 ||
+			 m->h2o_recent >= 0;
+	if (!h2o)
+		return sl_kv_create(m, nseq, max_len, out);
+	if (!m->be->ops->h2o_compact || !m->be->ops->h2o_evict)
+		return sl_err(SL_EUNSUPPORTED, "the %s backend has no H2O cache operations",
+			      m->be->ops->name);
+	sl_kv probe = { .hh_ratio = m->hh_ratio, .recent_ratio = m->recent_ratio,
+			.fixed_heavy = m->h2o_heavy, .fixed_recent = m->h2o_recent };
+	int heavy, recent;
+	/* a budget of 0 is allowed: each step then sees only its own token */
+	int b = h2o_budget(&probe, max_prompt, &heavy, &recent);
+	const int cap = SL_MIN(max_len, b + 1);
+	SL_TRY(sl_kv_create(m, nseq, cap, out));
+	sl_kv *kv = *out;
+	const sl_opt_config *c = &m->cfg;
+	kv->h2o = true;
+	kv->hh_ratio = m->hh_ratio;
+	kv->recent_ratio = m->recent_ratio;
+	kv->fixed_heavy = m->h2o_heavy;
+	kv->fixed_recent = m->h2o_recent;
+	kv->scratch_cap = max_prompt;
+	kv->heavy = calloc((size_t)nseq, sizeof *kv->heavy);
+	kv->recent = calloc((size_t)nseq, sizeof *kv->recent);
+	kv->score = calloc((size_t)c->n_layer, sizeof *kv->score);
+	kv->pos_slot = calloc((size_t)c->n_layer, sizeof *kv->pos_slot);
+	if (!kv->heavy || !kv->recent || !kv->score || !kv->pos_slot) {
+		sl_kv_free(m, kv);
+		*out = NULL;
+		return sl_err(SL_ENOMEM, "out of memory");
+	}
+	/* one more device block: scores, positions, the prompt scratch */
+	const size_t es = kv->f32 ? 4 : 2;
+	const size_t per = (size_t)nseq * c->n_head * cap;
+	const size_t sc = (size_t)nseq * c->n_head * max_prompt;
+	const size_t extra = c->n_layer * per * 8 + 2 * sc * c->hidden / c->n_head * es + sc * 4 +
+			     (size_t)c->n_layer * nseq * c->n_head * 4 + 1024;
+	void *blk = NULL;
+	int rc = sl_dev_alloc(m->be, kv->bytes + extra, "KV cache (H2O)", &blk);
+	if (rc < 0) {
+		sl_kv_free(m, kv);
+		*out = NULL;
+		return rc;
+	}
+	/* move the dense part into the new block: one allocation to free */
+	sl_dev_free(m->be, kv->block, kv->bytes);
+	kv->block = blk;
+	const size_t kvper = (size_t)nseq * c->hidden * cap * es;
+	char *p = blk;
+	for (int l = 0; l < c->n_layer; l++) {
+		kv->k[l] = p + (2 * (size_t)l) * kvper;
+		kv->v[l] = p + (2 * (size_t)l + 1) * kvper;
+	}
+	p += kv->bytes;
+	kv->bytes += extra;
+	for (int l = 0; l < c->n_layer; l++) {
+		kv->score[l] = (float *)p;
+		p += per * 4;
+		kv->pos_slot[l] = (int32_t *)p;
+		p += per * 4;
+	}
+	kv->scratch_k = p;
+	p += sc * c->hidden / c->n_head * es;
+	kv->scratch_v = p;
+	p += sc * c->hidden / c->n_head * es;
+	kv->scratch_score = (float *)p;
+	p += sc * 4;
+	kv->evicted = (float *)p;
+	return m->be->ops->memset_dev(m->be, m->q, kv->evicted, 0,
+				      (size_t)c->n_layer * nseq * c->n_head * 4);
+}
+
 void sl_kv_free(sl_model *m, sl_kv *kv)
 {
 	if (!kv)
 		return;
 	sl_dev_free(m->be, kv->block, kv->bytes);
+	free(kv->score);
+	free(kv->pos_slot);
+	free(kv->heavy);
+	free(kv->recent);
 	free(kv->k);
 	free(kv->v);
 	free(kv->len);
@@ -244,6 +330,47 @@ static int embed(sl_model *m, int rows)
 	return o->embed(m->be, m->q, rows, c->hidden, m->w.embed_pos, m->pos_host, m->h, true);
 }
 
+/*
+ * Attention of layer l with the H2O cache.  Prefill: dense attention over
+ * the whole prompt in the scratch cache, with each token's column-sum
+ * score, then keep the heavy hitters and the recent window.  Decode:
+ * attention over the kept tokens and the new one, every score grown by
+ * this step's probability, then one eviction when over budget.
+ */
+static int h2o_attention(sl_model *m, sl_kv *kv, int l, sl_attn_args *a, bool prefill, int t)
+{
+	const sl_backend_ops *o = m->be->ops;
+	const sl_opt_config *c = &m->cfg;
+	float *evicted = kv->evicted + (size_t)l * kv->nseq * c->n_head;
+	if (prefill) {
+		if (t > kv->scratch_cap)
+			return sl_err(SL_EBUDGET, "prompt of %d tokens is longer than the H2O scratch (%d)",
+				      t, kv->scratch_cap);
+		SL_TRY(o->memset_dev(m->be, m->q, kv->scratch_score, 0,
+				     sizeof(float) * (size_t)kv->nseq * c->n_head * kv->scratch_cap));
+		sl_attn_args pa = *a;
+		pa.k_cache = kv->scratch_k;
+		pa.v_cache = kv->scratch_v;
+		pa.cap = kv->scratch_cap;
+		pa.score = kv->scratch_score;
+		SL_TRY(o->attn_prefill(m->be, m->q, &pa));
+		sl_h2o_args h = { .nseq = kv->nseq, .nh = c->n_head, .hd = sl_opt_head_dim(c),
+				  .kv_f32 = kv->f32, .k_src = kv->scratch_k, .v_src = kv->scratch_v,
+				  .score_src = kv->scratch_score, .cap_in = kv->scratch_cap,
+				  .k_cache = kv->k[l], .v_cache = kv->v[l], .score = kv->score[l],
+				  .pos = kv->pos_slot[l], .cap = kv->cap, .n = kv->len, .heavy = kv->heavy,
+				  .recent = kv->recent, .evicted = evicted };
+		return o->h2o_compact(m->be, m->q, &h);
+	}
+	a->score = kv->score[l];
+	SL_TRY(o->attn_decode(m->be, m->q, a));
+	sl_h2o_args h = { .nseq = kv->nseq, .nh = c->n_head, .hd = sl_opt_head_dim(c),
+			  .kv_f32 = kv->f32, .k_cache = kv->k[l], .v_cache = kv->v[l],
+			  .score = kv->score[l], .pos = kv->pos_slot[l], .cap = kv->cap, .len = kv->len,
+			  .cur = kv->pos, .heavy = kv->heavy, .recent = kv->recent, .evicted = evicted };
+	return o->h2o_evict(m->be, m->q, &h);
+}
+
 /* The decoder stack over m->h; attention through attn(), which sees the
  * layer index and the q/k/v buffers. */
 static int layers(sl_model *m, sl_kv *kv, int rows, int t, const int *npad, bool prefill)
@@ -270,7 +397,10 @@ static int layers(sl_model *m, sl_kv *kv, int rows, int t, const int *npad, bool
 				   .k_cache = kv->k[l], .v_cache = kv->v[l], .kv_f32 = kv->f32,
 				   .npad = npad,
 				   .len = kv->len };
-		SL_TRY(prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a));
+		if (kv->h2o)
+			SL_TRY(h2o_attention(m, kv, l, &a, prefill, t));
+		else
+			SL_TRY(prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a));
 		SL_TRY(linear(m, rows, m->ab, h, w->o_w, w->o_b, h, h, m->h, h, 1.0f, SL_GEMM_ACCUM));
 		if (!c->pre_ln)
 			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln1_g, w->ln1_b, c->ln_eps,
@@ -329,9 +459,9 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 	if (t > c->max_pos)
 		return sl_err(SL_ERANGE, "prompt of %d tokens is longer than the model's %d positions", t,
 			      c->max_pos);
-	if (t > kv->cap)
+	if (t > (kv->h2o ? kv->scratch_cap : kv->cap))
 		return sl_err(SL_EBUDGET, "prompt of %d tokens does not fit the KV cache of %d slots", t,
-			      kv->cap);
+			      kv->h2o ? kv->scratch_cap : kv->cap);
 	SL_TRY(sl_model_reserve(m, nseq, rows));
 	for (int s = 0; s < nseq; s++) {
 		if (npad[s] < 0 || npad[s] >= t)
@@ -352,10 +482,21 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 		kv->len[s] = 0;
 		kv->pos[s] = 0;
 	}
+	if (kv->h2o) { /* budgets from the prompt lengths; len = tokens to compact */
+		SL_TRY(m->be->ops->memset_dev(m->be, m->q, kv->evicted, 0,
+					      sizeof(float) * (size_t)c->n_layer * nseq * c->n_head));
+		for (int s = 0; s < nseq; s++) {
+			kv->len[s] = t - npad[s];
+			h2o_budget(kv, t - npad[s], &kv->heavy[s], &kv->recent[s]);
+		}
+	}
 	SL_TRY(embed(m, rows));
 	SL_TRY(layers(m, kv, rows, t, npad, true));
-	for (int s = 0; s < nseq; s++)
+	for (int s = 0; s < nseq; s++) {
 		kv->len[s] = kv->pos[s] = t - npad[s];
+		if (kv->h2o)
+			kv->len[s] = SL_MIN(kv->len[s], kv->heavy[s] + kv->recent[s]);
+	}
 	if (all_logits) {
 		const size_t v = (size_t)c->vocab;
 		for (int r0 = 0; r0 < rows; r0 += m->max_seq) {
@@ -391,6 +532,8 @@ int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids)
 	SL_TRY(layers(m, kv, nseq, 1, NULL, false));
 	for (int s = 0; s < nseq; s++) {
 		kv->len[s]++;
+		if (kv->h2o) /* one token was evicted when over budget */
+			kv->len[s] = SL_MIN(kv->len[s], kv->heavy[s] + kv->recent[s]);
 		kv->pos[s]++;
 	}
 	return head(m, nseq, m->h, c->hidden);

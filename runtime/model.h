@@ -28,6 +28,11 @@ typedef struct sl_model {
 	size_t ws_bytes;
 	int32_t *ids_host, *pos_host; /* (max_rows) */
 	bool kv_f32; /* caches made by sl_kv_create hold fp32 (default fp16) */
+	/* H2O: caches made by sl_kv_make keep floor(hh * P) heavy hitters and
+	 * floor(recent * P) recent tokens of a P-token prompt; both 0 = dense.
+	 * h2o_heavy/h2o_recent >= 0 fix the counts instead (tests). */
+	double hh_ratio, recent_ratio;
+	int h2o_heavy, h2o_recent;
 	sl_disk_store *disk; /* owned; weights on disk */
 } sl_model;
 
@@ -39,6 +44,18 @@ typedef struct sl_kv {
 	size_t bytes;
 	int *len; /* host: slots in use per sequence */
 	int *pos; /* host: tokens seen per sequence (real tokens) */
+	/* H2O (h2o true): per-slot scores and positions, the budgets of each
+	 * sequence, and one layer of full-prompt scratch for the prefill */
+	bool h2o;
+	double hh_ratio, recent_ratio;
+	int fixed_heavy, fixed_recent; /* >= 0: counts instead of ratios */
+	int *heavy, *recent;           /* host (nseq), set by the prefill */
+	float **score;                 /* per layer, device (nseq, n_head, cap) */
+	int32_t **pos_slot;            /* per layer, device (nseq, n_head, cap) */
+	void *scratch_k, *scratch_v;   /* device (nseq, n_head, scratch_cap, head_dim) */
+	float *scratch_score;          /* device (nseq, n_head, scratch_cap) */
+	int scratch_cap;
+	float *evicted;                /* (optional) device (n_layer, nseq, n_head) */
 } sl_kv;
 
 /* Open a model: from a checkpoint directory (config.json + safetensors),
@@ -68,8 +85,13 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows);
 size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
 				 bool kv_f32);
 
-/* A KV cache of cap slots for nseq sequences. */
+/* A KV cache of cap slots for nseq sequences (dense). */
 int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out);
+
+/* The cache a job needs: dense with max_len slots, or, with H2O on, the
+ * budget B + 1 of the longest prompt (never more than max_len) plus one
+ * layer of prompt scratch. */
+int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out);
 void sl_kv_free(sl_model *m, sl_kv *kv);
 
 /*

@@ -15,7 +15,7 @@ struct sl_scorer {
 	float *logits;
 };
 
-int sl_scorer_create(sl_model *m, int max_seq, int max_len, sl_scorer **out)
+int sl_scorer_create(sl_model *m, int max_seq, int max_len, int max_prompt, sl_scorer **out)
 {
 	*out = NULL;
 	if (max_len > m->cfg.max_pos)
@@ -35,7 +35,7 @@ int sl_scorer_create(sl_model *m, int max_seq, int max_len, sl_scorer **out)
 	if (!sc->padded || !sc->feed || !sc->npad || !sc->logits)
 		rc = sl_err(SL_ENOMEM, "out of memory");
 	if (!rc)
-		rc = sl_kv_create(m, max_seq, max_len, &sc->kv);
+		rc = sl_kv_make(m, max_seq, max_prompt, max_len, &sc->kv);
 	if (!rc)
 		rc = sl_model_reserve(m, max_seq, max_seq * max_len);
 	if (rc) {

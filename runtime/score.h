@@ -20,7 +20,7 @@ typedef struct sl_scorer sl_scorer;
 
 /* Room for blocks of up to max_seq sequences of up to max_len tokens
  * (prompt plus continuation). */
-int sl_scorer_create(sl_model *m, int max_seq, int max_len, sl_scorer **out);
+int sl_scorer_create(sl_model *m, int max_seq, int max_len, int max_prompt, sl_scorer **out);
 void sl_scorer_free(sl_scorer *sc);
 
 /* Score one block.  interrupt as for generation (may be NULL). */

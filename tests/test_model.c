@@ -176,7 +176,7 @@ static void run_greedy(sl_model *m, const golden *g, int first, int count, int32
 	for (int s = first; s < first + count; s++)
 		maxlen = SL_MAX(maxlen, g->plen[s] + g->new_tokens);
 	sl_generator *gen = NULL;
-	ck_assert_int_eq(sl_generator_create(m, count, maxlen, &gen), 0);
+	ck_assert_int_eq(sl_generator_create(m, count, maxlen, maxlen, &gen), 0);
 	sl_seq seqs[16];
 	for (int s = 0; s < count; s++) {
 		outs[s] = malloc(sizeof(int32_t) * (size_t)g->new_tokens);

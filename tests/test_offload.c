@@ -89,7 +89,7 @@ static int run(double gpu, double cpu, bool overlap, size_t gpu_mem, run_out *o)
 	ck_assert_int_eq(sl_model_prefill(m, kv, ids, npad, t, o->logits), 0);
 	sl_kv_free(m, kv);
 	sl_generator *g = NULL;
-	ck_assert_int_eq(sl_generator_create(m, np, t + 24, &g), 0);
+	ck_assert_int_eq(sl_generator_create(m, np, t + 24, t, &g), 0);
 	sl_seq seqs[16];
 	for (int s = 0; s < np; s++)
 		seqs[s] = (sl_seq){ .prompt = prompts[s], .prompt_len = plen[s], .max_new = 24,

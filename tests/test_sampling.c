@@ -162,7 +162,7 @@ START_TEST(test_score_matches_hf)
 	sl_model *m = NULL;
 	ck_assert_int_eq(sl_model_open(be, dir, NULL, &m), 0);
 	sl_scorer *sc = NULL;
-	ck_assert_int_eq(sl_scorer_create(m, np, m->cfg.max_pos, &sc), 0);
+	ck_assert_int_eq(sl_scorer_create(m, np, m->cfg.max_pos, m->cfg.max_pos, &sc), 0);
 	sl_score_seq seqs[16];
 	int32_t *ids[16];
 	float *ref[16];

@@ -72,7 +72,8 @@ static void common_init(common_opts *o)
 
 enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,
        OPT_PROMPT_LEN, OPT_GEN_LEN, OPT_QUIET, OPT_SEED, OPT_KV_DTYPE, OPT_POLICY, OPT_PERCENT,
-       OPT_GBS, OPT_NGB, OPT_OFFLOAD_DIR, OPT_CPU_MEM, OPT_NO_OVERLAP, OPT_CPU_CACHE_COMPUTE };
+       OPT_GBS, OPT_NGB, OPT_OFFLOAD_DIR, OPT_CPU_MEM, OPT_NO_OVERLAP, OPT_CPU_CACHE_COMPUTE,
+       OPT_HH_RATIO, OPT_RECENT_RATIO };
 
 static bool common_opt(const char *cmd, int c, common_opts *o)
 {
@@ -109,7 +110,11 @@ static bool common_opt(const char *cmd, int c, common_opts *o)
 	}
 	case OPT_GBS:
 	case OPT_NGB:
-		if (sl_policy_set(&o->policy, c == OPT_GBS ? "--gpu-batch-size" : "--num-gpu-batches",
+	case OPT_HH_RATIO:
+	case OPT_RECENT_RATIO:
+		if (sl_policy_set(&o->policy, c == OPT_GBS ? "--gpu-batch-size"
+					      : c == OPT_NGB ? "--num-gpu-batches"
+					      : c == OPT_HH_RATIO ? "--hh-ratio" : "--recent-ratio",
 				  optarg) < 0)
 			usage_error(cmd, "%s", sl_errmsg());
 		o->policy_given = true;
@@ -146,9 +151,9 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	/* what this engine places today: weights in any tier; the KV cache
 	 * and activations on the device */
 	if (p->cache_gpu_percent < 100 || p->act_gpu_percent < 100 || p->cpu_cache_compute ||
-	    p->compress_weight || p->compress_cache || p->hh_ratio > 0)
+	    p->compress_weight || p->compress_cache)
 		return sl_err(SL_EUNSUPPORTED,
-			      "this build places weights only: the KV cache and activations must stay on the device (cache_gpu_percent and act_gpu_percent 100), without cpu_cache_compute, compression or H2O");
+			      "this build places weights only: the KV cache and activations must stay on the device (cache_gpu_percent and act_gpu_percent 100), without cpu_cache_compute or compression");
 	rc = sl_backend_create(o->backend, threads, be);
 	if (rc < 0)
 		return rc;
@@ -164,6 +169,8 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 		return rc;
 	}
 	(*m)->kv_f32 = o->kv_f32;
+	(*m)->hh_ratio = p->hh_ratio;
+	(*m)->recent_ratio = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0;
 	return 0;
 }
 
@@ -180,7 +187,9 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 		{ "num-gpu-batches", required_argument, 0, OPT_NGB },                          \
 		{ "offload-dir", required_argument, 0, OPT_OFFLOAD_DIR },                      \
 		{ "no-overlap", no_argument, 0, OPT_NO_OVERLAP },                              \
-		{ "cpu-cache-compute", no_argument, 0, OPT_CPU_CACHE_COMPUTE }
+		{ "cpu-cache-compute", no_argument, 0, OPT_CPU_CACHE_COMPUTE },                \
+		{ "hh-ratio", required_argument, 0, OPT_HH_RATIO },                            \
+		{ "recent-ratio", required_argument, 0, OPT_RECENT_RATIO }
 
 #define COMMON_HELP                                                                          \
 	"  --model DIR          Hugging Face OPT checkpoint (config.json + safetensors)\n"  \
@@ -196,7 +205,9 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	"                       cache, activations on GPU and CPU; the rest on disk)\n"     \
 	"  --gpu-batch-size N, --num-gpu-batches N  the policy's block: N x N prompts\n"   \
 	"  --offload-dir DIR    where the disk share of the weights is stored\n"           \
-	"  --no-overlap         load each layer when needed instead of prefetching\n"
+	"  --no-overlap         load each layer when needed instead of prefetching\n"     \
+	"  --hh-ratio H         H2O: keep floor(H x prompt) heavy-hitter tokens (0: off)\n" \
+	"  --recent-ratio R     H2O: and floor(R x prompt) recent ones (default: H)\n"
 
 /* ---- generate and score ---------------------------------------------- */
 
@@ -709,7 +720,7 @@ static int cmd_bench(int argc, char **argv)
 		r ^= r << 13, r ^= r >> 7, r ^= r << 17;
 		ids[i] = 3 + (int32_t)(r % (uint64_t)(cfg->vocab - 3));
 	}
-	if ((rc = sl_kv_create(m, batch, plen + glen, &kv)) < 0 ||
+	if ((rc = sl_kv_make(m, batch, plen, plen + glen, &kv)) < 0 ||
 	    (rc = sl_model_reserve(m, batch, batch * plen)) < 0) {
 		budget_hint(rc, &co, &bcfg, batch, batch * plen, plen + glen);
 		die(rc);

@@ -143,6 +143,8 @@ static const sl_backend_ops cpu_ops = {
 	.attn_prefill = sl_cpu_attn_prefill,
 	.attn_decode = sl_cpu_attn_decode,
 	.argmax = sl_cpu_argmax,
+	.h2o_compact = sl_cpu_h2o_compact,
+	.h2o_evict = sl_cpu_h2o_evict,
 };
 
 int sl_cpu_backend_create(int nthreads, sl_backend **out)

@@ -34,6 +34,8 @@ int sl_cpu_embed(sl_backend *b, sl_queue *q, int rows, int n, const sl_half *tab
 		 const int32_t *idx, float *y, bool accumulate);
 int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a);
 int sl_cpu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a);
+int sl_cpu_h2o_compact(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
+int sl_cpu_h2o_evict(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
 int sl_cpu_argmax(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
 		  int32_t *out);
 

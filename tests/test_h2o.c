@@ -1,0 +1,460 @@
+/*
+ * test_h2o.c - the H2O heavy-hitter cache against an independent, plain
+ * implementation of its specification written here (double precision,
+ * one (sequence, head) at a time):
+ *
+ *   prefill: dense causal attention; each prompt token's score is the sum
+ *   of the probabilities all prompt queries give it; if P > B = H + R, keep
+ *   the last R tokens and the H highest-scoring others (ties: the newer
+ *   stays).  Each decode step: attention over the kept tokens and the new
+ *   one; every score grows by this step's probability; over budget, evict
+ *   the lowest score among positions outside the R most recent (ties: the
+ *   older goes).
+ *
+ * Checked through the backend's ops: the kept positions at every step, the
+ * attention outputs, the cache size min(B, length), and that kept plus
+ * evicted scores sum to the number of queries.  Then through the model: a
+ * budget at least the length equals the dense cache; a sequence in a batch
+ * behaves as alone.  argv[1] is the fixtures folder.
+ */
+#include "backend.h"
+#include "generate.h"
+#include "model.h"
+
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+
+static const char *fixtures_dir = "tests/fixtures";
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double urand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* ---- the plain implementation ----------------------------------------- */
+
+typedef struct plain {
+	int hd, n;          /* tokens held */
+	int pos[4096];
+	double score[4096];
+	double evicted;
+} plain;
+
+static void attend(const float *q, const float *k, const float *v, const int *idx, int n, int hd,
+		   double *p, double *out)
+{
+	double mx = -INFINITY, sum = 0;
+	for (int j = 0; j < n; j++) {
+		double d = 0;
+		for (int e = 0; e < hd; e++)
+			d += (double)q[e] * k[(size_t)idx[j] * hd + e];
+		p[j] = d;
+		mx = fmax(mx, d);
+	}
+	for (int j = 0; j < n; j++) {
+		p[j] = exp(p[j] - mx);
+		sum += p[j];
+	}
+	for (int e = 0; e < hd; e++)
+		out[e] = 0;
+	for (int j = 0; j < n; j++) {
+		p[j] /= sum;
+		for (int e = 0; e < hd; e++)
+			out[e] += p[j] * v[(size_t)idx[j] * hd + e];
+	}
+}
+
+/* Prefill of P tokens (q, k, v: (P, hd)), then keep. */
+static void plain_prefill(plain *s, const float *q, const float *k, const float *v, int P, int H,
+			  int R, double *out)
+{
+	double p[4096];
+	int idx[4096];
+	for (int j = 0; j < P; j++) {
+		idx[j] = j;
+		s->score[j] = 0;
+		s->pos[j] = j;
+	}
+	for (int i = 0; i < P; i++) {
+		attend(q + (size_t)i * s->hd, k, v, idx, i + 1, s->hd, p, out + (size_t)i * s->hd);
+		for (int j = 0; j <= i; j++)
+			s->score[j] += p[j];
+	}
+	s->n = P;
+	s->evicted = 0;
+	if (P <= H + R)
+		return;
+	/* H best among [0, P - R): repeatedly take the best (newer on ties) */
+	bool keep[4096] = { false };
+	for (int j = P - R; j < P; j++)
+		keep[j] = true;
+	for (int h = 0; h < H; h++) {
+		int best = -1;
+		for (int j = 0; j < P - R; j++)
+			if (!keep[j] && (best < 0 || s->score[j] > s->score[best] ||
+					 (s->score[j] == s->score[best] && j > best)))
+				best = j;
+		keep[best] = true;
+	}
+	int n = 0;
+	for (int j = 0; j < P; j++) {
+		if (keep[j]) {
+			s->pos[n] = j;
+			s->score[n] = s->score[j];
+			n++;
+		} else {
+			s->evicted += s->score[j];
+		}
+	}
+	s->n = n;
+}
+
+/* One decode step for the token at position cur (its k, v appended to the
+ * full-length arrays kall, vall at row cur). */
+static void plain_step(plain *s, const float *q, const float *kall, const float *vall, int cur,
+		       int H, int R, double *out)
+{
+	double p[4096];
+	s->pos[s->n] = cur;
+	s->score[s->n] = 0;
+	s->n++;
+	attend(q, kall, vall, s->pos, s->n, s->hd, p, out);
+	for (int j = 0; j < s->n; j++)
+		s->score[j] += p[j];
+	if (s->n <= H + R)
+		return;
+	int v = -1;
+	for (int j = 0; j < s->n; j++) {
+		if (s->pos[j] > cur - R)
+			continue;
+		if (v < 0 || s->score[j] < s->score[v] ||
+		    (s->score[j] == s->score[v] && s->pos[j] < s->pos[v]))
+			v = j;
+	}
+	s->evicted += s->score[v];
+	s->pos[v] = s->pos[s->n - 1];
+	s->score[v] = s->score[s->n - 1];
+	s->n--;
+}
+
+/* ---- the backend's ops, driven like the model drives them --------------- */
+
+static sl_backend *be;
+static void setup(void)
+{
+	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
+}
+static void teardown(void)
+{
+	sl_backend_free(be);
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+	return *(const int *)a - *(const int *)b;
+}
+
+typedef struct budget_case {
+	int P, G, H, R;
+} budget_case;
+
+static const budget_case cases[] = {
+	{ 20, 12, 4, 4 },  /* heavy + recent */
+	{ 20, 12, 0, 5 },  /* H = 0: a sliding window */
+	{ 20, 12, 5, 0 },  /* R = 0: heavy only */
+	{ 9, 6, 20, 10 },  /* budget beyond the length: nothing evicted */
+	{ 33, 20, 3, 7 },
+	{ 1, 10, 1, 1 },
+	{ 16, 16, 7, 1 },
+};
+
+START_TEST(test_ops_against_plain)
+{
+	const budget_case bc = cases[_i / 2];
+	const bool f32 = _i % 2;
+	const int nseq = 2, nh = 3, hd = 8, hidden = nh * hd;
+	const int P[2] = { bc.P, SL_MAX(1, bc.P - 3) }; /* two prompt lengths */
+	const int T = bc.P, L = bc.P + bc.G;
+	const int H = bc.H, R = bc.R, B = H + R, cap = SL_MIN(B + 1, L);
+	const size_t es = f32 ? 4 : 2;
+	/* per sequence, per head: q, k, v for every position */
+	float *qa = malloc(sizeof(float) * nseq * nh * L * hd), *ka = malloc(sizeof(float) * nseq * nh * L * hd),
+	      *va = malloc(sizeof(float) * nseq * nh * L * hd);
+	for (int i = 0; i < nseq * nh * L * hd; i++) {
+		qa[i] = (float)(2 * urand() - 1);
+		ka[i] = (float)(2 * urand() - 1);
+		va[i] = (float)(2 * urand() - 1);
+	}
+	if (!f32) /* the plain implementation sees what the fp16 cache holds */
+		for (int i = 0; i < nseq * nh * L * hd; i++) {
+			ka[i] = sl_half_to_float(sl_float_to_half(ka[i]));
+			va[i] = sl_half_to_float(sl_float_to_half(va[i]));
+		}
+#define AT(a, s, h, t) ((a) + (((size_t)(s) * nh + (h)) * L + (t)) * hd)
+	/* prefill inputs: (nseq, T, hidden), left-padded */
+	float *q = calloc((size_t)nseq * T * hidden, 4), *k = calloc((size_t)nseq * T * hidden, 4),
+	      *v = calloc((size_t)nseq * T * hidden, 4), *out = calloc((size_t)nseq * T * hidden, 4);
+	int npad[2];
+	for (int s = 0; s < nseq; s++) {
+		npad[s] = T - P[s];
+		for (int i = 0; i < P[s]; i++)
+			for (int h = 0; h < nh; h++)
+				for (int e = 0; e < hd; e++) {
+					size_t row = ((size_t)s * T + npad[s] + i) * hidden + (size_t)h * hd + e;
+					q[row] = AT(qa, s, h, i)[e];
+					k[row] = AT(ka, s, h, i)[e];
+					v[row] = AT(va, s, h, i)[e];
+				}
+	}
+	void *sk = calloc((size_t)nseq * nh * T * hd, es), *sv = calloc((size_t)nseq * nh * T * hd, es);
+	float *ss = calloc((size_t)nseq * nh * T, 4);
+	void *kc = calloc((size_t)nseq * nh * cap * hd, es), *vc = calloc((size_t)nseq * nh * cap * hd, es);
+	float *sc = calloc((size_t)nseq * nh * cap, 4), *ev = calloc((size_t)nseq * nh, 4);
+	int32_t *pos = calloc((size_t)nseq * nh * cap, 4);
+	sl_attn_args pa = { .nseq = nseq, .nh = nh, .hd = hd, .t = T, .cap = T, .q = q, .k_new = k,
+			    .v_new = v, .out = out, .k_cache = sk, .v_cache = sv, .kv_f32 = f32,
+			    .npad = npad, .score = ss };
+	ck_assert_int_eq(be->ops->attn_prefill(be, NULL, &pa), 0);
+	int n[2] = { P[0], P[1] }, heavy[2] = { H, H }, recent[2] = { R, R };
+	sl_h2o_args ha = { .nseq = nseq, .nh = nh, .hd = hd, .kv_f32 = f32, .k_src = sk, .v_src = sv,
+			   .score_src = ss, .cap_in = T, .k_cache = kc, .v_cache = vc, .score = sc,
+			   .pos = pos, .cap = cap, .n = n, .heavy = heavy, .recent = recent,
+			   .evicted = ev };
+	ck_assert_int_eq(be->ops->h2o_compact(be, NULL, &ha), 0);
+	plain pl[2][3];
+	double *ref = malloc(sizeof(double) * L * hd);
+	for (int s = 0; s < nseq; s++)
+		for (int h = 0; h < nh; h++) {
+			pl[s][h].hd = hd;
+			plain_prefill(&pl[s][h], AT(qa, s, h, 0), AT(ka, s, h, 0), AT(va, s, h, 0), P[s], H, R, ref);
+			for (int i = 0; i < P[s]; i++)
+				for (int e = 0; e < hd; e++) {
+					double got = out[((size_t)s * T + npad[s] + i) * hidden + (size_t)h * hd + e];
+					ck_assert_msg(fabs(got - ref[(size_t)i * hd + e]) < 1e-5,
+						      "prefill output differs");
+				}
+		}
+	int len[2], cur[2];
+	for (int s = 0; s < nseq; s++)
+		len[s] = SL_MIN(P[s], B);
+	float *q1 = malloc(sizeof(float) * nseq * hidden), *k1 = malloc(sizeof(float) * nseq * hidden),
+	      *v1 = malloc(sizeof(float) * nseq * hidden), *o1 = malloc(sizeof(float) * nseq * hidden);
+	for (int step = 0; step <= bc.G; step++) {
+		/* compare the kept sets, sizes and the checksum */
+		for (int s = 0; s < nseq; s++) {
+			const int toks = P[s] + step;
+			ck_assert_int_eq(len[s], SL_MIN(B, toks));
+			for (int h = 0; h < nh; h++) {
+				plain *r = &pl[s][h];
+				ck_assert_int_eq(r->n, len[s]);
+				int got[4096], want[4096];
+				double sum = 0;
+				for (int j = 0; j < len[s]; j++) {
+					got[j] = pos[((size_t)s * nh + h) * cap + j];
+					want[j] = r->pos[j];
+					sum += sc[((size_t)s * nh + h) * cap + j];
+				}
+				qsort(got, (size_t)len[s], sizeof(int), cmp_int);
+				qsort(want, (size_t)len[s], sizeof(int), cmp_int);
+				for (int j = 0; j < len[s]; j++)
+					ck_assert_msg(got[j] == want[j],
+						      "case %d seq %d head %d step %d: kept %d where the plain implementation keeps %d",
+						      _i / 2, s, h, step, got[j], want[j]);
+				sum += ev[s * nh + h];
+				ck_assert_msg(fabs(sum - toks) < 1e-3 * toks,
+					      "kept + evicted scores %.6f, %d queries", sum, toks);
+				for (int j = len[s]; j < cap; j++)
+					ck_assert(sc[((size_t)s * nh + h) * cap + j] == 0.0f);
+			}
+		}
+		if (step == bc.G)
+			break;
+		/* decode: the token at position P[s] + step */
+		for (int s = 0; s < nseq; s++) {
+			cur[s] = P[s] + step;
+			for (int h = 0; h < nh; h++)
+				for (int e = 0; e < hd; e++) {
+					q1[s * hidden + h * hd + e] = AT(qa, s, h, cur[s])[e];
+					k1[s * hidden + h * hd + e] = AT(ka, s, h, cur[s])[e];
+					v1[s * hidden + h * hd + e] = AT(va, s, h, cur[s])[e];
+				}
+		}
+		sl_attn_args da = { .nseq = nseq, .nh = nh, .hd = hd, .t = 1, .cap = cap, .q = q1,
+				    .k_new = k1, .v_new = v1, .out = o1, .k_cache = kc, .v_cache = vc,
+				    .kv_f32 = f32, .len = len, .score = sc };
+		ck_assert_int_eq(be->ops->attn_decode(be, NULL, &da), 0);
+		sl_h2o_args ea = ha;
+		ea.len = len;
+		ea.cur = cur;
+		ck_assert_int_eq(be->ops->h2o_evict(be, NULL, &ea), 0);
+		for (int s = 0; s < nseq; s++) {
+			for (int h = 0; h < nh; h++) {
+				plain_step(&pl[s][h], AT(qa, s, h, cur[s]), AT(ka, s, h, 0), AT(va, s, h, 0),
+					   cur[s], H, R, ref);
+				for (int e = 0; e < hd; e++)
+					ck_assert_msg(fabs(o1[s * hidden + h * hd + e] - ref[e]) < 1e-5,
+						      "decode output differs at step %d", step);
+			}
+			len[s] = SL_MIN(len[s] + 1, B);
+		}
+	}
+#undef AT
+	free(qa), free(ka), free(va), free(q), free(k), free(v), free(out), free(sk), free(sv), free(ss);
+	free(kc), free(vc), free(sc), free(ev), free(pos), free(ref), free(q1), free(k1), free(v1), free(o1);
+}
+END_TEST
+
+/* A case whose evictions are known in advance: every query is (1, 0); the
+ * first token's key is (4, 0), the others (0, 0), so token 0 draws most of
+ * the attention and is the heavy hitter.  B = 1 + 1: after the 4-token
+ * prefill the cache holds {0 (heavy), 3 (recent)}; each new token then
+ * pushes out the previous recent one, never token 0. */
+START_TEST(test_hand_built)
+{
+	enum { nh = 1, hd = 2, T = 4, cap = 3 };
+	float q[T * 2], k[T * 2], v[T * 2], out[T * 2];
+	for (int i = 0; i < T; i++) {
+		q[2 * i] = 1, q[2 * i + 1] = 0;
+		k[2 * i] = i == 0 ? 4.0f : 0.0f, k[2 * i + 1] = 0;
+		v[2 * i] = (float)i, v[2 * i + 1] = 1;
+	}
+	float sk[T * 2 * 2], sv[T * 2 * 2], ss[T] = { 0 }, sc[cap], ev[1] = { 0 };
+	float kc[cap * 2], vc[cap * 2];
+	int32_t pos[cap];
+	int npad = 0, n = T, heavy = 1, recent = 1;
+	sl_attn_args pa = { .nseq = 1, .nh = nh, .hd = hd, .t = T, .cap = T, .q = q, .k_new = k,
+			    .v_new = v, .out = out, .k_cache = sk, .v_cache = sv, .kv_f32 = true,
+			    .npad = &npad, .score = ss };
+	ck_assert_int_eq(be->ops->attn_prefill(be, NULL, &pa), 0);
+	sl_h2o_args ha = { .nseq = 1, .nh = nh, .hd = hd, .kv_f32 = true, .k_src = sk, .v_src = sv,
+			   .score_src = ss, .cap_in = T, .k_cache = kc, .v_cache = vc, .score = sc,
+			   .pos = pos, .cap = cap, .n = &n, .heavy = &heavy, .recent = &recent,
+			   .evicted = ev };
+	ck_assert_int_eq(be->ops->h2o_compact(be, NULL, &ha), 0);
+	ck_assert_int_eq(pos[0], 0);
+	ck_assert_int_eq(pos[1], 3);
+	int len = 2;
+	for (int cur = 4; cur < 8; cur++) {
+		float q1[2] = { 1, 0 }, k1[2] = { 0, 0 }, v1[2] = { (float)cur, 1 }, o1[2];
+		sl_attn_args da = { .nseq = 1, .nh = nh, .hd = hd, .t = 1, .cap = cap, .q = q1,
+				    .k_new = k1, .v_new = v1, .out = o1, .k_cache = kc, .v_cache = vc,
+				    .kv_f32 = true, .len = &len, .score = sc };
+		ck_assert_int_eq(be->ops->attn_decode(be, NULL, &da), 0);
+		sl_h2o_args ea = ha;
+		ea.len = &len;
+		ea.cur = &cur;
+		ck_assert_int_eq(be->ops->h2o_evict(be, NULL, &ea), 0);
+		int a = SL_MIN(pos[0], pos[1]), b2 = SL_MAX(pos[0], pos[1]);
+		ck_assert_msg(a == 0 && b2 == cur, "after token %d the cache holds {%d, %d}", cur, a, b2);
+		ck_assert_int_eq(pos[2], -1);
+	}
+}
+END_TEST
+
+/* ---- through the model -------------------------------------------------- */
+
+static int np, plen[16];
+static int32_t prompts[16][64];
+
+static void load_prompts(const char *name)
+{
+	char path[600];
+	snprintf(path, sizeof path, "%s/%s/golden.json", fixtures_dir, name);
+	json_t *g = json_load_file(path, 0, NULL);
+	ck_assert_ptr_nonnull(g);
+	json_t *pr = json_object_get(g, "prompts");
+	np = (int)json_array_size(pr);
+	for (int i = 0; i < np; i++) {
+		json_t *p = json_array_get(pr, (size_t)i);
+		plen[i] = (int)json_array_size(p);
+		for (int j = 0; j < plen[i]; j++)
+			prompts[i][j] = (int32_t)json_integer_value(json_array_get(p, (size_t)j));
+	}
+	json_decref(g);
+}
+
+/* Greedy tokens for prompts [first, first + count) with the cache set up as
+ * heavy/recent (counts; -1 and -1: dense) or ratios. */
+static void greedy(const char *name, int first, int count, int heavy, int recent, double hh,
+		   double rr, int32_t out[][24], int *nout)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/%s", fixtures_dir, name);
+	sl_model *m = NULL;
+	ck_assert_int_eq(sl_model_open(be, dir, NULL, &m), 0);
+	m->h2o_heavy = heavy;
+	m->h2o_recent = recent;
+	m->hh_ratio = hh;
+	m->recent_ratio = rr;
+	int maxp = 0;
+	for (int s = first; s < first + count; s++)
+		maxp = SL_MAX(maxp, plen[s]);
+	sl_generator *g = NULL;
+	ck_assert_int_eq(sl_generator_create(m, count, maxp + 24, maxp, &g), 0);
+	sl_seq seqs[16];
+	for (int s = 0; s < count; s++)
+		seqs[s] = (sl_seq){ .prompt = prompts[first + s], .prompt_len = plen[first + s],
+				    .max_new = 24, .out = out[s] };
+	sl_gen_timing tm = { 0 };
+	int rc = sl_generator_run(g, seqs, count, NULL, &tm);
+	ck_assert_msg(rc == 0, "%s", sl_errmsg());
+	for (int s = 0; s < count; s++)
+		nout[s] = seqs[s].n_out;
+	sl_generator_free(g);
+	sl_model_free(m);
+}
+
+START_TEST(test_budget_beyond_length_is_dense)
+{
+	static const char *const names[] = { "opt-pre", "opt-wide", "opt-long" };
+	load_prompts(names[_i]);
+	int32_t dense[16][24], h2o[16][24];
+	int nd[16], nh2[16];
+	greedy(names[_i], 0, np, -1, -1, 0, 0, dense, nd);
+	/* heavy slots for every token: nothing is ever evicted */
+	greedy(names[_i], 0, np, 200, 0, 0, 0, h2o, nh2);
+	for (int s = 0; s < np; s++) {
+		ck_assert_int_eq(nd[s], nh2[s]);
+		ck_assert_mem_eq(dense[s], h2o[s], sizeof(int32_t) * (size_t)nd[s]);
+	}
+}
+END_TEST
+
+START_TEST(test_batch_equals_alone)
+{
+	load_prompts("opt-wide");
+	int32_t batch[16][24], one[1][24];
+	int nb[16], n1[1];
+	greedy("opt-wide", 0, np, -1, -1, 0.2, 0.1, batch, nb);
+	for (int s = 0; s < np; s++) {
+		greedy("opt-wide", s, 1, -1, -1, 0.2, 0.1, one, n1);
+		ck_assert_int_eq(n1[0], nb[s]);
+		ck_assert_mem_eq(one[0], batch[s], sizeof(int32_t) * (size_t)nb[s]);
+	}
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	if (argc > 1)
+		fixtures_dir = argv[1];
+	Suite *s = suite_create("h2o");
+	TCase *tc = tcase_create("h2o");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_ops_against_plain, 0, 2 * (int)SL_ARRAY_LEN(cases));
+	tcase_add_test(tc, test_hand_built);
+	tcase_add_loop_test(tc, test_budget_beyond_length_is_dense, 0, 3);
+	tcase_add_test(tc, test_batch_equals_alone);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
