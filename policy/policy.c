@@ -69,9 +69,9 @@ static const pfield fields[] = {
 	BOOL_F(compress_cache, 0,
 	       "4-bit group-wise KV cache compression; the cache must then sit on one device (planned; not used by the runtime yet)."),
 	NUM_F(hh_ratio, 0, 1, 0,
-	      "H2O heavy-hitter budget as a share of the prompt length; 0 turns H2O off (dense cache)."),
+	      "H2O heavy-hitter budget as a share of the prompt length; with recent_ratio also 0 (or negative) the cache is dense."),
 	NUM_F(recent_ratio, -1, 1, -1,
-	      "H2O recent-window budget as a share of the prompt length; negative means the same as hh_ratio."),
+	      "H2O recent-window budget as a share of the prompt length; negative means the same as hh_ratio; with hh_ratio 0 a recent-only window."),
 };
 
 #define NFIELDS SL_ARRAY_LEN(fields)
@@ -324,10 +324,6 @@ static int check_relations(const sl_policy *p, const char *src, bool placement_o
 		return sl_err(SL_EUNSUPPORTED,
 			      "%s: compress_cache = true needs the whole KV cache on one device, but cache_gpu_percent = %s, cache_cpu_percent = %s",
 			      src, fmt_double(a, p->cache_gpu_percent), fmt_double(b, p->cache_cpu_percent));
-	if (p->hh_ratio == 0 && p->recent_ratio > 0)
-		return sl_err(SL_EINVAL,
-			      "%s: recent_ratio = %s has no effect with hh_ratio = 0 (H2O off); set hh_ratio > 0, or recent_ratio = -1",
-			      src, fmt_double(a, p->recent_ratio));
 	double r = sl_policy_recent_ratio(p);
 	if (p->hh_ratio + r > 1 + 1e-12)
 		return sl_err(SL_ERANGE, "%s: hh_ratio + recent_ratio%s = %.10g, must be at most 1", src,
@@ -769,8 +765,8 @@ void sl_policy_doc_markdown(FILE *f)
 	      "- `compress_cache: true` needs the whole cache on one device (100 on the GPU, 100 on\n"
 	      "  the CPU, or both 0).\n"
 	      "- `hh_ratio + recent_ratio` is at most 1, with a negative `recent_ratio` counting as\n"
-	      "  `hh_ratio`. A positive `recent_ratio` with `hh_ratio` 0 (H2O off) is an error.\n"
-	      "- The run takes exactly `gpu_batch_size x num_gpu_batches` prompts.\n\n"
+	      "  `hh_ratio`. A positive `recent_ratio` with `hh_ratio` 0 keeps a recent window only.\n"
+	      "- Blocks of `gpu_batch_size x num_gpu_batches` prompts, unless `--batch-size` says otherwise.\n\n"
 	      "FlexGen's `--percent WG WC CG CC AG AC` maps in that order onto `w_gpu_percent`,\n"
 	      "`w_cpu_percent`, `cache_gpu_percent`, `cache_cpu_percent`, `act_gpu_percent`,\n"
 	      "`act_cpu_percent`.\n\n"

@@ -280,7 +280,7 @@ START_TEST(validate_relations)
 		{ 100, 0, 100, 0, 100, 0, false, 0.6, 0.4, 0, NULL },
 		{ 100, 0, 100, 0, 100, 0, false, 1, 0, 0, NULL },
 		{ 100, 0, 100, 0, 100, 0, false, 0.5, 0.6, SL_ERANGE, "hh_ratio + recent_ratio = 1.1" },
-		{ 100, 0, 100, 0, 100, 0, false, 0, 0.2, SL_EINVAL, "recent_ratio = 0.2" },
+		{ 100, 0, 100, 0, 100, 0, false, 0, 0.2, 0, NULL }, /* recent-only window */
 		{ 100, 0, 100, 0, 100, 0, false, 0, 0, 0, NULL },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -469,7 +469,17 @@ START_TEST(load_relations)
 	BAD_LOAD("hh1.json", "{\"hh_ratio\": 0.75}", SL_ERANGE, "hh_ratio + recent_ratio",
 		 "= 1.5, must be at most 1");
 	BAD_LOAD("hh2.json", "{\"hh_ratio\": 0.3, \"recent_ratio\": 0.8}", SL_ERANGE, "= 1.1");
-	BAD_LOAD("hh3.json", "{\"recent_ratio\": 0.1}", SL_EINVAL, "recent_ratio = 0.1", "hh_ratio = 0");
+	/* hh_ratio 0 with a recent window: recent-only, valid */
+	{
+		sl_policy rp;
+		char rpath[512];
+		snprintf(rpath, sizeof rpath, "%s/hh3.json", tmpdir);
+		FILE *rf = fopen(rpath, "w");
+		fputs("{\"recent_ratio\": 0.1}", rf);
+		fclose(rf);
+		ck_assert_int_eq(sl_policy_load(rpath, &rp), 0);
+		ck_assert(sl_policy_recent_ratio(&rp) == 0.1);
+	}
 	/* a near-100 sum from decimal rounding is fine */
 	sl_policy p;
 	ck_assert_int_eq(load_text("sum_round.json", "{\"w_gpu_percent\": 33.3, \"w_cpu_percent\": 66.7,"
