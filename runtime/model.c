@@ -116,25 +116,42 @@ void sl_model_free(sl_model *m)
 	free(m);
 }
 
-static size_t ws_bytes(const sl_opt_config *c, int max_seq, int max_rows)
+/* Rows of one micro-batch's buffers for blocks of max_seq sequences and
+ * max_rows rows. */
+static int group_rows(int micro, int max_seq, int max_rows)
+{
+	if (micro <= 0 || micro >= max_seq)
+		return max_rows;
+	return (int)(((long)max_rows * micro + max_seq - 1) / max_seq);
+}
+
+static void ws_sizes(const sl_opt_config *c, int max_seq, int max_rows, int micro, size_t *sizes)
 {
 	const size_t r = (size_t)max_rows, h = (size_t)c->hidden;
+	const size_t g = (size_t)group_rows(micro, max_seq, max_rows);
+	const size_t gx = SL_MAX(g, (size_t)max_seq); /* also the head's rows */
 	const size_t wide = (size_t)SL_MAX(c->hidden, c->embed_dim);
-	size_t sizes[] = { r * h, r * wide, r * wide, r * h, r * h, r * h, r * (size_t)c->ffn,
-			   (size_t)max_seq * c->vocab };
-	size_t total = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(sizes); i++)
+	size_t v[] = { r * h, gx * wide, gx * wide, g * h, g * h, g * h, g * (size_t)c->ffn,
+		       (size_t)max_seq * c->vocab };
+	memcpy(sizes, v, sizeof v);
+}
+
+static size_t ws_bytes(const sl_opt_config *c, int max_seq, int max_rows, int micro)
+{
+	size_t sizes[8], total = 0;
+	ws_sizes(c, max_seq, max_rows, micro, sizes);
+	for (size_t i = 0; i < 8; i++)
 		total += (sizes[i] * sizeof(float) + 255) & ~(size_t)255;
 	return total;
 }
 
 size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
-				 bool kv_f32)
+				 bool kv_f32, int micro)
 {
 	size_t stage = (sl_weights_layer_bytes(c) + 2 * 4096) & ~(size_t)4095;
 	size_t kv = 2 * (size_t)max_seq * c->hidden * cap * (kv_f32 ? 4 : 2) * c->n_layer;
 	return sl_weights_global_bytes(c) + 2 * stage + kv +
-	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq));
+	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro);
 }
 
 int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
@@ -145,12 +162,11 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	max_rows = SL_MAX(SL_MAX(max_rows, m->max_rows), max_seq);
 	release_ws(m);
 	const sl_opt_config *c = &m->cfg;
-	const size_t r = (size_t)max_rows, h = (size_t)c->hidden;
-	const size_t wide = (size_t)SL_MAX(c->hidden, c->embed_dim);
-	size_t sizes[] = { r * h, r * wide, r * wide, r * h, r * h, r * h, r * (size_t)c->ffn,
-			   (size_t)max_seq * c->vocab };
+	const size_t r = (size_t)max_rows;
+	size_t sizes[8];
+	ws_sizes(c, max_seq, max_rows, m->micro, sizes);
 	float **ptrs[] = { &m->h, &m->x, &m->qb, &m->kb, &m->vb, &m->ab, &m->fb, &m->logits };
-	size_t total = ws_bytes(c, max_seq, max_rows);
+	size_t total = ws_bytes(c, max_seq, max_rows, m->micro);
 	int rc = sl_dev_alloc(m->be, total, "activation workspace", &m->ws);
 	if (rc < 0)
 		return rc;
@@ -168,6 +184,7 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	}
 	m->max_rows = max_rows;
 	m->max_seq = max_seq;
+	m->group_rows = group_rows(m->micro, max_seq, max_rows);
 	return 0;
 }
 
@@ -322,100 +339,123 @@ static int embed(sl_model *m, int rows)
 	if (c->embed_dim == c->hidden) {
 		SL_TRY(o->embed(m->be, m->q, rows, c->hidden, m->w.embed_tokens, m->ids_host, m->h, false));
 	} else {
-		SL_TRY(o->embed(m->be, m->q, rows, c->embed_dim, m->w.embed_tokens, m->ids_host, m->x,
-				false));
-		SL_TRY(linear(m, rows, m->x, c->embed_dim, m->w.project_in, NULL, c->hidden,
-			      c->embed_dim, m->h, c->hidden, 1.0f, 0));
+		/* project_in through x, a micro-batch's rows at a time */
+		const int step = SL_MAX(1, SL_MIN(m->group_rows, m->max_rows));
+		for (int r0 = 0; r0 < rows; r0 += step) {
+			const int n = SL_MIN(step, rows - r0);
+			SL_TRY(o->embed(m->be, m->q, n, c->embed_dim, m->w.embed_tokens, m->ids_host + r0,
+					m->x, false));
+			SL_TRY(linear(m, n, m->x, c->embed_dim, m->w.project_in, NULL, c->hidden,
+				      c->embed_dim, m->h + (size_t)r0 * c->hidden, c->hidden, 1.0f, 0));
+		}
 	}
 	return o->embed(m->be, m->q, rows, c->hidden, m->w.embed_pos, m->pos_host, m->h, true);
 }
 
 /*
- * Attention of layer l with the H2O cache.  Prefill: dense attention over
- * the whole prompt in the scratch cache, with each token's column-sum
- * score, then keep the heavy hitters and the recent window.  Decode:
- * attention over the kept tokens and the new one, every score grown by
- * this step's probability, then one eviction when over budget.
+ * Attention of layer l with the H2O cache, for the g sequences from s0.
+ * Prefill: dense attention over the whole prompt in the scratch cache,
+ * with each token's column-sum score, then keep the heavy hitters and the
+ * recent window.  Decode: attention over the kept tokens and the new one,
+ * every score grown by this step's probability, then one eviction when
+ * over budget.
  */
-static int h2o_attention(sl_model *m, sl_kv *kv, int l, sl_attn_args *a, bool prefill, int t)
+static int h2o_attention(sl_model *m, sl_kv *kv, int l, int s0, int g, sl_attn_args *a,
+			 bool prefill, int t)
 {
 	const sl_backend_ops *o = m->be->ops;
 	const sl_opt_config *c = &m->cfg;
-	float *evicted = kv->evicted + (size_t)l * kv->nseq * c->n_head;
+	const int nh = c->n_head, hd = sl_opt_head_dim(c);
+	const size_t es = kv->f32 ? 4 : 2;
+	const size_t slots = (size_t)s0 * nh * kv->cap;
+	sl_h2o_args h = { .nseq = g, .nh = nh, .hd = hd, .kv_f32 = kv->f32,
+			  .k_cache = a->k_cache, .v_cache = a->v_cache,
+			  .score = kv->score[l] + slots, .pos = kv->pos_slot[l] + slots,
+			  .cap = kv->cap, .heavy = kv->heavy + s0, .recent = kv->recent + s0,
+			  .evicted = kv->evicted + ((size_t)l * kv->nseq + s0) * nh };
 	if (prefill) {
 		if (t > kv->scratch_cap)
 			return sl_err(SL_EBUDGET, "prompt of %d tokens is longer than the H2O scratch (%d)",
 				      t, kv->scratch_cap);
-		SL_TRY(o->memset_dev(m->be, m->q, kv->scratch_score, 0,
-				     sizeof(float) * (size_t)kv->nseq * c->n_head * kv->scratch_cap));
+		const size_t ss = (size_t)s0 * nh * kv->scratch_cap;
+		float *score = kv->scratch_score + ss;
+		SL_TRY(o->memset_dev(m->be, m->q, score, 0, sizeof(float) * (size_t)g * nh * kv->scratch_cap));
 		sl_attn_args pa = *a;
-		pa.k_cache = kv->scratch_k;
-		pa.v_cache = kv->scratch_v;
+		pa.k_cache = (char *)kv->scratch_k + ss * hd * es;
+		pa.v_cache = (char *)kv->scratch_v + ss * hd * es;
 		pa.cap = kv->scratch_cap;
-		pa.score = kv->scratch_score;
+		pa.score = score;
 		SL_TRY(o->attn_prefill(m->be, m->q, &pa));
-		sl_h2o_args h = { .nseq = kv->nseq, .nh = c->n_head, .hd = sl_opt_head_dim(c),
-				  .kv_f32 = kv->f32, .k_src = kv->scratch_k, .v_src = kv->scratch_v,
-				  .score_src = kv->scratch_score, .cap_in = kv->scratch_cap,
-				  .k_cache = kv->k[l], .v_cache = kv->v[l], .score = kv->score[l],
-				  .pos = kv->pos_slot[l], .cap = kv->cap, .n = kv->len, .heavy = kv->heavy,
-				  .recent = kv->recent, .evicted = evicted };
+		h.k_src = pa.k_cache;
+		h.v_src = pa.v_cache;
+		h.score_src = score;
+		h.cap_in = kv->scratch_cap;
+		h.n = kv->len + s0;
 		return o->h2o_compact(m->be, m->q, &h);
 	}
-	a->score = kv->score[l];
+	a->score = h.score;
 	SL_TRY(o->attn_decode(m->be, m->q, a));
-	sl_h2o_args h = { .nseq = kv->nseq, .nh = c->n_head, .hd = sl_opt_head_dim(c),
-			  .kv_f32 = kv->f32, .k_cache = kv->k[l], .v_cache = kv->v[l],
-			  .score = kv->score[l], .pos = kv->pos_slot[l], .cap = kv->cap, .len = kv->len,
-			  .cur = kv->pos, .heavy = kv->heavy, .recent = kv->recent, .evicted = evicted };
+	h.len = kv->len + s0;
+	h.cur = kv->pos + s0;
 	return o->h2o_evict(m->be, m->q, &h);
 }
 
-/* The decoder stack over m->h; attention through attn(), which sees the
- * layer index and the q/k/v buffers. */
-static int layers(sl_model *m, sl_kv *kv, int rows, int t, const int *npad, bool prefill)
+/* One decoder layer for the g sequences from s0 (rows s0 * t onwards). */
+static int layer_group(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, int s0, int g,
+		       int t, const int *npad, bool prefill)
 {
 	const sl_opt_config *c = &m->cfg;
 	const sl_backend_ops *o = m->be->ops;
-	const int h = c->hidden, f = c->ffn, hd = sl_opt_head_dim(c);
+	const int h = c->hidden, f = c->ffn, nh = c->n_head, hd = sl_opt_head_dim(c);
+	const int rows = g * t;
 	const float scale = 1.0f / sqrtf((float)hd);
+	float *hg = m->h + (size_t)s0 * t * h;
+	const float *xin = hg;
+	if (c->pre_ln) {
+		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, c->ln_eps, m->x, h));
+		xin = m->x;
+	}
+	SL_TRY(linear(m, rows, xin, h, w->q_w, w->q_b, h, h, m->qb, h, scale, 0));
+	SL_TRY(linear(m, rows, xin, h, w->k_w, w->k_b, h, h, m->kb, h, 1.0f, 0));
+	SL_TRY(linear(m, rows, xin, h, w->v_w, w->v_b, h, h, m->vb, h, 1.0f, 0));
+	const size_t cache_off = (size_t)s0 * nh * kv->cap * hd * (kv->f32 ? 4 : 2);
+	sl_attn_args a = { .nseq = g, .nh = nh, .hd = hd, .t = t, .cap = kv->cap, .q = m->qb,
+			   .k_new = m->kb, .v_new = m->vb, .out = m->ab,
+			   .k_cache = (char *)kv->k[l] + cache_off,
+			   .v_cache = (char *)kv->v[l] + cache_off, .kv_f32 = kv->f32,
+			   .npad = npad ? npad + s0 : NULL, .len = kv->len + s0 };
+	if (kv->h2o)
+		SL_TRY(h2o_attention(m, kv, l, s0, g, &a, prefill, t));
+	else
+		SL_TRY(prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a));
+	SL_TRY(linear(m, rows, m->ab, h, w->o_w, w->o_b, h, h, hg, h, 1.0f, SL_GEMM_ACCUM));
+	if (!c->pre_ln)
+		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, c->ln_eps, hg, h));
+	xin = hg;
+	if (c->pre_ln) {
+		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, c->ln_eps, m->x, h));
+		xin = m->x;
+	}
+	SL_TRY(linear(m, rows, xin, h, w->fc1_w, w->fc1_b, f, h, m->fb, f, 1.0f, SL_GEMM_RELU));
+	SL_TRY(linear(m, rows, m->fb, f, w->fc2_w, w->fc2_b, h, f, hg, h, 1.0f, SL_GEMM_ACCUM));
+	if (!c->pre_ln)
+		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, c->ln_eps, hg, h));
+	return 0;
+}
+
+/* The decoder stack over m->h, in the zig-zag order: each layer's weights
+ * are acquired once and serve every micro-batch before the next layer. */
+static int layers(sl_model *m, sl_kv *kv, int rows, int t, const int *npad, bool prefill)
+{
+	const sl_opt_config *c = &m->cfg;
+	const int nseq = kv->nseq;
+	const int gs = (m->micro > 0 && m->micro < nseq) ? m->micro : nseq;
+	(void)rows;
 	for (int l = 0; l < c->n_layer; l++) {
 		sl_opt_layer_w wv;
 		SL_TRY(sl_weights_acquire(m->be, m->q, &m->w, l, &wv));
-		const sl_opt_layer_w *w = &wv;
-		const float *xin = m->h;
-		if (c->pre_ln) {
-			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln1_g, w->ln1_b, c->ln_eps,
-					    m->x, h));
-			xin = m->x;
-		}
-		SL_TRY(linear(m, rows, xin, h, w->q_w, w->q_b, h, h, m->qb, h, scale, 0));
-		SL_TRY(linear(m, rows, xin, h, w->k_w, w->k_b, h, h, m->kb, h, 1.0f, 0));
-		SL_TRY(linear(m, rows, xin, h, w->v_w, w->v_b, h, h, m->vb, h, 1.0f, 0));
-		sl_attn_args a = { .nseq = kv->nseq, .nh = c->n_head, .hd = hd, .t = t, .cap = kv->cap,
-				   .q = m->qb, .k_new = m->kb, .v_new = m->vb, .out = m->ab,
-				   .k_cache = kv->k[l], .v_cache = kv->v[l], .kv_f32 = kv->f32,
-				   .npad = npad,
-				   .len = kv->len };
-		if (kv->h2o)
-			SL_TRY(h2o_attention(m, kv, l, &a, prefill, t));
-		else
-			SL_TRY(prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a));
-		SL_TRY(linear(m, rows, m->ab, h, w->o_w, w->o_b, h, h, m->h, h, 1.0f, SL_GEMM_ACCUM));
-		if (!c->pre_ln)
-			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln1_g, w->ln1_b, c->ln_eps,
-					    m->h, h));
-		xin = m->h;
-		if (c->pre_ln) {
-			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln2_g, w->ln2_b, c->ln_eps,
-					    m->x, h));
-			xin = m->x;
-		}
-		SL_TRY(linear(m, rows, xin, h, w->fc1_w, w->fc1_b, f, h, m->fb, f, 1.0f, SL_GEMM_RELU));
-		SL_TRY(linear(m, rows, m->fb, f, w->fc2_w, w->fc2_b, h, f, m->h, h, 1.0f, SL_GEMM_ACCUM));
-		if (!c->pre_ln)
-			SL_TRY(o->layernorm(m->be, m->q, rows, h, m->h, h, w->ln2_g, w->ln2_b, c->ln_eps,
-					    m->h, h));
+		for (int s0 = 0; s0 < nseq; s0 += gs)
+			SL_TRY(layer_group(m, kv, l, &wv, s0, SL_MIN(gs, nseq - s0), t, npad, prefill));
 		SL_TRY(sl_weights_release(m->be, m->q, &m->w, l));
 	}
 	return 0;

@@ -22,6 +22,8 @@ typedef struct sl_model {
 	sl_opt_weights w;
 	/* activation workspace (device), for up to max_rows rows */
 	int max_rows, max_seq;
+	int micro;      /* sequences per micro-batch (0: the whole block) */
+	int group_rows; /* rows the per-micro-batch buffers hold */
 	float *h, *x, *qb, *kb, *vb, *ab, *fb;
 	float *logits; /* (max_seq, vocab) */
 	void *ws;
@@ -75,7 +77,10 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out);
 void sl_model_free(sl_model *m);
 
 /* Size the workspace for batches of up to max_seq sequences and max_rows
- * rows in one forward (prefill: sequences x padded length). */
+ * rows in one forward (prefill: sequences x padded length).  With micro
+ * set, each layer runs micro-batch by micro-batch (the zig-zag order: one
+ * layer's weights serve every micro-batch) and only the residual stream is
+ * kept for the whole block; the other buffers hold one micro-batch. */
 int sl_model_reserve(sl_model *m, int max_seq, int max_rows);
 
 /* The least device memory a job of max_seq sequences, max_rows rows per
@@ -83,7 +88,7 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows);
  * the device (two staging slots), the rest as sl_model_reserve and
  * sl_kv_create size it.  Used to say what budget would work. */
 size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
-				 bool kv_f32);
+				 bool kv_f32, int micro);
 
 /* A KV cache of cap slots for nseq sequences (dense). */
 int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out);

@@ -169,6 +169,7 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 		return rc;
 	}
 	(*m)->kv_f32 = o->kv_f32;
+	(*m)->micro = o->policy_given ? p->gpu_batch_size : 0;
 	(*m)->hh_ratio = p->hh_ratio;
 	(*m)->recent_ratio = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0;
 	return 0;
@@ -347,7 +348,7 @@ static void fmt_bytes(size_t n, char *buf, size_t len)
 static int check_budget(const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
 			int cap)
 {
-	size_t need = sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32);
+	size_t need = sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32, o->policy_given ? o->policy.gpu_batch_size : 0);
 	if (!o->gpu_mem || o->gpu_mem >= need)
 		return 0;
 	char have[32], want[32];
@@ -365,7 +366,7 @@ static void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, 
 	if (rc != SL_EBUDGET)
 		return;
 	char want[32], msg[1024];
-	fmt_bytes(sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32), want, sizeof want);
+	fmt_bytes(sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32, o->policy_given ? o->policy.gpu_batch_size : 0), want, sizeof want);
 	snprintf(msg, sizeof msg, "%s", sl_errmsg());
 	sl_err(rc, "%s; the smallest device budget for this job is --gpu-mem %s with every layer's weights off the device (--percent 0 100 100 0 100 0, or on disk with --offload-dir)",
 	       msg, want);
