@@ -205,5 +205,54 @@ else
 	bad "the smallest budget named ($need) does not run"
 fi
 
+# text end to end on the bundled model: the tokenizer, generation and
+# decoding against transformers (tools/make_text_golden.py), with the fp32
+# cache (exact arithmetic up to summation order) and the default fp16 one
+model="$(dirname "$0")/../models/opt-tiny-kjv"
+golden="$fx/kjv-golden.json"
+python3 - "$golden" "$tmp/text.jsonl" "$tmp/score-text.jsonl" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+with open(sys.argv[2], "w") as f:
+    for i, x in enumerate(g["generate"]):
+        f.write(json.dumps({"id": i, "prompt": x["prompt"]}) + "\n")
+with open(sys.argv[3], "w") as f:
+    for i, x in enumerate(g["score"]):
+        f.write(json.dumps({"id": i, "prompt": x["prompt"], "continuation": x["continuation"]}) + "\n")
+PY
+for kv in f32 f16; do
+	if "$sluice" generate --backend cpu --quiet --model "$model" --prompts "$tmp/text.jsonl" \
+		--out "$tmp/text-$kv.jsonl" --max-new-tokens 24 --kv-dtype "$kv" &&
+		python3 - "$golden" "$tmp/text-$kv.jsonl" <<'PY'; then ok; else bad "text generation ($kv cache) differs from transformers"; fi
+import json, sys
+g = json.load(open(sys.argv[1]))
+out = [json.loads(l) for l in open(sys.argv[2])]
+for o, x in zip(out, g["generate"]):
+    assert o["output_ids"] == x["output_ids"], (o["output_ids"], x["output_ids"])
+    assert o["completion"] == x["completion"], (o["completion"], x["completion"])
+assert len(out) == len(g["generate"])
+PY
+done
+if "$sluice" score --backend cpu --quiet --model "$model" --input "$tmp/score-text.jsonl" \
+	--out "$tmp/score-text.out" --kv-dtype f32 &&
+	python3 - "$golden" "$tmp/score-text.out" <<'PY'; then ok; else bad "text scores differ from transformers"; fi
+import json, sys
+g = json.load(open(sys.argv[1]))
+out = [json.loads(l) for l in open(sys.argv[2])]
+for o, x in zip(out, g["score"]):
+    assert len(o["logprobs"]) == len(x["logprobs"])
+    for a, b in zip(o["logprobs"], x["logprobs"]):
+        assert abs(a - b) <= 1e-4 * max(1, abs(b)), (a, b)
+PY
+# stop texts end a sequence before the text, with finish_reason stop
+printf '{"prompt": "And the LORD said unto Moses,"}\n' >"$tmp/stop.jsonl"
+if "$sluice" generate --backend cpu --quiet --model "$model" --prompts "$tmp/stop.jsonl" \
+	--out "$tmp/stop.out" --max-new-tokens 24 --stop "seed" &&
+	python3 - "$tmp/stop.out" <<'PY'; then ok; else bad "--stop"; fi
+import json, sys
+o = json.loads(open(sys.argv[1]).read())
+assert o["finish_reason"] == "stop" and o["completion"] == " Behold, I will give thee a man, and thy ", o
+PY
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # tools/demo.sh - installs what is missing, builds sluice, and runs the main
-# job: batch generation over a JSON Lines file of prompts with the bundled
-# default model.  Until a trained model is bundled, that is OPT-125m with
-# deterministic dummy weights (the output tokens are noise; the job, its
-# batching, its output file and its summary line are real).
+# job: batch generation over a JSON Lines file of text prompts with the
+# bundled default model, models/opt-tiny-kjv (a tiny OPT trained on the King
+# James Bible by tools/train_model.py), sampled at temperature 0.8.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=tools/deps.sh
@@ -14,8 +13,15 @@ if [ ! -f build/build.ninja ]; then
 fi
 ninja -C build >/dev/null
 mkdir -p out
-echo "+ build/sluice generate --dummy opt-125m --prompts tools/demo-prompts.jsonl --out out/demo.jsonl --max-new-tokens 16 --batch-size 4 --overwrite"
-build/sluice generate --dummy opt-125m --prompts tools/demo-prompts.jsonl --out out/demo.jsonl \
-	--max-new-tokens 16 --batch-size 4 --overwrite
-echo "+ head -3 out/demo.jsonl"
-head -3 out/demo.jsonl
+cmd=(build/sluice generate --model models/opt-tiny-kjv --prompts tools/demo-prompts.jsonl
+	--out out/demo.jsonl --max-new-tokens 40 --batch-size 4 --temperature 0.8 --top-p 0.95
+	--seed 1 --stop $'\n' --overwrite)
+echo "+ ${cmd[*]}"
+"${cmd[@]}"
+echo
+python3 - out/demo.jsonl <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    print(f"{o['id']}: ...{o['completion']!r} ({o['finish_reason']})")
+PY
