@@ -6,14 +6,15 @@
 # heavy hitters, half recent), and with recent-only windows of the same
 # budgets.  All in one run.
 #
-# Environment (defaults): MODEL=models/opt-tiny-kjv PASSAGES=24 CHARS=1600
+# Environment (defaults): MODEL=models/opt-tiny-kjv PASSAGES=48 CHARS=900
+#   (passages stay under the 256 positions the bundled model was trained on)
 #   SLUICE=build/sluice
 # Writes bench/results/h2o-quality-<UTC date-time>.{jsonl,md}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-models/opt-tiny-kjv}
-PASSAGES=${PASSAGES:-24}
-CHARS=${CHARS:-1600}
+PASSAGES=${PASSAGES:-48}
+CHARS=${CHARS:-900}
 SLUICE=${SLUICE:-build/sluice}
 stamp=$(date -u +%Y%m%d-%H%M%S)
 out=bench/results/h2o-quality-$stamp
