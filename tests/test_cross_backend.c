@@ -3,8 +3,9 @@
  * backend (the reference), on fresh random inputs over a table of shapes:
  * odd sizes, one-row decode GEMMs, row strides, every flag combination,
  * prefill with a different padding per sequence, decode with a different
- * length per sequence, with and without the H2O score; plus queues and
- * events, copies, the NULL queue, argument errors and the device budget.
+ * length per sequence, with and without the H2O score; H2O compaction and
+ * eviction (bit for bit); plus queues and events, copies, the NULL queue,
+ * argument errors and the device budget.
  *
  * Outputs are poisoned (NaN) before each run, the padding columns of
  * strided outputs hold a sentinel that must survive, and cache slots that
@@ -624,6 +625,396 @@ START_TEST(test_attn_decode)
 }
 END_TEST
 
+/* ---- H2O cache maintenance ------------------------------------------------------ */
+
+/*
+ * h2o_compact on a prompt, then a few decode steps of h2o_evict on what it
+ * kept (each step writes a new token into slot len and adds to every held
+ * slot's score, as attn_decode would).  These ops only move bits and
+ * compare floats (evicted adds in the CPU's order), so every output must
+ * match bit for bit: caches (untouched rows included), score, pos and
+ * evicted.  The CPU's outputs are also checked against a restatement of
+ * the specification in backend.h.  Poison: source slots past n hold NaN
+ * scores, the destination's rows, scores and positions start as garbage,
+ * and before each evict step the free slots past len hold a NaN score and
+ * a bogus position that must survive.
+ */
+typedef struct h2o_case {
+	int nseq, nh, hd;
+	bool f32;
+	int cap_in, cap;
+	int heavy, recent; /* for every sequence; -1: random per sequence (B + 1 <= cap) */
+	int n[4];          /* prompt tokens of the first sequences, random after them;
+			    * n[0] = -1: random for all */
+	bool ties;         /* scores from a few levels, zeros of both signs among them */
+	bool evicted;      /* with the evicted array (else NULL) */
+	int misalign;      /* bytes by which the cache pointers miss 16-byte alignment */
+	int steps;         /* decode steps (evict) after the compaction */
+	bool big;
+} h2o_case;
+
+static const h2o_case h2o_cases[] = {
+	{ 1, 1, 1, true, 8, 6, 2, 3, { 8 }, false, true, 0, 4, false },
+	{ 4, 2, 8, false, 40, 12, 6, 4, { 40, 10, 3, 0 }, false, true, 0, 3, false }, /* n > B, = B, < B, 0 */
+	{ 2, 2, 64, true, 300, 70, 50, 10, { 300, 61 }, true, true, 0, 3, false },
+	{ 2, 1, 128, false, 100, 30, 0, 20, { 100, 25 }, false, true, 0, 3, false }, /* H = 0 */
+	{ 2, 1, 128, true, 100, 30, 0, 20, { 100, 21 }, true, false, 0, 2, false },  /* H = 0, no evicted */
+	{ 2, 2, 64, false, 100, 40, 30, 0, { 100, 31 }, true, true, 0, 4, false }, /* R = 0 */
+	{ 4, 2, 8, true, 50, 48, -1, -1, { -1 }, true, false, 0, 3, false },       /* budgets per sequence */
+	{ 2, 2, 8, false, 33, 16, 10, 5, { 33, 20 }, false, true, 2, 2, false },    /* 2-byte words */
+	{ 1, 2, 1, false, 20, 8, 4, 3, { 20 }, true, true, 1, 2, false },           /* 1-byte words */
+	{ 1, 1, 256, true, 64, 20, 12, 6, { 64 }, true, true, 0, 2, false },
+	{ 3, 4, 128, true, 130, 64, 40, 20, { 130, 64, 59 }, true, true, 0, 3, false },
+	{ 2, 8, 64, false, 600, 100, 64, 32, { 600, 97 }, false, true, 0, 2, false },
+	{ 300, 1, 1, true, 6, 5, 2, 2, { -1 }, true, true, 0, 2, false }, /* several launches */
+	{ 1, 1, 1, true, 5000, 40, 30, 8, { 5000 }, false, true, 0, 1, false }, /* > 48 KiB of shared */
+	{ 1, 1, 1, true, 26000, 24, 16, 4, { 26000 }, true, true, 0, 1, false }, /* global workspace */
+	{ 8, 16, 128, false, 2048, 300, 200, 60, { -1 }, false, true, 0, 3, true },
+	{ 4, 32, 64, true, 1100, 200, -1, -1, { -1 }, true, true, 0, 3, true },
+};
+
+static void fill_bytes(void *p, size_t n)
+{
+	unsigned char *c = p;
+	for (size_t i = 0; i < n; i++)
+		c[i] = (unsigned char)(rng_next() >> 56);
+}
+
+/* a score: random, or (ties) one of a few levels, -0 and +0 among them */
+static float h2o_score(bool ties)
+{
+	static const float lv[] = { -0.0f, 0.0f, 0.5f, 1.0f, 1.5f };
+	return ties ? lv[rnd_int(5)] : fabsf(rnd()) * 3.0f;
+}
+
+typedef struct h2o_rank {
+	float s;
+	int i;
+} h2o_rank;
+
+/* best first: the higher score, then the newer position */
+static int h2o_rank_cmp(const void *x, const void *y)
+{
+	const h2o_rank *a = x, *b = y;
+	if (a->s > b->s)
+		return -1;
+	if (a->s < b->s)
+		return 1;
+	return b->i - a->i;
+}
+
+/* device copy of host bytes, off bytes into a fresh allocation of bytes + off */
+static char *dput_at(int s, const void *host, size_t bytes, size_t off)
+{
+	char *d = NULL;
+	ok(sl_dev_alloc(g_be[s], bytes + off, "test buffer", (void **)&d), "sl_dev_alloc");
+	ok(g_be[s]->ops->copy_h2d(g_be[s], g_q[s], d + off, host, bytes), "copy_h2d");
+	ok(g_be[s]->ops->queue_sync(g_be[s], g_q[s]), "queue_sync");
+	return d;
+}
+
+static void dset_at(int s, char *d, const void *host, size_t bytes, size_t off)
+{
+	ok(g_be[s]->ops->copy_h2d(g_be[s], g_q[s], d + off, host, bytes), "copy_h2d");
+	ok(g_be[s]->ops->queue_sync(g_be[s], g_q[s]), "queue_sync");
+}
+
+/* the outputs of one side (or the expectation) */
+typedef struct h2o_state {
+	unsigned char *k, *v;
+	float *score, *ev;
+	int32_t *pos;
+} h2o_state;
+
+static void h2o_state_alloc(h2o_state *st, size_t cb, size_t ncs, size_t heads)
+{
+	st->k = malloc(cb + 1);
+	st->v = malloc(cb + 1);
+	st->score = malloc(ncs * 4 + 4);
+	st->pos = malloc(ncs * 4 + 4);
+	st->ev = malloc(heads * 4 + 4);
+	ck_assert(st->k && st->v && st->score && st->pos && st->ev);
+}
+
+static void h2o_state_copy(h2o_state *dst, const h2o_state *src, size_t cb, size_t ncs,
+			   size_t heads)
+{
+	memcpy(dst->k, src->k, cb);
+	memcpy(dst->v, src->v, cb);
+	memcpy(dst->score, src->score, ncs * 4);
+	memcpy(dst->pos, src->pos, ncs * 4);
+	memcpy(dst->ev, src->ev, heads * 4);
+}
+
+static void h2o_state_free(h2o_state *st)
+{
+	free(st->k);
+	free(st->v);
+	free(st->score);
+	free(st->pos);
+	free(st->ev);
+}
+
+/* the first difference of two byte arrays, or -1 */
+static long long first_diff(const void *a, const void *b, size_t n)
+{
+	const unsigned char *x = a, *y = b;
+	for (size_t i = 0; i < n; i++)
+		if (x[i] != y[i])
+			return (long long)i;
+	return -1;
+}
+
+static void h2o_compare(const char *what, const char *side, const h2o_state *want,
+			const h2o_state *got, size_t cb, size_t ncs, size_t heads, bool with_ev)
+{
+	long long d;
+	d = first_diff(want->k, got->k, cb);
+	ck_assert_msg(d < 0, "%s: %s k cache differs at byte %lld", what, side, d);
+	d = first_diff(want->v, got->v, cb);
+	ck_assert_msg(d < 0, "%s: %s v cache differs at byte %lld", what, side, d);
+	for (size_t i = 0; i < ncs; i++) {
+		ck_assert_msg(want->pos[i] == got->pos[i], "%s: %s pos[%zu] = %d, want %d", what,
+			      side, i, got->pos[i], want->pos[i]);
+		ck_assert_msg(!memcmp(&want->score[i], &got->score[i], 4),
+			      "%s: %s score[%zu] = %.9g, want %.9g", what, side, i, got->score[i],
+			      want->score[i]);
+	}
+	if (with_ev)
+		for (size_t i = 0; i < heads; i++)
+			ck_assert_msg(!memcmp(&want->ev[i], &got->ev[i], 4),
+				      "%s: %s evicted[%zu] = %.9g, want %.9g", what, side, i,
+				      got->ev[i], want->ev[i]);
+}
+
+static void run_h2o(const h2o_case *c, uint64_t seed)
+{
+	const int nh = c->nh;
+	const size_t es = c->f32 ? 4 : 2, row = (size_t)c->hd * es;
+	const size_t heads = (size_t)c->nseq * nh;
+	const size_t nsrc = heads * c->cap_in, ncs = heads * c->cap;
+	const size_t srcb = nsrc * row, cb = ncs * row;
+	const size_t off = (size_t)c->misalign;
+	ck_assert_int_le(c->nseq, MAXSEQ);
+	int n[MAXSEQ], H[MAXSEQ], R[MAXSEQ], len[MAXSEQ], cur[MAXSEQ];
+	rng_seed(seed);
+	for (int s = 0; s < c->nseq; s++) {
+		H[s] = c->heavy >= 0 ? c->heavy : rnd_int(c->cap);
+		R[s] = c->recent >= 0 ? c->recent : rnd_int(c->cap - H[s]);
+		ck_assert_int_lt(H[s] + R[s], c->cap);
+		n[s] = c->n[0] >= 0 && s < 4 ? c->n[s] : rnd_int(c->cap_in + 1);
+		ck_assert_int_le(n[s], c->cap_in);
+	}
+
+	/* sources: random rows, scores for the prompt's slots, NaN after them */
+	unsigned char *ksrc = malloc(srcb + 1), *vsrc = malloc(srcb + 1);
+	fill_bytes(ksrc, srcb);
+	fill_bytes(vsrc, srcb);
+	float *ssrc = nan_f32(nsrc);
+	for (size_t t = 0; t < heads; t++)
+		for (int j = 0; j < n[t / nh]; j++)
+			ssrc[t * c->cap_in + j] = h2o_score(c->ties);
+	/* destination: garbage everywhere */
+	h2o_state in, out[2], want;
+	h2o_state_alloc(&in, cb, ncs, heads);
+	h2o_state_alloc(&out[0], cb, ncs, heads);
+	h2o_state_alloc(&out[1], cb, ncs, heads);
+	h2o_state_alloc(&want, cb, ncs, heads);
+	fill_bytes(in.k, cb);
+	fill_bytes(in.v, cb);
+	memset(in.score, 0xff, ncs * 4);
+	memset(in.pos, 0x7f, ncs * 4);
+	for (size_t t = 0; t < heads; t++)
+		in.ev[t] = fabsf(rnd());
+
+	char what[240];
+	const int nwhat = snprintf(what, sizeof(what),
+				   "h2o nseq=%d nh=%d hd=%d %s cap_in=%d cap=%d H=%d R=%d ties=%d "
+				   "evicted=%d misalign=%d",
+				   c->nseq, nh, c->hd, c->f32 ? "fp32" : "fp16", c->cap_in, c->cap,
+				   c->heavy, c->recent, c->ties, c->evicted, c->misalign);
+
+	/* ---- compact: both sides */
+	char *dks[2], *dvs[2], *dkc[2], *dvc[2];
+	float *dss[2], *dsc[2], *dev[2];
+	int32_t *dpos[2];
+	for (int s = 0; s < 2; s++) {
+		ck_assert_msg(g_be[s]->ops->h2o_compact && g_be[s]->ops->h2o_evict,
+			      "backend %s has no H2O ops", g_be[s]->ops->name);
+		dks[s] = dput_at(s, ksrc, srcb, off);
+		dvs[s] = dput_at(s, vsrc, srcb, off);
+		dkc[s] = dput_at(s, in.k, cb, off);
+		dvc[s] = dput_at(s, in.v, cb, off);
+		dss[s] = dput(s, ssrc, nsrc * 4);
+		dsc[s] = dput(s, in.score, ncs * 4);
+		dpos[s] = dput(s, in.pos, ncs * 4);
+		dev[s] = dput(s, in.ev, heads * 4);
+		sl_h2o_args a = {
+			.nseq = c->nseq, .nh = nh, .hd = c->hd, .kv_f32 = c->f32,
+			.k_src = dks[s] + off, .v_src = dvs[s] + off, .score_src = dss[s],
+			.cap_in = c->cap_in, .k_cache = dkc[s] + off, .v_cache = dvc[s] + off,
+			.score = dsc[s], .pos = dpos[s], .cap = c->cap, .n = n,
+			.heavy = H, .recent = R, .evicted = c->evicted ? dev[s] : NULL,
+		};
+		ok(g_be[s]->ops->h2o_compact(g_be[s], g_q[s], &a), "h2o_compact");
+		dget(s, out[s].k, dkc[s] + off, cb);
+		dget(s, out[s].v, dvc[s] + off, cb);
+		dget(s, out[s].score, dsc[s], ncs * 4);
+		dget(s, out[s].pos, dpos[s], ncs * 4);
+		dget(s, out[s].ev, dev[s], heads * 4);
+	}
+	snprintf(what + nwhat, sizeof(what) - (size_t)nwhat, " compact");
+	/* the specification, against the CPU */
+	h2o_state_copy(&want, &in, cb, ncs, heads);
+	h2o_rank *rk = malloc(sizeof(*rk) * (size_t)c->cap_in + 1);
+	int *keep = malloc(sizeof(int) * (size_t)c->cap_in + 1);
+	for (size_t t = 0; t < heads; t++) {
+		const int s = (int)(t / nh), B = H[s] + R[s];
+		const float *sc = ssrc + t * c->cap_in;
+		int kept = 0;
+		if (n[s] <= B) {
+			for (int j = 0; j < n[s]; j++)
+				keep[kept++] = j;
+		} else {
+			const int cand = n[s] - R[s];
+			for (int j = 0; j < cand; j++)
+				rk[j] = (h2o_rank){ sc[j], j };
+			qsort(rk, (size_t)cand, sizeof(*rk), h2o_rank_cmp);
+			for (int j = H[s]; j < cand; j++)
+				want.ev[t] += rk[j].s;
+			memset(keep, 0, sizeof(int) * (size_t)cand);
+			for (int j = 0; j < H[s]; j++)
+				keep[rk[j].i] = 1;
+			for (int j = 0; j < cand; j++)
+				if (keep[j])
+					keep[kept++] = j;
+			for (int j = cand; j < n[s]; j++)
+				keep[kept++] = j;
+		}
+		for (int j = 0; j < c->cap; j++) {
+			const size_t o = t * c->cap + j;
+			want.score[o] = j < kept ? sc[keep[j]] : 0.0f;
+			want.pos[o] = j < kept ? keep[j] : -1;
+			if (j < kept) {
+				const size_t si = (t * c->cap_in + keep[j]) * row;
+				memcpy(want.k + o * row, ksrc + si, row);
+				memcpy(want.v + o * row, vsrc + si, row);
+			}
+		}
+		len[s] = SL_MIN(n[s], B);
+		cur[s] = n[s];
+	}
+	h2o_compare(what, "cpu", &want, &out[0], cb, ncs, heads, c->evicted);
+	h2o_compare(what, g_name, &out[0], &out[1], cb, ncs, heads, c->evicted);
+
+	/* ---- evict, step by step, from the CPU's result */
+	h2o_state st;
+	h2o_state_alloc(&st, cb, ncs, heads);
+	h2o_state_copy(&st, &out[0], cb, ncs, heads);
+	for (int step = 0; step < c->steps; step++) {
+		snprintf(what + nwhat, sizeof(what) - (size_t)nwhat, " evict step %d", step);
+		/* attn_decode's part: the new token in slot len, scores grown */
+		for (size_t t = 0; t < heads; t++) {
+			const int L = len[t / nh];
+			float *sc = st.score + t * c->cap;
+			int32_t *ps = st.pos + t * c->cap;
+			fill_bytes(st.k + (t * c->cap + L) * row, row);
+			fill_bytes(st.v + (t * c->cap + L) * row, row);
+			for (int j = 0; j < L; j++)
+				sc[j] += c->ties ? 0.5f * (float)rnd_int(2) : fabsf(rnd()) * 0.1f;
+			sc[L] = h2o_score(c->ties);
+			if (R[t / nh] == 0 && (step & 1)) /* below all: the new token is the victim */
+				sc[L] = -1.0f;
+			for (int j = L + 1; j < c->cap; j++) {
+				memset(&sc[j], 0xff, 4);
+				ps[j] = 0x7f7f7f7f;
+			}
+		}
+		for (int s = 0; s < 2; s++) {
+			dset_at(s, dkc[s], st.k, cb, off);
+			dset_at(s, dvc[s], st.v, cb, off);
+			dset_at(s, (char *)dsc[s], st.score, ncs * 4, 0);
+			dset_at(s, (char *)dpos[s], st.pos, ncs * 4, 0);
+			dset_at(s, (char *)dev[s], st.ev, heads * 4, 0);
+			sl_h2o_args a = {
+				.nseq = c->nseq, .nh = nh, .hd = c->hd, .kv_f32 = c->f32,
+				.k_cache = dkc[s] + off, .v_cache = dvc[s] + off, .score = dsc[s],
+				.pos = dpos[s], .cap = c->cap, .len = len, .cur = cur, .heavy = H,
+				.recent = R, .evicted = c->evicted ? dev[s] : NULL,
+			};
+			ok(g_be[s]->ops->h2o_evict(g_be[s], g_q[s], &a), "h2o_evict");
+			dget(s, out[s].k, dkc[s] + off, cb);
+			dget(s, out[s].v, dvc[s] + off, cb);
+			dget(s, out[s].score, dsc[s], ncs * 4);
+			dget(s, out[s].pos, dpos[s], ncs * 4);
+			dget(s, out[s].ev, dev[s], heads * 4);
+		}
+		/* the specification */
+		h2o_state_copy(&want, &st, cb, ncs, heads);
+		for (size_t t = 0; t < heads; t++) {
+			const int s = (int)(t / nh), L = len[s];
+			float *sc = want.score + t * c->cap;
+			int32_t *ps = want.pos + t * c->cap;
+			ps[L] = cur[s];
+			if (L + 1 <= H[s] + R[s])
+				continue;
+			int v = -1; /* the lowest score before the window, the older on a tie */
+			for (int j = 0; j <= L; j++)
+				if (ps[j] <= cur[s] - R[s] &&
+				    (v < 0 || sc[j] < sc[v] || (sc[j] == sc[v] && ps[j] < ps[v])))
+					v = j;
+			ck_assert_msg(v >= 0, "%s: no victim outside the recent window", what);
+			if (c->evicted)
+				want.ev[t] += sc[v];
+			if (v != L) {
+				memcpy(want.k + (t * c->cap + v) * row, want.k + (t * c->cap + L) * row, row);
+				memcpy(want.v + (t * c->cap + v) * row, want.v + (t * c->cap + L) * row, row);
+				sc[v] = sc[L];
+				ps[v] = ps[L];
+			}
+			sc[L] = 0.0f;
+			ps[L] = -1;
+		}
+		h2o_compare(what, "cpu", &want, &out[0], cb, ncs, heads, c->evicted);
+		h2o_compare(what, g_name, &out[0], &out[1], cb, ncs, heads, c->evicted);
+		h2o_state_copy(&st, &out[0], cb, ncs, heads);
+		for (int s = 0; s < c->nseq; s++) {
+			len[s] = SL_MIN(len[s] + 1, H[s] + R[s]);
+			cur[s]++;
+		}
+	}
+
+	for (int s = 0; s < 2; s++) {
+		dfree(s, dks[s], srcb + off);
+		dfree(s, dvs[s], srcb + off);
+		dfree(s, dkc[s], cb + off);
+		dfree(s, dvc[s], cb + off);
+		dfree(s, dss[s], nsrc * 4);
+		dfree(s, dsc[s], ncs * 4);
+		dfree(s, dpos[s], ncs * 4);
+		dfree(s, dev[s], heads * 4);
+	}
+	h2o_state_free(&in);
+	h2o_state_free(&out[0]);
+	h2o_state_free(&out[1]);
+	h2o_state_free(&want);
+	h2o_state_free(&st);
+	free(rk);
+	free(keep);
+	free(ksrc);
+	free(vsrc);
+	free(ssrc);
+}
+
+START_TEST(test_h2o)
+{
+	const h2o_case *c = &h2o_cases[_i];
+	if (c->big && g_small)
+		return;
+	run_h2o(c, 8000 + _i);
+}
+END_TEST
+
 /* ---- queues, events, copies, errors, budget -------------------------------------- */
 
 START_TEST(test_queues_events)
@@ -688,6 +1079,20 @@ START_TEST(test_errors)
 		at.t = 1;
 		ck_assert_int_eq(b->ops->attn_decode(b, g_q[s], &at), SL_EINVAL);
 		ck_assert_ptr_nonnull(strstr(sl_errmsg(), "8"));
+		/* H2O: more prompt tokens than source slots; a full cache */
+		int n[2] = { 4, 9 }, heavy[2] = { 2, 2 }, recent[2] = { 1, 1 }, cur[2] = { 5, 9 };
+		int32_t pdummy[64];
+		sl_h2o_args ha = { .nseq = 2, .nh = 1, .hd = 8, .k_src = hdummy, .v_src = hdummy,
+				   .score_src = dummy, .cap_in = 8, .k_cache = hdummy,
+				   .v_cache = hdummy, .score = dummy, .pos = pdummy, .cap = 4,
+				   .n = n, .heavy = heavy, .recent = recent };
+		ck_assert_int_eq(b->ops->h2o_compact(b, g_q[s], &ha), SL_EINVAL);
+		ck_assert_ptr_nonnull(strstr(sl_errmsg(), "9"));
+		int len2[2] = { 3, 4 }; /* 4 == cap */
+		ha.n = NULL;
+		ha.len = len2;
+		ha.cur = cur;
+		ck_assert_int_eq(b->ops->h2o_evict(b, g_q[s], &ha), SL_EINVAL);
 	}
 }
 END_TEST
@@ -745,6 +1150,9 @@ START_TEST(test_chunked)
 	/* prefill with score: (m, l) of 2 heads x 200 rows is 3.2K per sequence */
 	const attn_case pc = { 30, 2, 16, 200, 210, { -1 }, false, false };
 	run_attn(&pc, true, true, 7100);
+	/* h2o_compact's sort in global scratch, one block per launch */
+	const h2o_case hc = { 1, 2, 1, true, 26000, 24, 16, 4, { 26000 }, true, true, 0, 1, false };
+	run_h2o(&hc, 7200);
 	g_be[1] = keep;
 	g_q[1] = keepq;
 	sl_backend_free(b);
@@ -764,6 +1172,7 @@ static Suite *cross_suite(void)
 	tcase_add_loop_test(tc, test_argmax, 0, (int)SL_ARRAY_LEN(argmax_cases));
 	tcase_add_loop_test(tc, test_attn_prefill, 0, (int)SL_ARRAY_LEN(prefill_cases));
 	tcase_add_loop_test(tc, test_attn_decode, 0, (int)SL_ARRAY_LEN(decode_cases));
+	tcase_add_loop_test(tc, test_h2o, 0, (int)SL_ARRAY_LEN(h2o_cases));
 	tcase_add_test(tc, test_queues_events);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_budget);

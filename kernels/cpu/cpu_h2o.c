@@ -93,7 +93,8 @@ int sl_cpu_h2o_evict(sl_backend *b, sl_queue *q, const sl_h2o_args *a)
 {
 	const int nh = a->nh;
 	for (int s = 0; s < a->nseq; s++)
-		if (a->len[s] < 0 || a->len[s] >= a->cap || a->len[s] > a->heavy[s] + a->recent[s])
+		if (a->len[s] < 0 || a->len[s] >= a->cap || a->heavy[s] < 0 || a->recent[s] < 0 ||
+		    a->len[s] > a->heavy[s] + a->recent[s])
 			return sl_err(SL_EINVAL, "h2o_evict: sequence %d holds %d tokens, budget %d+%d, %d slots",
 				      s, a->len[s], a->heavy[s], a->recent[s], a->cap);
 #pragma omp parallel for num_threads(sl_cpu(b)->nthreads) schedule(static)

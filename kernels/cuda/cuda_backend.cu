@@ -2,7 +2,7 @@
  * cuda_backend.cu - the CUDA backend: device discovery, memory, queues
  * (non-blocking CUDA streams), events, copies, per-queue scratch and the
  * sl_backend_ops table.  The ops live in one file each (gemm.cu,
- * layernorm.cu, embed.cu, attention.cu, argmax.cu).
+ * layernorm.cu, embed.cu, attention.cu, argmax.cu, h2o.cu).
  *
  * Every CUDA and cuBLAS call is checked; a failure is recorded with
  * sl_err() as "cuda: <call> failed: <reason> (file:line)" and returned as
@@ -350,6 +350,8 @@ static sl_backend_ops cu_make_ops(void)
 	o.attn_prefill = sl_cu_attn_prefill;
 	o.attn_decode = sl_cu_attn_decode;
 	o.argmax = sl_cu_argmax;
+	o.h2o_compact = sl_cu_h2o_compact;
+	o.h2o_evict = sl_cu_h2o_evict;
 	return o;
 }
 

@@ -52,7 +52,8 @@ struct sl_queue {
 	void *blas_ws;       /* cuBLAS workspace (accounted) */
 	size_t blas_ws_bytes;
 	sl_cu_scratch gemm; /* fp16 copy of x, fp32 product for relu+accum */
-	sl_cu_scratch attn; /* prefill row max / row sum for the score pass */
+	sl_cu_scratch attn; /* prefill row max / row sum for the score pass; the
+			     * h2o_compact sort where shared memory is too small */
 	sl_cu_scratch small; /* argmax results */
 };
 
@@ -153,5 +154,7 @@ int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a);
 int sl_cu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a);
 int sl_cu_argmax(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
 		 int32_t *out);
+int sl_cu_h2o_compact(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
+int sl_cu_h2o_evict(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
 
 #endif

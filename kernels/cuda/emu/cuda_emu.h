@@ -86,6 +86,12 @@ static inline float2 __half22float2(__half2 h)
 {
 	return make_float2(__half2float(h.x), __half2float(h.y));
 }
+static inline unsigned __float_as_uint(float f)
+{
+	unsigned u;
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
 static inline int min(int a, int b)
 {
 	return a < b ? a : b;

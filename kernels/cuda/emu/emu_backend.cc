@@ -9,3 +9,4 @@
 #include "../embed.cu"
 #include "../argmax.cu"
 #include "../attention.cu"
+#include "../h2o.cu"
