@@ -146,6 +146,19 @@ static int shard_prompts(const sl_prompts *ps, const sl_job_opts *o)
 	return total;
 }
 
+/* The progress display and, with --resume, the first block still to do. */
+static int job_start(const sl_prompts *ps, sl_output *out, const sl_job_opts *o, sl_job_stats *st,
+		     progress *prog)
+{
+	*prog = (progress){ .mode = o->progress, .t0 = sl_now(), .total = shard_prompts(ps, o) };
+	st->prompts = prog->total;
+	int start = 0;
+	if (o->resume && (start = resume_point(ps, out, o, &st->resumed_lines)) < 0)
+		return start;
+	prog->done = prog->base = st->resumed_lines;
+	return start;
+}
+
 /* ---- output lines ------------------------------------------------------ */
 
 static int emit(sl_output *out, json_t *obj)
@@ -306,15 +319,10 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 		max_prompt = SL_MAX(max_prompt, ps->p[i].n);
 	}
 	const int batch = o->batch;
-	progress prog = { .mode = o->progress, .t0 = sl_now(), .total = shard_prompts(ps, o) };
-	st->prompts = prog.total;
-	int start = 0;
-	if (o->resume) {
-		start = resume_point(ps, out, o, &st->resumed_lines);
-		if (start < 0)
-			return start;
-	}
-	prog.done = prog.base = st->resumed_lines;
+	progress prog;
+	const int start = job_start(ps, out, o, st, &prog);
+	if (start < 0)
+		return start;
 	sl_generator *g = NULL;
 	sl_seq *seqs = calloc((size_t)batch, sizeof *seqs);
 	int32_t *obuf = malloc(sizeof(int32_t) * (size_t)batch * max_out);
@@ -407,15 +415,10 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 		max_prompt = SL_MAX(max_prompt, ps->p[i].n);
 	}
 	const int batch = o->batch;
-	progress prog = { .mode = o->progress, .t0 = sl_now(), .total = shard_prompts(ps, o) };
-	st->prompts = prog.total;
-	int start = 0;
-	if (o->resume) {
-		start = resume_point(ps, out, o, &st->resumed_lines);
-		if (start < 0)
-			return start;
-	}
-	prog.done = prog.base = st->resumed_lines;
+	progress prog;
+	const int start = job_start(ps, out, o, st, &prog);
+	if (start < 0)
+		return start;
 	sl_scorer *sc = NULL;
 	sl_score_seq *seqs = calloc((size_t)batch, sizeof *seqs);
 	double *lp = malloc(sizeof(double) * (size_t)batch * max_cont);
