@@ -380,6 +380,8 @@ static void load_prompts(const char *name)
 
 /* Greedy tokens for prompts [first, first + count) with the cache set up as
  * heavy/recent (counts; -1 and -1: dense) or ratios. */
+static int micro_batch; /* sequences per micro-batch for greedy(); 0 = all */
+
 static void greedy(const char *name, int first, int count, int heavy, int recent, double hh,
 		   double rr, int32_t out[][24], int *nout)
 {
@@ -391,6 +393,7 @@ static void greedy(const char *name, int first, int count, int heavy, int recent
 	m->h2o_recent = recent;
 	m->hh_ratio = hh;
 	m->recent_ratio = rr;
+	m->micro = micro_batch;
 	int maxp = 0;
 	for (int s = first; s < first + count; s++)
 		maxp = SL_MAX(maxp, plen[s]);
@@ -439,10 +442,31 @@ START_TEST(test_batch_equals_alone)
 }
 END_TEST
 
+/* Micro-batches address each sequence's slots, scores and scratch by its
+ * offset: the tokens do not depend on the micro-batch size (the
+ * row-invariant GEMM kernel is pinned for this program, see main). */
+START_TEST(test_micro_batches)
+{
+	load_prompts("opt-wide");
+	int32_t all[16][24], part[16][24];
+	int na[16], npart[16];
+	micro_batch = 0;
+	greedy("opt-wide", 0, np, -1, -1, 0.2, 0.2, all, na);
+	micro_batch = 2;
+	greedy("opt-wide", 0, np, -1, -1, 0.2, 0.2, part, npart);
+	micro_batch = 0;
+	for (int s = 0; s < np; s++) {
+		ck_assert_int_eq(na[s], npart[s]);
+		ck_assert_mem_eq(all[s], part[s], sizeof(int32_t) * (size_t)na[s]);
+	}
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
 		fixtures_dir = argv[1];
+	setenv("SLUICE_GEMM_SMALL_M", "1000000", 1);
 	Suite *s = suite_create("h2o");
 	TCase *tc = tcase_create("h2o");
 	tcase_add_checked_fixture(tc, setup, teardown);
@@ -451,6 +475,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_hand_built);
 	tcase_add_loop_test(tc, test_budget_beyond_length_is_dense, 0, 3);
 	tcase_add_test(tc, test_batch_equals_alone);
+	tcase_add_test(tc, test_micro_batches);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
