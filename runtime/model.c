@@ -145,11 +145,35 @@ static size_t ws_bytes(const sl_opt_config *c, int max_seq, int max_rows, int mi
 	return total;
 }
 
-size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
-				 bool kv_f32, int micro)
+/* Slots of an H2O cache for prompts of up to max_prompt tokens. */
+static int h2o_slots(double hh, double rr, int max_prompt, int max_len)
 {
+	return SL_MIN(max_len, (int)floor(hh * max_prompt) + (int)floor(rr * max_prompt) + 1);
+}
+
+/* Device bytes beyond K and V that an H2O cache adds: scores and positions
+ * per slot, one layer of prompt scratch, the evicted sums. */
+static size_t h2o_extra(const sl_opt_config *c, int nseq, int cap, int max_prompt, size_t es)
+{
+	const size_t per = (size_t)nseq * c->n_head * cap;
+	const size_t sc = (size_t)nseq * c->n_head * max_prompt;
+	return c->n_layer * per * 8 + 2 * sc * (c->hidden / c->n_head) * es + sc * 4 +
+	       (size_t)c->n_layer * nseq * c->n_head * 4 + 1024;
+}
+
+size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
+				 bool kv_f32, int micro, double hh, double rr, int max_prompt)
+{
+	const size_t es = kv_f32 ? 4 : 2;
 	size_t stage = (sl_weights_layer_bytes(c) + 2 * 4096) & ~(size_t)4095;
-	size_t kv = 2 * (size_t)max_seq * c->hidden * cap * (kv_f32 ? 4 : 2) * c->n_layer;
+	size_t kv;
+	if (hh > 0 || rr > 0) {
+		int slots = h2o_slots(hh, rr, max_prompt, cap);
+		kv = 2 * (size_t)max_seq * c->hidden * slots * es * c->n_layer +
+		     h2o_extra(c, max_seq, slots, max_prompt, es);
+	} else {
+		kv = 2 * (size_t)max_seq * c->hidden * cap * es * c->n_layer;
+	}
 	return sl_weights_global_bytes(c) + 2 * stage + kv +
 	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro);
 }
@@ -269,8 +293,7 @@ int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
 	const size_t es = kv->f32 ? 4 : 2;
 	const size_t per = (size_t)nseq * c->n_head * cap;
 	const size_t sc = (size_t)nseq * c->n_head * max_prompt;
-	const size_t extra = c->n_layer * per * 8 + 2 * sc * c->hidden / c->n_head * es + sc * 4 +
-			     (size_t)c->n_layer * nseq * c->n_head * 4 + 1024;
+	const size_t extra = h2o_extra(c, nseq, cap, max_prompt, es);
 	void *blk = NULL;
 	int rc = sl_dev_alloc(m->be, kv->bytes + extra, "KV cache (H2O)", &blk);
 	if (rc < 0) {
@@ -445,12 +468,11 @@ static int layer_group(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, i
 
 /* The decoder stack over m->h, in the zig-zag order: each layer's weights
  * are acquired once and serve every micro-batch before the next layer. */
-static int layers(sl_model *m, sl_kv *kv, int rows, int t, const int *npad, bool prefill)
+static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 {
 	const sl_opt_config *c = &m->cfg;
 	const int nseq = kv->nseq;
 	const int gs = (m->micro > 0 && m->micro < nseq) ? m->micro : nseq;
-	(void)rows;
 	for (int l = 0; l < c->n_layer; l++) {
 		sl_opt_layer_w wv;
 		SL_TRY(sl_weights_acquire(m->be, m->q, &m->w, l, &wv));
@@ -531,7 +553,7 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 		}
 	}
 	SL_TRY(embed(m, rows));
-	SL_TRY(layers(m, kv, rows, t, npad, true));
+	SL_TRY(layers(m, kv, t, npad, true));
 	for (int s = 0; s < nseq; s++) {
 		kv->len[s] = kv->pos[s] = t - npad[s];
 		if (kv->h2o)
@@ -569,7 +591,7 @@ int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids)
 		m->pos_host[s] = kv->pos[s] + SL_OPT_POS_OFFSET;
 	}
 	SL_TRY(embed(m, nseq));
-	SL_TRY(layers(m, kv, nseq, 1, NULL, false));
+	SL_TRY(layers(m, kv, 1, NULL, false));
 	for (int s = 0; s < nseq; s++) {
 		kv->len[s]++;
 		if (kv->h2o) /* one token was evicted when over budget */

@@ -88,7 +88,7 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows);
  * the device (two staging slots), the rest as sl_model_reserve and
  * sl_kv_create size it.  Used to say what budget would work. */
 size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
-				 bool kv_f32, int micro);
+				 bool kv_f32, int micro, double hh, double rr, int max_prompt);
 
 /* A KV cache of cap slots for nseq sequences (dense). */
 int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out);

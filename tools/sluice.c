@@ -345,10 +345,20 @@ static void fmt_bytes(size_t n, char *buf, size_t len)
 
 /* A device budget no schedule fits is refused before anything is loaded,
  * with the smallest budget that would work. */
-static int check_budget(const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
-			int cap)
+static size_t min_bytes(const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
+			int cap, int max_prompt)
 {
-	size_t need = sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32, o->policy_given ? o->policy.gpu_batch_size : 0);
+	const sl_policy *p = &o->policy;
+	const double rr = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0;
+	return sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32,
+					 o->policy_given ? p->gpu_batch_size : 0, p->hh_ratio, rr,
+					 max_prompt);
+}
+
+static int check_budget(const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
+			int cap, int max_prompt)
+{
+	size_t need = min_bytes(o, cfg, nseq, rows, cap, max_prompt);
 	if (!o->gpu_mem || o->gpu_mem >= need)
 		return 0;
 	char have[32], want[32];
@@ -361,12 +371,12 @@ static int check_budget(const common_opts *o, const sl_opt_config *cfg, int nseq
 
 /* After a budget error: say what would fit. */
 static void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
-			int cap)
+			int cap, int max_prompt)
 {
 	if (rc != SL_EBUDGET)
 		return;
 	char want[32], msg[1024];
-	fmt_bytes(sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32, o->policy_given ? o->policy.gpu_batch_size : 0), want, sizeof want);
+	fmt_bytes(min_bytes(o, cfg, nseq, rows, cap, max_prompt), want, sizeof want);
 	snprintf(msg, sizeof msg, "%s", sl_errmsg());
 	sl_err(rc, "%s; the smallest device budget for this job is --gpu-mem %s with every layer's weights off the device (--percent 0 100 100 0 100 0, or on disk with --offload-dir)",
 	       msg, want);
@@ -374,8 +384,6 @@ static void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, 
 
 static int run_job(const char *cmd, job_cli *j, bool score)
 {
-	if (optind < 0)
-		return EXIT_USAGE;
 	if (!j->in || !j->out)
 		usage_error(cmd, "%s", score ? "--input and --out are required"
 					     : "--prompts and --out are required");
@@ -434,16 +442,16 @@ static int run_job(const char *cmd, job_cli *j, bool score)
 		max_prompt = SL_MAX(max_prompt, p->n);
 	}
 	const int nseq = SL_MIN(j->jo.batch, ps.n);
-	if ((rc = check_budget(&j->co, &cfg, nseq, nseq * max_len, max_len)) < 0)
+	if ((rc = check_budget(&j->co, &cfg, nseq, nseq * max_len, max_len, max_prompt)) < 0)
 		goto fail;
 	if ((rc = open_model(&j->co, &be, &m)) < 0) {
-		budget_hint(rc, &j->co, &cfg, nseq, nseq * max_len, max_len);
+		budget_hint(rc, &j->co, &cfg, nseq, nseq * max_len, max_len, max_prompt);
 		goto fail;
 	}
 	rc = score ? sl_job_score(m, &ps, out, &j->jo, &st)
 		   : sl_job_generate(m, tok, &ps, out, &j->jo, &st);
 	if (rc < 0) {
-		budget_hint(rc, &j->co, &cfg, nseq, nseq * max_len, max_len);
+		budget_hint(rc, &j->co, &cfg, nseq, nseq * max_len, max_len, max_prompt);
 		goto fail;
 	}
 	sl_output_close(out, false);
@@ -696,11 +704,11 @@ static int cmd_bench(int argc, char **argv)
 	sl_model *m = NULL;
 	sl_opt_config bcfg;
 	int rc0 = model_config(&co, &bcfg);
-	if (rc0 < 0 || (rc0 = check_budget(&co, &bcfg, batch, batch * plen, plen + glen)) < 0)
+	if (rc0 < 0 || (rc0 = check_budget(&co, &bcfg, batch, batch * plen, plen + glen, plen)) < 0)
 		die(rc0);
 	rc0 = open_model(&co, &be, &m);
 	if (rc0 < 0) {
-		budget_hint(rc0, &co, &bcfg, batch, batch * plen, plen + glen);
+		budget_hint(rc0, &co, &bcfg, batch, batch * plen, plen + glen, plen);
 		die(rc0);
 	}
 	const sl_opt_config *cfg = &m->cfg;
@@ -723,7 +731,7 @@ static int cmd_bench(int argc, char **argv)
 	}
 	if ((rc = sl_kv_make(m, batch, plen, plen + glen, &kv)) < 0 ||
 	    (rc = sl_model_reserve(m, batch, batch * plen)) < 0) {
-		budget_hint(rc, &co, &bcfg, batch, batch * plen, plen + glen);
+		budget_hint(rc, &co, &bcfg, batch, batch * plen, plen + glen, plen);
 		die(rc);
 	}
 	/* warm-up: a short prompt, one token (FlexGen's warm-up) */
