@@ -11,6 +11,9 @@
 #include "cuda_internal.cuh"
 
 #include <string.h>
+#ifndef SL_CU_EMU
+#include <hwloc.h>
+#endif
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -168,10 +171,86 @@ static void cu_dev_free(sl_backend *b, void *p)
 		cudaFree(p);
 }
 
+/* ---- the GPU's NUMA node ---------------------------------------------------- */
+
+#ifndef SL_CU_EMU
+/* hwloc's view of the machine and the memory nodes nearest the GPU, found
+ * through the GPU's PCI address.  Pinned buffers are allocated there: the
+ * driver faults the pages in while pinning them, under the calling
+ * thread's memory policy, which cu_host_alloc binds to these nodes. */
+typedef struct sl_cu_numa {
+	hwloc_topology_t topo;
+	hwloc_nodeset_t nodes;
+} sl_cu_numa;
+
+static sl_cu_numa *sl_cu_numa_find(const cudaDeviceProp *prop)
+{
+	sl_cu_numa *n = (sl_cu_numa *)calloc(1, sizeof(*n));
+	if (!n)
+		return NULL;
+	char busid[32];
+	snprintf(busid, sizeof busid, "%04x:%02x:%02x.0", prop->pciDomainID, prop->pciBusID,
+		 prop->pciDeviceID);
+	hwloc_obj_t pci = NULL, anc = NULL;
+	if (hwloc_topology_init(&n->topo) < 0) {
+		free(n);
+		return NULL;
+	}
+	hwloc_topology_set_io_types_filter(n->topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+	if (hwloc_topology_load(n->topo) == 0 &&
+	    (pci = hwloc_get_pcidev_by_busidstring(n->topo, busid)) != NULL &&
+	    (anc = hwloc_get_non_io_ancestor_obj(n->topo, pci)) != NULL && anc->nodeset &&
+	    !hwloc_bitmap_iszero(anc->nodeset) &&
+	    hwloc_bitmap_weight(anc->nodeset) <
+		    hwloc_bitmap_weight(hwloc_topology_get_topology_nodeset(n->topo))) {
+		n->nodes = hwloc_bitmap_dup(anc->nodeset);
+		if (n->nodes)
+			return n;
+	}
+	/* one memory node, or the GPU's place unknown: nothing to choose */
+	hwloc_topology_destroy(n->topo);
+	free(n);
+	return NULL;
+}
+
+static void sl_cu_numa_free(void *p)
+{
+	sl_cu_numa *n = (sl_cu_numa *)p;
+	if (!n)
+		return;
+	hwloc_bitmap_free(n->nodes);
+	hwloc_topology_destroy(n->topo);
+	free(n);
+}
+#endif
+
 static int cu_host_alloc(sl_backend *b, size_t bytes, void **out)
 {
 	*out = NULL;
+#ifndef SL_CU_EMU
+	sl_cu_numa *numa = (sl_cu_numa *)sl_cu_ctx(b)->numa;
+	hwloc_nodeset_t saved = NULL;
+	hwloc_membind_policy_t policy = HWLOC_MEMBIND_DEFAULT;
+	if (numa) {
+		saved = hwloc_bitmap_alloc();
+		if (saved && hwloc_get_membind(numa->topo, saved, &policy,
+					       HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) == 0)
+			hwloc_set_membind(numa->topo, numa->nodes, HWLOC_MEMBIND_BIND,
+					  HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET);
+		else {
+			hwloc_bitmap_free(saved);
+			saved = NULL;
+		}
+	}
+#endif
 	cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault);
+#ifndef SL_CU_EMU
+	if (saved) {
+		hwloc_set_membind(numa->topo, saved, policy,
+				  HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET);
+		hwloc_bitmap_free(saved);
+	}
+#endif
 	if (e != cudaSuccess) {
 		*out = NULL;
 		(void)cudaGetLastError();
@@ -368,6 +447,9 @@ static void cu_backend_free(sl_backend *b)
 	sl_cuda_ctx *c = sl_cu_ctx(b);
 	if (c) {
 		cu_queue_destroy(b, c->defq);
+#ifndef SL_CU_EMU
+		sl_cu_numa_free(c->numa);
+#endif
 		free(c);
 	}
 	free(b);
@@ -435,6 +517,9 @@ extern "C" int sl_cuda_backend_create(sl_backend **out)
 		goto fail;
 	}
 	snprintf(c->name, sizeof(c->name), "%s", prop.name);
+#ifndef SL_CU_EMU
+	c->numa = sl_cu_numa_find(&prop);
+#endif
 	c->cc_major = prop.major;
 	c->cc_minor = prop.minor;
 	c->sm_count = prop.multiProcessorCount;

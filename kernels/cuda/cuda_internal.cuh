@@ -72,6 +72,7 @@ typedef struct sl_cuda_ctx {
 	size_t scratch_max;
 	char name[256];
 	sl_queue *defq; /* used where the caller passes a NULL queue */
+	void *numa;     /* (optional) the GPU's NUMA node for pinned memory */
 } sl_cuda_ctx;
 
 static inline sl_cuda_ctx *sl_cu_ctx(sl_backend *b)
