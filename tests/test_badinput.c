@@ -12,6 +12,8 @@
 #include "model.h"
 #include "safetensors.h"
 
+#include "testutil.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <string.h>
@@ -436,9 +438,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_prompt_too_long);
 	tcase_add_test(tc, test_budget_too_small);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return sl_test_run(s);
 }

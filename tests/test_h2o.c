@@ -21,6 +21,8 @@
 #include "generate.h"
 #include "model.h"
 
+#include "testutil.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -363,19 +365,7 @@ static int32_t prompts[16][64];
 
 static void load_prompts(const char *name)
 {
-	char path[600];
-	snprintf(path, sizeof path, "%s/%s/golden.json", fixtures_dir, name);
-	json_t *g = json_load_file(path, 0, NULL);
-	ck_assert_ptr_nonnull(g);
-	json_t *pr = json_object_get(g, "prompts");
-	np = (int)json_array_size(pr);
-	for (int i = 0; i < np; i++) {
-		json_t *p = json_array_get(pr, (size_t)i);
-		plen[i] = (int)json_array_size(p);
-		for (int j = 0; j < plen[i]; j++)
-			prompts[i][j] = (int32_t)json_integer_value(json_array_get(p, (size_t)j));
-	}
-	json_decref(g);
+	sl_test_prompts(fixtures_dir, name, &np, plen, prompts);
 }
 
 /* Greedy tokens for prompts [first, first + count) with the cache set up as
@@ -477,9 +467,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_batch_equals_alone);
 	tcase_add_test(tc, test_micro_batches);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return sl_test_run(s);
 }

@@ -13,6 +13,8 @@
 #include "generate.h"
 #include "model.h"
 
+#include "testutil.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -293,9 +295,5 @@ int main(int argc, char **argv)
 	tcase_add_loop_test(tc, test_batch_equals_alone, 0, CASES);
 	tcase_add_loop_test(tc, test_cached_decode_equals_recompute, 0, CASES);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return sl_test_run(s);
 }

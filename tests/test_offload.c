@@ -11,6 +11,8 @@
 #include "generate.h"
 #include "model.h"
 
+#include "testutil.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <string.h>
@@ -36,19 +38,7 @@ static int32_t prompts[16][64];
 
 static void load_prompts(void)
 {
-	char path[600];
-	snprintf(path, sizeof path, "%s/opt-pre/golden.json", fixtures_dir);
-	json_t *g = json_load_file(path, 0, NULL);
-	ck_assert_ptr_nonnull(g);
-	json_t *pr = json_object_get(g, "prompts");
-	np = (int)json_array_size(pr);
-	for (int i = 0; i < np; i++) {
-		json_t *p = json_array_get(pr, (size_t)i);
-		plen[i] = (int)json_array_size(p);
-		for (int j = 0; j < plen[i]; j++)
-			prompts[i][j] = (int32_t)json_integer_value(json_array_get(p, (size_t)j));
-	}
-	json_decref(g);
+	sl_test_prompts(fixtures_dir, "opt-pre", &np, plen, prompts);
 }
 
 typedef struct run_out {
@@ -282,9 +272,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_device_budget);
 	tcase_add_test(tc, test_store_refused_for_another_layout);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return sl_test_run(s);
 }

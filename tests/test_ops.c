@@ -22,6 +22,8 @@
  */
 #include "backend.h"
 
+#include "testutil.h"
+
 #include <check.h>
 #include <float.h>
 #include <immintrin.h>
@@ -1347,9 +1349,5 @@ int main(void)
 	tcase_add_loop_test(tc, test_argmax, 0, ARGMAX_CASES);
 	suite_add_tcase(s, tc);
 
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return sl_test_run(s);
 }

@@ -13,6 +13,8 @@
 #include "sampling.h"
 #include "score.h"
 
+#include "testutil.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -225,9 +227,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_draw_depends_only_on_seed_key_step);
 	tcase_add_loop_test(tc, test_score_matches_hf, 0, 4);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return sl_test_run(s);
 }
