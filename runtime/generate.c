@@ -165,8 +165,10 @@ int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, const sl_gen_opts 
 		memcpy(was_running, running, (size_t)nseq * sizeof *running);
 		SL_TRY(sl_model_decode(m, kv, g->next));
 		for (int s = 0; s < nseq; s++)
-			if (!was_running[s]) { /* frozen: undo the step */
-				kv->len[s]--;
+			if (!was_running[s]) { /* frozen: undo the step (an H2O cache
+						  * stays within its budget by itself) */
+				if (!kv->h2o)
+					kv->len[s]--;
 				kv->pos[s]--;
 			}
 		SL_TRY(choose(g, seqs, nseq, sp));

@@ -4,6 +4,7 @@
  * decode over the dense KV cache.
  */
 #include "model.h"
+#include "kvcache.h"
 #include "safetensors.h"
 
 #include <limits.h>
@@ -44,6 +45,12 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 		return sl_err(SL_ENOMEM, "out of memory");
 	m->be = be;
 	m->h2o_heavy = m->h2o_recent = -1;
+	m->cache_gpu_percent = 100;
+	m->overlap = p->overlap;
+	if (p->offload_dir && !(m->offload_dir = strdup(p->offload_dir))) {
+		free(m);
+		return sl_err(SL_ENOMEM, "out of memory");
+	}
 	sl_st_set *st = NULL;
 	int rc = be->ops->queue_create(be, &m->q);
 	if (rc < 0)
@@ -111,6 +118,7 @@ void sl_model_free(sl_model *m)
 	release_ws(m);
 	sl_weights_free(m->be, &m->w);
 	sl_disk_close(m->disk);
+	free(m->offload_dir);
 	if (m->q)
 		m->be->ops->queue_free(m->be, m->q);
 	free(m);
@@ -145,36 +153,21 @@ static size_t ws_bytes(const sl_opt_config *c, int max_seq, int max_rows, int mi
 	return total;
 }
 
-/* Slots of an H2O cache for prompts of up to max_prompt tokens. */
-static int h2o_slots(double hh, double rr, int max_prompt, int max_len)
-{
-	return SL_MIN(max_len, (int)floor(hh * max_prompt) + (int)floor(rr * max_prompt) + 1);
-}
-
-/* Device bytes beyond K and V that an H2O cache adds: scores and positions
- * per slot, one layer of prompt scratch, the evicted sums. */
-static size_t h2o_extra(const sl_opt_config *c, int nseq, int cap, int max_prompt, size_t es)
-{
-	const size_t per = (size_t)nseq * c->n_head * cap;
-	const size_t sc = (size_t)nseq * c->n_head * max_prompt;
-	return c->n_layer * per * 8 + 2 * sc * (c->hidden / c->n_head) * es + sc * 4 +
-	       (size_t)c->n_layer * nseq * c->n_head * 4 + 1024;
-}
-
 size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
-				 bool kv_f32, int micro, double hh, double rr, int max_prompt)
+				 bool kv_f32, int micro, double hh, double rr, int max_prompt,
+				 double cache_gpu_percent)
 {
 	const size_t es = kv_f32 ? 4 : 2;
 	size_t stage = (sl_weights_layer_bytes(c) + 2 * 4096) & ~(size_t)4095;
-	size_t kv;
+	size_t extra = 0;
 	if (hh > 0 || rr > 0) {
-		int slots = h2o_slots(hh, rr, max_prompt, cap);
-		kv = 2 * (size_t)max_seq * c->hidden * slots * es * c->n_layer +
-		     h2o_extra(c, max_seq, slots, max_prompt, es);
-	} else {
-		kv = 2 * (size_t)max_seq * c->hidden * cap * es * c->n_layer;
+		cap = sl_kv_h2o_slots(hh, rr, max_prompt, cap);
+		extra = sl_kv_h2o_extra(c, max_seq, cap, max_prompt, es);
 	}
-	return sl_weights_global_bytes(c) + 2 * stage + kv +
+	sl_kv_sizes kz;
+	sl_kv_tier_sizes(c, max_seq, micro, cap, es, cache_gpu_percent, 100 - cache_gpu_percent,
+			 true, &kz);
+	return sl_weights_global_bytes(c) + 2 * stage + kz.device + extra +
 	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro);
 }
 
@@ -210,139 +203,6 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	m->max_seq = max_seq;
 	m->group_rows = group_rows(m->micro, max_seq, max_rows);
 	return 0;
-}
-
-int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out)
-{
-	*out = NULL;
-	const sl_opt_config *c = &m->cfg;
-	if (nseq <= 0 || cap <= 0)
-		return sl_err(SL_EINVAL, "kv cache: %d sequences of %d slots", nseq, cap);
-	sl_kv *kv = calloc(1, sizeof *kv);
-	if (!kv)
-		return sl_err(SL_ENOMEM, "out of memory");
-	kv->nseq = nseq;
-	kv->cap = cap;
-	kv->n_layer = c->n_layer;
-	kv->f32 = m->kv_f32;
-	kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
-	kv->v = calloc((size_t)c->n_layer, sizeof *kv->v);
-	kv->len = calloc((size_t)nseq, sizeof *kv->len);
-	kv->pos = calloc((size_t)nseq, sizeof *kv->pos);
-	if (!kv->k || !kv->v || !kv->len || !kv->pos) {
-		sl_kv_free(m, kv);
-		return sl_err(SL_ENOMEM, "out of memory");
-	}
-	const size_t per = (size_t)nseq * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
-	kv->bytes = 2 * per * c->n_layer;
-	int rc = sl_dev_alloc(m->be, kv->bytes, "KV cache", &kv->block);
-	if (rc < 0) {
-		kv->bytes = 0;
-		sl_kv_free(m, kv);
-		return rc;
-	}
-	for (int l = 0; l < c->n_layer; l++) {
-		kv->k[l] = (char *)kv->block + (2 * (size_t)l) * per;
-		kv->v[l] = (char *)kv->block + (2 * (size_t)l + 1) * per;
-	}
-	*out = kv;
-	return 0;
-}
-
-static int h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent)
-{
-	*heavy = kv->fixed_heavy >= 0 ? kv->fixed_heavy : (int)floor(kv->hh_ratio * prompt);
-	*recent = kv->fixed_recent >= 0 ? kv->fixed_recent : (int)floor(kv->recent_ratio * prompt);
-	return *heavy + *recent;
-}
-
-int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
-{
-	const bool h2o = m->hh_ratio > 0 || m->recent_ratio > 0 || m->h2o_heavy >= 0 ||
-			 m->h2o_recent >= 0;
-	if (!h2o)
-		return sl_kv_create(m, nseq, max_len, out);
-	if (!m->be->ops->h2o_compact || !m->be->ops->h2o_evict)
-		return sl_err(SL_EUNSUPPORTED, "the %s backend has no H2O cache operations",
-			      m->be->ops->name);
-	sl_kv probe = { .hh_ratio = m->hh_ratio, .recent_ratio = m->recent_ratio,
-			.fixed_heavy = m->h2o_heavy, .fixed_recent = m->h2o_recent };
-	int heavy, recent;
-	/* a budget of 0 is allowed: each step then sees only its own token */
-	int b = h2o_budget(&probe, max_prompt, &heavy, &recent);
-	const int cap = SL_MIN(max_len, b + 1);
-	SL_TRY(sl_kv_create(m, nseq, cap, out));
-	sl_kv *kv = *out;
-	const sl_opt_config *c = &m->cfg;
-	kv->h2o = true;
-	kv->hh_ratio = m->hh_ratio;
-	kv->recent_ratio = m->recent_ratio;
-	kv->fixed_heavy = m->h2o_heavy;
-	kv->fixed_recent = m->h2o_recent;
-	kv->scratch_cap = max_prompt;
-	kv->heavy = calloc((size_t)nseq, sizeof *kv->heavy);
-	kv->recent = calloc((size_t)nseq, sizeof *kv->recent);
-	kv->score = calloc((size_t)c->n_layer, sizeof *kv->score);
-	kv->pos_slot = calloc((size_t)c->n_layer, sizeof *kv->pos_slot);
-	if (!kv->heavy || !kv->recent || !kv->score || !kv->pos_slot) {
-		sl_kv_free(m, kv);
-		*out = NULL;
-		return sl_err(SL_ENOMEM, "out of memory");
-	}
-	/* one more device block: scores, positions, the prompt scratch */
-	const size_t es = kv->f32 ? 4 : 2;
-	const size_t per = (size_t)nseq * c->n_head * cap;
-	const size_t sc = (size_t)nseq * c->n_head * max_prompt;
-	const size_t extra = h2o_extra(c, nseq, cap, max_prompt, es);
-	void *blk = NULL;
-	int rc = sl_dev_alloc(m->be, kv->bytes + extra, "KV cache (H2O)", &blk);
-	if (rc < 0) {
-		sl_kv_free(m, kv);
-		*out = NULL;
-		return rc;
-	}
-	/* move the dense part into the new block: one allocation to free */
-	sl_dev_free(m->be, kv->block, kv->bytes);
-	kv->block = blk;
-	const size_t kvper = (size_t)nseq * c->hidden * cap * es;
-	char *p = blk;
-	for (int l = 0; l < c->n_layer; l++) {
-		kv->k[l] = p + (2 * (size_t)l) * kvper;
-		kv->v[l] = p + (2 * (size_t)l + 1) * kvper;
-	}
-	p += kv->bytes;
-	kv->bytes += extra;
-	for (int l = 0; l < c->n_layer; l++) {
-		kv->score[l] = (float *)p;
-		p += per * 4;
-		kv->pos_slot[l] = (int32_t *)p;
-		p += per * 4;
-	}
-	kv->scratch_k = p;
-	p += sc * c->hidden / c->n_head * es;
-	kv->scratch_v = p;
-	p += sc * c->hidden / c->n_head * es;
-	kv->scratch_score = (float *)p;
-	p += sc * 4;
-	kv->evicted = (float *)p;
-	return m->be->ops->memset_dev(m->be, m->q, kv->evicted, 0,
-				      (size_t)c->n_layer * nseq * c->n_head * 4);
-}
-
-void sl_kv_free(sl_model *m, sl_kv *kv)
-{
-	if (!kv)
-		return;
-	sl_dev_free(m->be, kv->block, kv->bytes);
-	free(kv->score);
-	free(kv->pos_slot);
-	free(kv->heavy);
-	free(kv->recent);
-	free(kv->k);
-	free(kv->v);
-	free(kv->len);
-	free(kv->pos);
-	free(kv);
 }
 
 static int linear(sl_model *m, int rows, const float *x, int ldx, const sl_half *w,
@@ -423,15 +283,34 @@ static int h2o_attention(sl_model *m, sl_kv *kv, int l, int s0, int g, sl_attn_a
 	return o->h2o_evict(m->be, m->q, &h);
 }
 
-/* One decoder layer for the g sequences from s0 (rows s0 * t onwards). */
-static int layer_group(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, int s0, int g,
-		       int t, const int *npad, bool prefill)
+/* Attention over one part of a micro-batch: p->count sequences from
+ * p->seq, whose rows in the micro-batch's q/k/v/out buffers start at
+ * (p->seq - s0) * t; their cache is at p->k, p->v. */
+static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, int t,
+		  const int *npad, bool prefill)
 {
 	const sl_opt_config *c = &m->cfg;
 	const sl_backend_ops *o = m->be->ops;
-	const int h = c->hidden, f = c->ffn, nh = c->n_head, hd = sl_opt_head_dim(c);
+	const size_t ro = (size_t)(p->seq - s0) * t * c->hidden;
+	sl_attn_args a = { .nseq = p->count, .nh = c->n_head, .hd = sl_opt_head_dim(c), .t = t,
+			   .cap = kv->cap, .q = m->qb + ro, .k_new = m->kb + ro, .v_new = m->vb + ro,
+			   .out = m->ab + ro, .k_cache = p->k, .v_cache = p->v, .kv_f32 = kv->f32,
+			   .npad = npad ? npad + p->seq : NULL, .len = kv->len + p->seq };
+	if (kv->h2o)
+		return h2o_attention(m, kv, l, p->seq, p->count, &a, prefill, t);
+	return prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a);
+}
+
+/* The attention half of decoder layer l for the g sequences from s0
+ * (rows s0 * t onwards), over the cache parts of this step. */
+static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, int s0, int g,
+		      int t, const int *npad, bool prefill, const sl_kv_part *parts, int nparts)
+{
+	const sl_opt_config *c = &m->cfg;
+	const sl_backend_ops *o = m->be->ops;
+	const int h = c->hidden;
 	const int rows = g * t;
-	const float scale = 1.0f / sqrtf((float)hd);
+	const float scale = 1.0f / sqrtf((float)sl_opt_head_dim(c));
 	float *hg = m->h + (size_t)s0 * t * h;
 	const float *xin = hg;
 	if (c->pre_ln) {
@@ -441,20 +320,23 @@ static int layer_group(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, i
 	SL_TRY(linear(m, rows, xin, h, w->q_w, w->q_b, h, h, m->qb, h, scale, 0));
 	SL_TRY(linear(m, rows, xin, h, w->k_w, w->k_b, h, h, m->kb, h, 1.0f, 0));
 	SL_TRY(linear(m, rows, xin, h, w->v_w, w->v_b, h, h, m->vb, h, 1.0f, 0));
-	const size_t cache_off = (size_t)s0 * nh * kv->cap * hd * (kv->f32 ? 4 : 2);
-	sl_attn_args a = { .nseq = g, .nh = nh, .hd = hd, .t = t, .cap = kv->cap, .q = m->qb,
-			   .k_new = m->kb, .v_new = m->vb, .out = m->ab,
-			   .k_cache = (char *)kv->k[l] + cache_off,
-			   .v_cache = (char *)kv->v[l] + cache_off, .kv_f32 = kv->f32,
-			   .npad = npad ? npad + s0 : NULL, .len = kv->len + s0 };
-	if (kv->h2o)
-		SL_TRY(h2o_attention(m, kv, l, s0, g, &a, prefill, t));
-	else
-		SL_TRY(prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a));
+	for (int i = 0; i < nparts; i++)
+		SL_TRY(attend(m, kv, l, s0, &parts[i], t, npad, prefill));
 	SL_TRY(linear(m, rows, m->ab, h, w->o_w, w->o_b, h, h, hg, h, 1.0f, SL_GEMM_ACCUM));
 	if (!c->pre_ln)
 		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, c->ln_eps, hg, h));
-	xin = hg;
+	return 0;
+}
+
+/* The MLP half of decoder layer l for the g sequences from s0. */
+static int mlp_block(sl_model *m, const sl_opt_layer_w *w, int s0, int g, int t)
+{
+	const sl_opt_config *c = &m->cfg;
+	const sl_backend_ops *o = m->be->ops;
+	const int h = c->hidden, f = c->ffn;
+	const int rows = g * t;
+	float *hg = m->h + (size_t)s0 * t * h;
+	const float *xin = hg;
 	if (c->pre_ln) {
 		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, c->ln_eps, m->x, h));
 		xin = m->x;
@@ -466,21 +348,48 @@ static int layer_group(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, i
 	return 0;
 }
 
-/* The decoder stack over m->h, in the zig-zag order: each layer's weights
- * are acquired once and serve every micro-batch before the next layer. */
+/*
+ * The decoder stack over m->h, in the zig-zag order: each layer's weights
+ * are acquired once and serve every micro-batch before the next layer; each
+ * step (layer, micro-batch) brings its cache in, prefetching the next
+ * step's, and writes back what it changed.  With sep_layer, the attention
+ * of every micro-batch runs before the first MLP of the layer (FlexGen's
+ * separate attention and MLP layers; the weights still stage a layer at a
+ * time).
+ */
 static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 {
 	const sl_opt_config *c = &m->cfg;
 	const int nseq = kv->nseq;
-	const int gs = (m->micro > 0 && m->micro < nseq) ? m->micro : nseq;
+	const int gs = kv->gs; /* the placement's micro-batches (a block may be smaller) */
+	if (m->micro > 0 && m->micro < gs)
+		return sl_err(SL_EINVAL, "the KV cache was placed for micro-batches of %d, not %d",
+			      kv->gs, m->micro);
 	for (int l = 0; l < c->n_layer; l++) {
 		sl_opt_layer_w wv;
 		SL_TRY(sl_weights_acquire(m->be, m->q, &m->w, l, &wv));
-		for (int s0 = 0; s0 < nseq; s0 += gs)
-			SL_TRY(layer_group(m, kv, l, &wv, s0, SL_MIN(gs, nseq - s0), t, npad, prefill));
+		for (int s0 = 0; s0 < nseq; s0 += gs) {
+			const int g = SL_MIN(gs, nseq - s0);
+			int nl = l, ns = s0 + gs;
+			if (ns >= nseq) {
+				nl = l + 1 < c->n_layer ? l + 1 : -1;
+				ns = 0;
+			}
+			sl_kv_part parts[3];
+			int nparts;
+			SL_TRY(sl_kv_step_begin(m, kv, l, s0, g, prefill, nl, ns, SL_MIN(gs, nseq - ns),
+						parts, &nparts));
+			SL_TRY(attn_block(m, kv, l, &wv, s0, g, t, npad, prefill, parts, nparts));
+			SL_TRY(sl_kv_step_end(m, kv, l, s0, g, prefill, npad, t));
+			if (!m->sep_layer)
+				SL_TRY(mlp_block(m, &wv, s0, g, t));
+		}
+		if (m->sep_layer)
+			for (int s0 = 0; s0 < nseq; s0 += gs)
+				SL_TRY(mlp_block(m, &wv, s0, SL_MIN(gs, nseq - s0), t));
 		SL_TRY(sl_weights_release(m->be, m->q, &m->w, l));
 	}
-	return 0;
+	return sl_kv_pass_end(m, kv);
 }
 
 /*
@@ -549,7 +458,7 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 					      sizeof(float) * (size_t)c->n_layer * nseq * c->n_head));
 		for (int s = 0; s < nseq; s++) {
 			kv->len[s] = t - npad[s];
-			h2o_budget(kv, t - npad[s], &kv->heavy[s], &kv->recent[s]);
+			sl_kv_h2o_budget(kv, t - npad[s], &kv->heavy[s], &kv->recent[s]);
 		}
 	}
 	SL_TRY(embed(m, rows));

@@ -15,6 +15,16 @@
 #include "opt_config.h"
 #include "weights.h"
 
+/* What the KV cache moved between tiers (all caches of a model). */
+typedef struct sl_kv_stats {
+	double stall_s; /* compute waiting for cache loads */
+	uint64_t h2d_bytes, d2h_bytes;
+	uint64_t disk_read_bytes, disk_write_bytes;
+	size_t disk_bytes; /* the scratch store's size */
+} sl_kv_stats;
+
+typedef struct sl_kv_tiers sl_kv_tiers;
+
 typedef struct sl_model {
 	sl_backend *be; /* borrowed */
 	sl_queue *q;
@@ -36,12 +46,24 @@ typedef struct sl_model {
 	double hh_ratio, recent_ratio;
 	int h2o_heavy, h2o_recent;
 	sl_disk_store *disk; /* owned; weights on disk */
+	/* KV cache placement (kvcache.h), read when a cache is made: shares of
+	 * each micro-batch's sequences on the device and in pinned host memory,
+	 * the rest on disk under offload_dir; 100 and 0 after open */
+	double cache_gpu_percent, cache_cpu_percent;
+	bool cpu_cache_compute; /* decode attention over host-tier caches in place */
+	bool overlap;           /* prefetch the next step's cache */
+	bool sep_layer;         /* attention of every micro-batch, then every MLP */
+	char *offload_dir;
+	sl_kv_stats kv_stats;
 } sl_model;
 
 typedef struct sl_kv {
 	int nseq, cap, n_layer;
+	int gs;             /* sequences per micro-batch of the placement */
+	sl_kv_tiers *tiers; /* host and disk homes, staging; NULL: all on the device */
 	bool f32;         /* fp32 cache (accuracy mode); fp16 otherwise */
-	void **k, **v;    /* per layer, device (nseq, n_head, cap, head_dim) */
+	void **k, **v;    /* per layer, device (ndev, n_head, cap, head_dim): the
+			     device-tier sequences (all of them by default) */
 	void *block;
 	size_t bytes;
 	int *len; /* host: slots in use per sequence */
@@ -69,7 +91,7 @@ typedef struct sl_model_params {
 	const char *dir, *dummy;     /* one of them */
 	double w_gpu_percent, w_cpu_percent; /* the rest on disk */
 	const char *offload_dir;     /* the disk store's folder (weights on disk) */
-	bool overlap;                /* prefetch the next layer's weights */
+	bool overlap;                /* prefetch the next layer's weights (and cache) */
 } sl_model_params;
 
 /* Open with the weights placed across device, pinned host and disk. */
@@ -88,7 +110,8 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows);
  * the device (two staging slots), the rest as sl_model_reserve and
  * sl_kv_create size it.  Used to say what budget would work. */
 size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
-				 bool kv_f32, int micro, double hh, double rr, int max_prompt);
+				 bool kv_f32, int micro, double hh, double rr, int max_prompt,
+				 double cache_gpu_percent);
 
 /* A KV cache of cap slots for nseq sequences (dense). */
 int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out);

@@ -185,8 +185,16 @@ expect_fail "disk share without a folder" "need --offload-dir" "$tmp/d2.jsonl" -
 	"${job[@]}" --percent 50 0 100 0 100 0 --out "$tmp/d2.jsonl"
 expect_fail "missing offload folder" "$tmp/nodir" "$tmp/d3.jsonl" -- \
 	"${job[@]}" --percent 0 0 100 0 100 0 --offload-dir "$tmp/nodir" --out "$tmp/d3.jsonl"
-expect_fail "cache off the device" "places weights only" "$tmp/d4.jsonl" -- \
-	"${job[@]}" --percent 100 0 50 50 100 0 --out "$tmp/d4.jsonl"
+# the KV cache split across the three tiers, and attention over the host
+# tier in place, give the same tokens
+if "$sluice" "${job[@]}" --batch-size 3 --percent 100 0 34 33 100 0 --offload-dir "$tmp/off" \
+	--out "$tmp/kvt.jsonl" && cmp -s "$tmp/kvt.jsonl" "$tmp/ref.jsonl"; then ok; else bad "the KV cache across tiers changed the output"; fi
+if "$sluice" "${job[@]}" --batch-size 2 --percent 100 0 0 100 100 0 --cpu-cache-compute \
+	--out "$tmp/ccc.jsonl" && cmp -s "$tmp/ccc.jsonl" "$tmp/ref.jsonl"; then ok; else bad "cpu_cache_compute changed the output"; fi
+expect_fail "cache on disk without a folder" "KV cache placed on disk needs --offload-dir" "$tmp/d5.jsonl" -- \
+	"${job[@]}" --percent 100 0 0 0 100 0 --out "$tmp/d5.jsonl"
+expect_fail "activations off the device" "keeps activations on the device" "$tmp/d4.jsonl" -- \
+	"${job[@]}" --percent 100 0 100 0 0 100 --out "$tmp/d4.jsonl"
 expect_fail "bad percent" "--percent" "" -- bench --dummy opt-125m --percent 100 0 100
 
 # budgets: a budget no schedule fits names the smallest that does, and that
@@ -199,7 +207,7 @@ expect_fail "budget fits no schedule" "needs at least --gpu-mem" "$tmp/b1.jsonl"
 need=$(sed -n 's/.*needs at least --gpu-mem \([0-9.]*[KMG]\).*/\1/p' "$tmp/stderr")
 expect_fail "budget too small for all-on-device" "the smallest device budget for this job is --gpu-mem $need" \
 	"$tmp/b2.jsonl" -- "${small[@]}" --gpu-mem "$need" --out "$tmp/b2.jsonl"
-if [ -n "$need" ] && "$sluice" "${small[@]}" --gpu-mem "$need" --percent 0 100 100 0 100 0 --out "$tmp/b3.jsonl"; then
+if [ -n "$need" ] && "$sluice" "${small[@]}" --gpu-mem "$need" --percent 0 100 0 100 100 0 --out "$tmp/b3.jsonl"; then
 	ok
 else
 	bad "the smallest budget named ($need) does not run"

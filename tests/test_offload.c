@@ -9,6 +9,7 @@
  */
 #include "backend.h"
 #include "generate.h"
+#include "kvcache.h"
 #include "model.h"
 
 #include "testutil.h"
@@ -256,6 +257,220 @@ START_TEST(test_store_refused_for_another_layout)
 }
 END_TEST
 
+
+/* ---- the policy grid: weights and KV cache in every tier ---------------- */
+
+typedef struct grid_pol {
+	double wg, wc, cg, cc;
+	int micro; /* 0: the whole block */
+	bool overlap, ccc, sep;
+} grid_pol;
+
+typedef struct grid_out {
+	float *logits;
+	int32_t tokens[16][24];
+	int ntok[16];
+	size_t dev_peak, host_peak, kv_disk;
+	sl_kv_stats kv;
+} grid_out;
+
+/* One job of the opt-pre prompts under policy p (h2o: a 40% H2O cache),
+ * with budgets dev_mem / host_mem (0: none). */
+static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem, grid_out *o)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	memset(o, 0, sizeof *o);
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
+	sl_backend_set_dev_limit(be, dev_mem);
+	sl_backend_set_host_limit(be, host_mem);
+	/* one store folder per weight placement: a store holds one layout */
+	snprintf(storedir, sizeof storedir, "%s/w%g-%g", offdir, p->wg, p->wc);
+	mkdir(storedir, 0755);
+	sl_model_params mp = { .dir = dir, .w_gpu_percent = p->wg, .w_cpu_percent = p->wc,
+			       .offload_dir = storedir, .overlap = p->overlap };
+	sl_model *m = NULL;
+	int rc = sl_model_open_ex(be, &mp, &m);
+	if (rc < 0) {
+		sl_backend_free(be);
+		return rc;
+	}
+	m->micro = p->micro;
+	m->cache_gpu_percent = p->cg;
+	m->cache_cpu_percent = p->cc;
+	m->cpu_cache_compute = p->ccc;
+	m->sep_layer = p->sep;
+	if (h2o)
+		m->hh_ratio = m->recent_ratio = 0.2;
+	int t = 0;
+	for (int i = 0; i < np; i++)
+		t = SL_MAX(t, plen[i]);
+	int32_t ids[16 * 64] = { 0 };
+	int npad[16];
+	for (int s = 0; s < np; s++) {
+		npad[s] = t - plen[s];
+		memcpy(ids + s * t + npad[s], prompts[s], sizeof(int32_t) * (size_t)plen[s]);
+	}
+	sl_kv *kv = NULL;
+	sl_generator *g = NULL;
+	o->logits = malloc(sizeof(float) * (size_t)np * t * m->cfg.vocab);
+	if (!(rc = sl_kv_make(m, np, t, t, &kv)))
+		rc = sl_model_prefill(m, kv, ids, npad, t, o->logits);
+	sl_kv_free(m, kv);
+	if (!rc)
+		rc = sl_generator_create(m, np, t + 24, t, &g);
+	if (!rc) {
+		sl_seq seqs[16];
+		for (int s = 0; s < np; s++)
+			seqs[s] = (sl_seq){ .prompt = prompts[s], .prompt_len = plen[s], .max_new = 24,
+					    .out = o->tokens[s] };
+		sl_gen_timing tm = { 0 };
+		rc = sl_generator_run(g, seqs, np, NULL, &tm);
+		for (int s = 0; s < np; s++)
+			o->ntok[s] = seqs[s].n_out;
+	}
+	o->dev_peak = be->dev_peak;
+	o->host_peak = be->host_peak;
+	o->kv = m->kv_stats;
+	sl_generator_free(g);
+	sl_model_free(m);
+	ck_assert_int_eq(be->dev_used, 0);
+	ck_assert_int_eq(be->host_used, 0);
+	sl_backend_free(be);
+	if (rc < 0) {
+		free(o->logits);
+		o->logits = NULL;
+	}
+	return rc;
+}
+
+static const double w_places[][2] = { { 100, 0 }, { 0, 100 }, { 0, 0 }, { 30, 30 } };
+static const double c_places[][2] = { { 100, 0 }, { 0, 100 }, { 0, 0 }, { 34, 33 }, { 0, 50 } };
+static const int micros[] = { 0, 1, 3 };
+static const bool flags[][3] = { /* overlap, cpu_cache_compute, sep_layer */
+	{ true, false, true }, { false, false, false }, { true, true, false }, { false, true, true }
+};
+#define N_GRID (4 * 5 * 3 * 4)
+
+static grid_pol grid_at(int i)
+{
+	grid_pol p;
+	const int f = i % 4, mi = i / 4 % 3, c = i / 12 % 5, w = i / 60;
+	p.wg = w_places[w][0];
+	p.wc = w_places[w][1];
+	p.cg = c_places[c][0];
+	p.cc = c_places[c][1];
+	p.micro = micros[mi];
+	p.overlap = flags[f][0];
+	p.ccc = flags[f][1];
+	p.sep = flags[f][2];
+	return p;
+}
+
+static void assert_same(const grid_out *ref, const grid_out *o, const char *what)
+{
+	int t = 0;
+	for (int i = 0; i < np; i++)
+		t = SL_MAX(t, plen[i]);
+	for (int s = 0; s < np; s++) {
+		for (int j = t - plen[s]; j < t; j++)
+			ck_assert_msg(!memcmp(o->logits + ((size_t)s * t + j) * 512,
+					      ref->logits + ((size_t)s * t + j) * 512, 512 * sizeof(float)),
+				      "%s: prefill logits of sequence %d differ", what, s);
+		ck_assert_msg(o->ntok[s] == ref->ntok[s] &&
+				      !memcmp(o->tokens[s], ref->tokens[s], sizeof(int32_t) * (size_t)o->ntok[s]),
+			      "%s: tokens of sequence %d differ", what, s);
+	}
+}
+
+static void describe(const grid_pol *p, bool h2o, char *buf, size_t n)
+{
+	snprintf(buf, n, "%sweights %g/%g cache %g/%g micro %d%s%s%s", h2o ? "H2O " : "", p->wg,
+		 p->wc, p->cg, p->cc, p->micro, p->overlap ? " overlap" : "",
+		 p->ccc ? " cpu_cache_compute" : "", p->sep ? " sep_layer" : "");
+}
+
+/*
+ * Placement invariance over the grid (the offload issue's acceptance):
+ * weights on device / CPU / disk / mixed x the cache on device / CPU / disk
+ * / two mixes x micro-batches x overlap, cpu_cache_compute and sep_layer:
+ * bit-identical prefill logits and tokens, dense and with H2O.  And the
+ * budgets: each policy runs within a device and a host budget equal to its
+ * own measured peaks, is refused one byte below (so every byte of the
+ * tiers is accounted), and moving the cache off the device lowers the
+ * device peak.
+ */
+START_TEST(test_grid)
+{
+	const bool h2o = _i == 1;
+	grid_pol base = { 100, 0, 100, 0, 0, true, false, false };
+	grid_out ref, o;
+	ck_assert_msg(grid_run(&base, h2o, 0, 0, &ref) == 0, "%s", sl_errmsg());
+	if (h2o) { /* the H2O cache evicts here: its tokens are not the dense ones */
+		grid_out dense;
+		ck_assert_int_eq(grid_run(&base, false, 0, 0, &dense), 0);
+		bool differ = false;
+		for (int s = 0; s < np; s++)
+			differ |= dense.ntok[s] != ref.ntok[s] ||
+				  memcmp(dense.tokens[s], ref.tokens[s], sizeof(int32_t) * (size_t)ref.ntok[s]);
+		ck_assert_msg(differ, "H2O at 40%% gave the dense tokens: nothing was evicted?");
+		free(dense.logits);
+	}
+	char what[200];
+	static size_t dev_peaks[N_GRID];
+	sl_opt_config cfg;
+	char path[700];
+	snprintf(path, sizeof path, "%s/opt-pre/config.json", fixtures_dir);
+	ck_assert_int_eq(sl_opt_config_load(path, &cfg), 0);
+	for (int i = 0; i < N_GRID; i++) {
+		grid_pol p = grid_at(i);
+		describe(&p, h2o, what, sizeof what);
+		int rc = grid_run(&p, h2o, 0, 0, &o);
+		ck_assert_msg(rc == 0, "%s: %s", what, sl_errmsg());
+		assert_same(&ref, &o, what);
+		sl_kv_sizes kz;
+		sl_kv_tier_sizes(&cfg, np, p.micro, 8, 2, p.cg, p.cc, true, &kz);
+		if (kz.disk) {
+			ck_assert_msg(o.kv.disk_read_bytes > 0 && o.kv.disk_write_bytes > 0,
+				      "%s: no cache traffic to disk", what);
+		}
+		if (p.cg == 0 && p.cc == 100 && !p.ccc)
+			ck_assert_msg(o.kv.h2d_bytes > 0 && o.kv.d2h_bytes > 0, "%s: no host traffic", what);
+		if (p.cg == 0 && p.cc == 100 && p.ccc)
+			ck_assert_msg(o.kv.h2d_bytes == 0, "%s: cpu_cache_compute copied the cache", what);
+		dev_peaks[i] = o.dev_peak;
+		if (!h2o && i % 4 == 0) { /* budgets: runs within its own peaks, not one byte less */
+			grid_out b;
+			const size_t dev = o.dev_peak, host = o.host_peak;
+			rc = grid_run(&p, h2o, dev, host ? host : 0, &b);
+			ck_assert_msg(rc == 0, "%s: refused within its peaks: %s", what, sl_errmsg());
+			ck_assert_uint_le(b.dev_peak, dev);
+			ck_assert_uint_le(b.host_peak, host ? host : SIZE_MAX);
+			free(b.logits);
+			ck_assert_int_eq(grid_run(&p, h2o, dev - 1, 0, &b), SL_EBUDGET);
+			if (host) {
+				ck_assert_int_eq(grid_run(&p, h2o, 0, host - 1, &b), SL_EBUDGET);
+			}
+			/* the cache off the device: the device peak falls by the cache's
+			 * device part and rises by the staging, to the byte */
+			const int on = i % 12 + i / 60 * 60; /* same policy, cache on device */
+			int t = 0;
+			for (int k = 0; k < np; k++)
+				t = SL_MAX(t, plen[k]);
+			sl_kv_sizes a, z;
+			sl_kv_tier_sizes(&cfg, np, p.micro, t + 24, 2, 100, 0, true, &a);
+			sl_kv_tier_sizes(&cfg, np, p.micro, t + 24, 2, p.cg, p.cc, true, &z);
+			ck_assert_msg(dev + a.device == dev_peaks[on] + z.device,
+				      "%s: device peak %zu, with the cache on the device %zu; expected a difference of %zd",
+				      what, dev, dev_peaks[on], (ssize_t)z.device - (ssize_t)a.device);
+		}
+		free(o.logits);
+	}
+	free(ref.logits);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -272,5 +487,10 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_device_budget);
 	tcase_add_test(tc, test_store_refused_for_another_layout);
 	suite_add_tcase(s, tc);
+	TCase *tg = tcase_create("grid");
+	tcase_add_checked_fixture(tg, make_offdir, rm_offdir);
+	tcase_set_timeout(tg, 600);
+	tcase_add_loop_test(tg, test_grid, 0, 2); /* dense, H2O */
+	suite_add_tcase(s, tg);
 	return sl_test_run(s);
 }

@@ -148,12 +148,11 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	int rc = sl_policy_validate(p, "policy");
 	if (rc < 0)
 		return rc;
-	/* what this engine places today: weights in any tier; the KV cache
-	 * and activations on the device */
-	if (p->cache_gpu_percent < 100 || p->act_gpu_percent < 100 || p->cpu_cache_compute ||
-	    p->compress_weight || p->compress_cache)
+	/* what this engine places today: weights and the KV cache in any
+	 * tier; activations on the device */
+	if (p->act_gpu_percent < 100 || p->compress_weight || p->compress_cache)
 		return sl_err(SL_EUNSUPPORTED,
-			      "this build places weights only: the KV cache and activations must stay on the device (cache_gpu_percent and act_gpu_percent 100), without cpu_cache_compute or compression");
+			      "this build keeps activations on the device (act_gpu_percent 100) and does not compress: set act_gpu_percent 100, compress_weight and compress_cache false");
 	rc = sl_backend_create(o->backend, threads, be);
 	if (rc < 0)
 		return rc;
@@ -169,6 +168,10 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 		return rc;
 	}
 	(*m)->kv_f32 = o->kv_f32;
+	(*m)->cache_gpu_percent = p->cache_gpu_percent;
+	(*m)->cache_cpu_percent = p->cache_cpu_percent;
+	(*m)->cpu_cache_compute = p->cpu_cache_compute;
+	(*m)->sep_layer = p->sep_layer;
 	(*m)->micro = o->policy_given ? p->gpu_batch_size : 0;
 	(*m)->hh_ratio = p->hh_ratio;
 	(*m)->recent_ratio = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0;
@@ -352,7 +355,7 @@ static size_t min_bytes(const common_opts *o, const sl_opt_config *cfg, int nseq
 	const double rr = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0;
 	return sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32,
 					 o->policy_given ? p->gpu_batch_size : 0, p->hh_ratio, rr,
-					 max_prompt);
+					 max_prompt, 0);
 }
 
 static int check_budget(const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
@@ -365,7 +368,7 @@ static int check_budget(const common_opts *o, const sl_opt_config *cfg, int nseq
 	fmt_bytes(o->gpu_mem, have, sizeof have);
 	fmt_bytes(need, want, sizeof want);
 	return sl_err(SL_EBUDGET,
-		      "--gpu-mem %s is too small for any schedule of this job: it needs at least --gpu-mem %s (every layer's weights off the device, e.g. --percent 0 100 100 0 100 0), or a smaller --batch-size",
+		      "--gpu-mem %s is too small for any schedule of this job: it needs at least --gpu-mem %s (every layer's weights and the KV cache off the device, e.g. --percent 0 100 0 100 100 0), or a smaller --batch-size",
 		      have, want);
 }
 
@@ -378,7 +381,7 @@ static void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, 
 	char want[32], msg[1024];
 	fmt_bytes(min_bytes(o, cfg, nseq, rows, cap, max_prompt), want, sizeof want);
 	snprintf(msg, sizeof msg, "%s", sl_errmsg());
-	sl_err(rc, "%s; the smallest device budget for this job is --gpu-mem %s with every layer's weights off the device (--percent 0 100 100 0 100 0, or on disk with --offload-dir)",
+	sl_err(rc, "%s; the smallest device budget for this job is --gpu-mem %s with every layer's weights and the KV cache off the device (--percent 0 100 0 100 100 0, or on disk with --offload-dir)",
 	       msg, want);
 }
 

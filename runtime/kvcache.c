@@ -1,0 +1,813 @@
+/*
+ * kvcache.c - the KV cache: allocation (dense or H2O), its placement
+ * across the device, pinned host and disk tiers, and the per-step loads
+ * and write-backs of the zig-zag schedule (kvcache.h says how).
+ */
+#include "kvcache.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NSTAGE 3 /* staging areas: one computing, one loading, one storing */
+#define PAGE ((size_t)SL_DISK_ALIGN)
+
+static size_t align_page(size_t n)
+{
+	return (n + PAGE - 1) & ~(PAGE - 1);
+}
+
+/* Sequences of a micro-batch of g on the device, host and disk. */
+typedef struct split {
+	int dev, host, disk;
+} split;
+
+static split split_of(int g, double gpu, double cpu)
+{
+	split s;
+	s.dev = (int)floor(g * gpu / 100.0 + 0.5);
+	int dh = (int)floor(g * (gpu + cpu) / 100.0 + 0.5);
+	s.dev = SL_MIN(s.dev, g);
+	dh = SL_MIN(SL_MAX(dh, s.dev), g);
+	s.host = dh - s.dev;
+	s.disk = g - dh;
+	return s;
+}
+
+typedef struct kv_stage kv_stage;
+struct sl_kv_tiers;
+
+/* The split of micro-batch mb as placed (b: fixes every offset), and of
+ * the first g of its sequences that this block runs (p: the counts).  A
+ * sequence's tier depends on its index only, never on the block size. */
+static void mb_split(const sl_model *m, const sl_kv *kv, int nseq0, int mb, int g, split *b,
+		     split *p)
+{
+	*b = split_of(SL_MIN(kv->gs, nseq0 - mb * kv->gs), m->cache_gpu_percent,
+		      m->cache_cpu_percent);
+	p->dev = SL_MIN(g, b->dev);
+	p->host = SL_MIN(g - p->dev, b->host);
+	p->disk = g - p->dev - p->host;
+}
+
+struct kv_stage {
+	char *buf;       /* device: [K host][V host] | page | [K disk][V disk] */
+	void *bounce;    /* pinned disk segment (device not host memory) */
+	int l, s0;       /* what it holds, or l = -1 */
+	bool prefill;
+	bool read_pending;
+	uint64_t rticket;
+	size_t read_bytes;
+	uint64_t *wticket; /* disk writes still reading from buf / bounce */
+	int nw, wcap;
+	sl_event *done_ev;  /* compute finished with the stage */
+	sl_event *ready_ev; /* loads landed */
+};
+
+struct sl_kv_tiers {
+	split full;      /* split of a whole micro-batch */
+	int nseq0;       /* sequences placed (a block may run fewer) */
+	int nmb;         /* micro-batches */
+	size_t sb;       /* one sequence's K (or V) of one layer */
+	char *host;      /* pinned homes: [layer][K|V][host index] */
+	size_t host_bytes;
+	int nhost;       /* host-tier sequences in all */
+	sl_disk_store *disk;
+	size_t seg_bytes; /* one (layer, micro-batch) disk segment, page aligned */
+	size_t stage_disk_off, stage_bytes;
+	sl_queue *cq;
+	kv_stage st[NSTAGE];
+	int cur;          /* the stage of the step in progress */
+	int32_t *pos_host; /* H2O positions of a micro-batch (device not host) */
+	size_t pos_bytes;
+};
+
+void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es,
+		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out)
+{
+	memset(out, 0, sizeof *out);
+	if (gs <= 0 || gs > nseq)
+		gs = nseq;
+	const size_t sb = (size_t)c->hidden * cap * es;
+	out->seq_bytes = sb;
+	const int nmb = (nseq + gs - 1) / gs;
+	int ndev = 0, nhost = 0, maxdisk = 0, maxhost = 0;
+	for (int k = 0; k < nmb; k++) {
+		split p = split_of(SL_MIN(gs, nseq - k * gs), gpu_percent, cpu_percent);
+		ndev += p.dev;
+		nhost += p.host;
+		maxdisk = SL_MAX(maxdisk, p.disk);
+		maxhost = SL_MAX(maxhost, p.host);
+	}
+	const size_t L = (size_t)c->n_layer;
+	const size_t seg = align_page(2 * (size_t)maxdisk * sb);
+	out->device = 2 * L * ndev * sb;
+	if (ndev < nseq) {
+		/* staging of the largest micro-batch's off-device part */
+		size_t stage = align_page(2 * (size_t)maxhost * sb) + seg;
+		out->device += NSTAGE * stage;
+		if (!dev_is_host)
+			out->host += NSTAGE * seg + (size_t)gs * c->n_head * cap * sizeof(int32_t);
+	}
+	out->host += 2 * L * nhost * sb;
+	out->disk = L * nmb * seg;
+}
+
+/* ---- allocation ------------------------------------------------------- */
+
+static void tiers_free(sl_model *m, sl_kv *kv)
+{
+	sl_kv_tiers *T = kv->tiers;
+	if (!T)
+		return;
+	sl_backend *be = m->be;
+	for (int i = 0; i < NSTAGE; i++) {
+		kv_stage *st = &T->st[i];
+		if (T->disk) {
+			if (st->read_pending)
+				sl_disk_wait(T->disk, st->rticket);
+			for (int j = 0; j < st->nw; j++)
+				sl_disk_wait(T->disk, st->wticket[j]);
+		}
+		free(st->wticket);
+		if (st->done_ev)
+			be->ops->event_free(be, st->done_ev);
+		if (st->ready_ev)
+			be->ops->event_free(be, st->ready_ev);
+		if (st->buf)
+			sl_dev_free(be, st->buf, T->stage_bytes);
+		if (st->bounce)
+			sl_host_free(be, st->bounce, T->seg_bytes);
+	}
+	if (T->cq) {
+		be->ops->queue_sync(be, T->cq);
+		be->ops->queue_free(be, T->cq);
+	}
+	sl_disk_close(T->disk);
+	sl_host_free(be, T->host, T->host_bytes);
+	sl_host_free(be, T->pos_host, T->pos_bytes);
+	free(T);
+	kv->tiers = NULL;
+}
+
+static int tiers_create(sl_model *m, sl_kv *kv, int ndev_total)
+{
+	sl_backend *be = m->be;
+	const sl_backend_ops *o = be->ops;
+	const sl_opt_config *c = &m->cfg;
+	sl_kv_tiers *T = calloc(1, sizeof *T);
+	if (!T)
+		return sl_err(SL_ENOMEM, "out of memory");
+	kv->tiers = T;
+	const int gs = kv->gs, nseq = kv->nseq;
+	const size_t es = kv->f32 ? 4 : 2;
+	T->full = split_of(gs, m->cache_gpu_percent, m->cache_cpu_percent);
+	T->nseq0 = nseq;
+	T->nmb = (nseq + gs - 1) / gs;
+	T->sb = (size_t)c->hidden * kv->cap * es;
+	T->nhost = nseq - ndev_total;
+	int maxdisk = 0, maxhost = 0;
+	for (int k = 0; k < T->nmb; k++) {
+		split p = split_of(SL_MIN(gs, nseq - k * gs), m->cache_gpu_percent, m->cache_cpu_percent);
+		maxdisk = SL_MAX(maxdisk, p.disk);
+		maxhost = SL_MAX(maxhost, p.host);
+		T->nhost -= p.disk;
+	}
+	const size_t L = (size_t)c->n_layer;
+	int rc = 0;
+	if (T->nhost > 0) {
+		T->host_bytes = 2 * L * T->nhost * T->sb;
+		if ((rc = sl_host_alloc(be, T->host_bytes, "KV cache (host tier)", (void **)&T->host)) < 0) {
+			T->host_bytes = 0;
+			goto fail;
+		}
+	}
+	T->seg_bytes = align_page(2 * (size_t)maxdisk * T->sb);
+	if (maxdisk > 0) {
+		if (!m->offload_dir) {
+			rc = sl_err(SL_EINVAL, "a KV cache placed on disk needs --offload-dir DIR");
+			goto fail;
+		}
+		/* a scratch store, unlinked at once: it vanishes with the process */
+		char name[160], key[256];
+		snprintf(name, sizeof name, "%s.kv.%ld.sluice",
+			 strrchr(c->name, '/') ? strrchr(c->name, '/') + 1 : c->name, (long)getpid());
+		snprintf(key, sizeof key, "sluice kv scratch v1 pid %ld", (long)getpid());
+		sl_disk_params dp = { .dir = m->offload_dir, .file_name = name, .key = key,
+				      .data_bytes = L * T->nmb * T->seg_bytes };
+		bool fresh;
+		if ((rc = sl_disk_open(&dp, &T->disk, &fresh)) < 0)
+			goto fail;
+		unlink(sl_disk_path(T->disk));
+		m->kv_stats.disk_bytes = SL_MAX(m->kv_stats.disk_bytes, (size_t)dp.data_bytes);
+	}
+	if ((rc = o->queue_create(be, &T->cq)) < 0)
+		goto fail;
+	T->stage_disk_off = align_page(2 * (size_t)maxhost * T->sb);
+	T->stage_bytes = T->stage_disk_off + T->seg_bytes;
+	for (int i = 0; i < NSTAGE; i++) {
+		kv_stage *st = &T->st[i];
+		st->l = -1;
+		if ((rc = sl_dev_alloc(be, T->stage_bytes, "KV cache staging", (void **)&st->buf)) < 0) {
+			st->buf = NULL;
+			goto fail;
+		}
+		if (T->seg_bytes && !o->dev_is_host &&
+		    (rc = sl_host_alloc(be, T->seg_bytes, "KV disk bounce buffer", &st->bounce)) < 0) {
+			st->bounce = NULL;
+			goto fail;
+		}
+		if ((rc = o->event_create(be, &st->done_ev)) < 0 ||
+		    (rc = o->event_create(be, &st->ready_ev)) < 0)
+			goto fail;
+	}
+	if (!o->dev_is_host) {
+		/* H2O: the new row's slot per head is read from the positions */
+		T->pos_bytes = (size_t)gs * c->n_head * kv->cap * sizeof(int32_t);
+		if ((rc = sl_host_alloc(be, T->pos_bytes, "KV position readback", (void **)&T->pos_host)) < 0) {
+			T->pos_bytes = 0;
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	tiers_free(m, kv);
+	return rc;
+}
+
+/* Sequences on the device in all, for nseq in micro-batches of gs. */
+static int device_seqs(const sl_model *m, int nseq, int gs)
+{
+	int n = 0;
+	for (int s0 = 0; s0 < nseq; s0 += gs)
+		n += split_of(SL_MIN(gs, nseq - s0), m->cache_gpu_percent, m->cache_cpu_percent).dev;
+	return n;
+}
+
+int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out)
+{
+	*out = NULL;
+	const sl_opt_config *c = &m->cfg;
+	if (nseq <= 0 || cap <= 0)
+		return sl_err(SL_EINVAL, "kv cache: %d sequences of %d slots", nseq, cap);
+	sl_kv *kv = calloc(1, sizeof *kv);
+	if (!kv)
+		return sl_err(SL_ENOMEM, "out of memory");
+	kv->nseq = nseq;
+	kv->cap = cap;
+	kv->n_layer = c->n_layer;
+	kv->f32 = m->kv_f32;
+	kv->gs = (m->micro > 0 && m->micro < nseq) ? m->micro : nseq;
+	kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
+	kv->v = calloc((size_t)c->n_layer, sizeof *kv->v);
+	kv->len = calloc((size_t)nseq, sizeof *kv->len);
+	kv->pos = calloc((size_t)nseq, sizeof *kv->pos);
+	if (!kv->k || !kv->v || !kv->len || !kv->pos) {
+		sl_kv_free(m, kv);
+		return sl_err(SL_ENOMEM, "out of memory");
+	}
+	if (m->cpu_cache_compute && !m->be->ops->dev_is_host) {
+		sl_kv_free(m, kv);
+		return sl_err(SL_EUNSUPPORTED,
+			      "cpu_cache_compute runs on the CPU backend only in this build (the %s backend computes attention on its device)",
+			      m->be->ops->name);
+	}
+	const int ndev = device_seqs(m, nseq, kv->gs);
+	const size_t per = (size_t)ndev * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
+	kv->bytes = 2 * per * c->n_layer;
+	if (kv->bytes) {
+		int rc = sl_dev_alloc(m->be, kv->bytes, "KV cache", &kv->block);
+		if (rc < 0) {
+			kv->bytes = 0;
+			sl_kv_free(m, kv);
+			return rc;
+		}
+	}
+	for (int l = 0; l < c->n_layer; l++) {
+		kv->k[l] = (char *)kv->block + (2 * (size_t)l) * per;
+		kv->v[l] = (char *)kv->block + (2 * (size_t)l + 1) * per;
+	}
+	if (ndev < nseq) {
+		int rc = tiers_create(m, kv, ndev);
+		if (rc < 0) {
+			sl_kv_free(m, kv);
+			return rc;
+		}
+	}
+	*out = kv;
+	return 0;
+}
+
+/* Slots of an H2O cache for prompts of up to max_prompt tokens. */
+int sl_kv_h2o_slots(double hh, double rr, int max_prompt, int max_len)
+{
+	return SL_MIN(max_len, (int)floor(hh * max_prompt) + (int)floor(rr * max_prompt) + 1);
+}
+
+size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int cap, int max_prompt, size_t es)
+{
+	const size_t per = (size_t)nseq * c->n_head * cap;
+	const size_t sc = (size_t)nseq * c->n_head * max_prompt;
+	return c->n_layer * per * 8 + 2 * sc * (c->hidden / c->n_head) * es + sc * 4 +
+	       (size_t)c->n_layer * nseq * c->n_head * 4 + 1024;
+}
+
+int sl_kv_h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent)
+{
+	*heavy = kv->fixed_heavy >= 0 ? kv->fixed_heavy : (int)floor(kv->hh_ratio * prompt);
+	*recent = kv->fixed_recent >= 0 ? kv->fixed_recent : (int)floor(kv->recent_ratio * prompt);
+	return *heavy + *recent;
+}
+
+int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
+{
+	const bool h2o = m->hh_ratio > 0 || m->recent_ratio > 0 || m->h2o_heavy >= 0 ||
+			 m->h2o_recent >= 0;
+	if (!h2o)
+		return sl_kv_create(m, nseq, max_len, out);
+	if (!m->be->ops->h2o_compact || !m->be->ops->h2o_evict)
+		return sl_err(SL_EUNSUPPORTED, "the %s backend has no H2O cache operations",
+			      m->be->ops->name);
+	sl_kv probe = { .hh_ratio = m->hh_ratio, .recent_ratio = m->recent_ratio,
+			.fixed_heavy = m->h2o_heavy, .fixed_recent = m->h2o_recent };
+	int heavy, recent;
+	/* a budget of 0 is allowed: each step then sees only its own token */
+	int b = sl_kv_h2o_budget(&probe, max_prompt, &heavy, &recent);
+	const int cap = SL_MIN(max_len, b + 1);
+	SL_TRY(sl_kv_create(m, nseq, cap, out));
+	sl_kv *kv = *out;
+	const sl_opt_config *c = &m->cfg;
+	kv->h2o = true;
+	kv->hh_ratio = m->hh_ratio;
+	kv->recent_ratio = m->recent_ratio;
+	kv->fixed_heavy = m->h2o_heavy;
+	kv->fixed_recent = m->h2o_recent;
+	kv->scratch_cap = max_prompt;
+	kv->heavy = calloc((size_t)nseq, sizeof *kv->heavy);
+	kv->recent = calloc((size_t)nseq, sizeof *kv->recent);
+	kv->score = calloc((size_t)c->n_layer, sizeof *kv->score);
+	kv->pos_slot = calloc((size_t)c->n_layer, sizeof *kv->pos_slot);
+	if (!kv->heavy || !kv->recent || !kv->score || !kv->pos_slot) {
+		sl_kv_free(m, kv);
+		*out = NULL;
+		return sl_err(SL_ENOMEM, "out of memory");
+	}
+	/* one more device block: scores, positions, the prompt scratch */
+	const size_t es = kv->f32 ? 4 : 2;
+	const size_t per = (size_t)nseq * c->n_head * cap;
+	const size_t sc = (size_t)nseq * c->n_head * max_prompt;
+	const size_t extra = sl_kv_h2o_extra(c, nseq, cap, max_prompt, es);
+	void *blk = NULL;
+	int rc = sl_dev_alloc(m->be, kv->bytes + extra, "KV cache (H2O)", &blk);
+	if (rc < 0) {
+		sl_kv_free(m, kv);
+		*out = NULL;
+		return rc;
+	}
+	/* move the device part into the new block: one allocation to free */
+	const size_t kvper = kv->bytes / 2 / c->n_layer;
+	sl_dev_free(m->be, kv->block, kv->bytes);
+	kv->block = blk;
+	char *p = blk;
+	for (int l = 0; l < c->n_layer; l++) {
+		kv->k[l] = p + (2 * (size_t)l) * kvper;
+		kv->v[l] = p + (2 * (size_t)l + 1) * kvper;
+	}
+	p += kv->bytes;
+	kv->bytes += extra;
+	for (int l = 0; l < c->n_layer; l++) {
+		kv->score[l] = (float *)p;
+		p += per * 4;
+		kv->pos_slot[l] = (int32_t *)p;
+		p += per * 4;
+	}
+	kv->scratch_k = p;
+	p += sc * c->hidden / c->n_head * es;
+	kv->scratch_v = p;
+	p += sc * c->hidden / c->n_head * es;
+	kv->scratch_score = (float *)p;
+	p += sc * 4;
+	kv->evicted = (float *)p;
+	return m->be->ops->memset_dev(m->be, m->q, kv->evicted, 0,
+				      (size_t)c->n_layer * nseq * c->n_head * 4);
+}
+
+void sl_kv_free(sl_model *m, sl_kv *kv)
+{
+	if (!kv)
+		return;
+	tiers_free(m, kv);
+	sl_dev_free(m->be, kv->block, kv->bytes);
+	free(kv->score);
+	free(kv->pos_slot);
+	free(kv->heavy);
+	free(kv->recent);
+	free(kv->k);
+	free(kv->v);
+	free(kv->len);
+	free(kv->pos);
+	free(kv);
+}
+
+/* ---- the schedule ----------------------------------------------------- */
+
+/* Rows in use by sequence s before this step's token (decode), or kept by
+ * the prefill. */
+static int rows_of(const sl_kv *kv, int s, bool prefill, const int *npad, int t)
+{
+	if (!prefill)
+		return kv->len[s];
+	if (!kv->h2o)
+		return t - npad[s];
+	return SL_MIN(kv->len[s], kv->heavy[s] + kv->recent[s]);
+}
+
+/* The parts of micro-batch [s0, s0 + g) and where each one's K and V are
+ * on the device for this step (stage: the staging area, may be NULL when
+ * everything is on the device). */
+static int parts_of(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
+		    const kv_stage *stage, sl_kv_part *parts)
+{
+	const sl_kv_tiers *T = kv->tiers;
+	const size_t sb = (size_t)m->cfg.hidden * kv->cap * (kv->f32 ? 4 : 2);
+	if (!T) {
+		parts[0] = (sl_kv_part){ .seq = s0, .count = g, .k = (char *)kv->k[l] + s0 * sb,
+					 .v = (char *)kv->v[l] + s0 * sb, .tier = SL_TIER_DEVICE };
+		return 1;
+	}
+	const int mb = s0 / kv->gs;
+	split b, p;
+	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
+	int n = 0;
+	if (p.dev) {
+		const size_t di = (size_t)mb * T->full.dev;
+		parts[n++] = (sl_kv_part){ .seq = s0, .count = p.dev, .k = (char *)kv->k[l] + di * sb,
+					   .v = (char *)kv->v[l] + di * sb, .tier = SL_TIER_DEVICE };
+	}
+	if (p.host) {
+		sl_kv_part *q = &parts[n++];
+		q->seq = s0 + p.dev;
+		q->count = p.host;
+		q->tier = SL_TIER_HOST;
+		if (m->cpu_cache_compute && !prefill) { /* in place, at home */
+			const size_t hi = (size_t)mb * T->full.host;
+			const size_t lay = 2 * (size_t)l * T->nhost * sb;
+			q->k = T->host + lay + hi * sb;
+			q->v = T->host + lay + (T->nhost + hi) * sb;
+		} else {
+			q->k = stage->buf;
+			q->v = stage->buf + (size_t)b.host * sb;
+		}
+	}
+	if (p.disk) {
+		sl_kv_part *q = &parts[n++];
+		q->seq = s0 + p.dev + p.host;
+		q->count = p.disk;
+		q->tier = SL_TIER_DISK;
+		q->k = stage->buf + T->stage_disk_off;
+		q->v = stage->buf + T->stage_disk_off + (size_t)b.disk * sb;
+	}
+	return n;
+}
+
+/* Host home of sequence index hi (within the host tier) in layer l. */
+static char *host_home(const sl_kv_tiers *T, int l, size_t hi, bool v)
+{
+	return T->host + (2 * (size_t)l + v) * T->nhost * T->sb + hi * T->sb;
+}
+
+static uint64_t seg_off(const sl_kv_tiers *T, int l, int mb)
+{
+	return ((uint64_t)l * T->nmb + mb) * T->seg_bytes;
+}
+
+/* Copy rows [0, rows) of each head of one sequence's block (K or V). */
+static int copy_rows(sl_backend *be, sl_queue *q, bool h2d, char *dst, const char *src, int nh,
+		     int cap, size_t row, int rows, uint64_t *bytes)
+{
+	if (rows <= 0)
+		return 0;
+	const size_t head = (size_t)cap * row;
+	if (2 * rows >= cap) { /* one span: the gaps cost less than the calls */
+		size_t n = (size_t)(nh - 1) * head + rows * row;
+		*bytes += n;
+		return h2d ? be->ops->copy_h2d(be, q, dst, src, n) : be->ops->copy_d2h(be, q, dst, src, n);
+	}
+	for (int h = 0; h < nh; h++) {
+		const size_t off = h * head, n = (size_t)rows * row;
+		*bytes += n;
+		SL_TRY(h2d ? be->ops->copy_h2d(be, q, dst + off, src + off, n)
+			   : be->ops->copy_d2h(be, q, dst + off, src + off, n));
+	}
+	return 0;
+}
+
+static int wait_writes(sl_kv_tiers *T, kv_stage *st)
+{
+	int rc = 0;
+	for (int j = 0; j < st->nw; j++) {
+		int r = sl_disk_wait(T->disk, st->wticket[j]);
+		if (r < 0 && rc == 0)
+			rc = r;
+	}
+	st->nw = 0;
+	return rc;
+}
+
+static int add_wticket(kv_stage *st, uint64_t t)
+{
+	if (st->nw == st->wcap) {
+		int cap = st->wcap ? 2 * st->wcap : 16;
+		uint64_t *p = realloc(st->wticket, sizeof *p * (size_t)cap);
+		if (!p)
+			return sl_err(SL_ENOMEM, "out of memory");
+		st->wticket = p;
+		st->wcap = cap;
+	}
+	st->wticket[st->nw++] = t;
+	return 0;
+}
+
+/* Issue the loads of step (l, s0) into stage st. */
+static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g, bool prefill)
+{
+	sl_backend *be = m->be;
+	const sl_backend_ops *o = be->ops;
+	sl_kv_tiers *T = kv->tiers;
+	/* the stage's last user: its disk writes read from it */
+	SL_TRY(wait_writes(T, st));
+	st->l = l;
+	st->s0 = s0;
+	st->prefill = prefill;
+	if (prefill) /* an empty cache: nothing to load */
+		return 0;
+	const int mb = s0 / kv->gs, nh = m->cfg.n_head;
+	split b, p;
+	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
+	const size_t row = T->sb / kv->cap / nh; /* one head's row */
+	SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
+	if (p.host && !m->cpu_cache_compute) {
+		for (int j = 0; j < p.host; j++) {
+			const int s = s0 + p.dev + j;
+			const size_t hi = (size_t)mb * T->full.host + j;
+			for (int v = 0; v < 2; v++)
+				SL_TRY(copy_rows(be, T->cq, true, st->buf + ((size_t)v * b.host + j) * T->sb,
+						 host_home(T, l, hi, v), nh, kv->cap, row, kv->len[s],
+						 &m->kv_stats.h2d_bytes));
+		}
+	}
+	if (p.disk) {
+		void *dst = st->buf + T->stage_disk_off;
+		if (o->dev_is_host) { /* the disk writes into device memory */
+			SL_TRY(o->event_sync(be, st->done_ev));
+		} else { /* the bounce's last copy to the device done (its writes are) */
+			SL_TRY(o->event_sync(be, st->ready_ev));
+			dst = st->bounce;
+		}
+		/* the micro-batch's part of the segment (what its prefill wrote) */
+		const size_t n = align_page(2 * (size_t)b.disk * T->sb);
+		SL_TRY(sl_disk_read(T->disk, seg_off(T, l, mb), dst, n, &st->rticket));
+		st->read_pending = true;
+		st->read_bytes = n;
+		m->kv_stats.disk_read_bytes += n;
+	}
+	return 0;
+}
+
+/* The stage's loads complete and visible to the compute queue. */
+static int stage_ready(sl_model *m, sl_kv *kv, kv_stage *st)
+{
+	sl_backend *be = m->be;
+	const sl_backend_ops *o = be->ops;
+	sl_kv_tiers *T = kv->tiers;
+	if (st->read_pending) {
+		double t0 = sl_now();
+		int rc = sl_disk_wait(T->disk, st->rticket);
+		m->kv_stats.stall_s += sl_now() - t0;
+		st->read_pending = false;
+		SL_TRY(rc);
+		if (!o->dev_is_host) {
+			SL_TRY(o->copy_h2d(be, T->cq, st->buf + T->stage_disk_off, st->bounce,
+					   st->read_bytes));
+			m->kv_stats.h2d_bytes += st->read_bytes;
+		}
+	}
+	SL_TRY(o->event_record(be, st->ready_ev, T->cq));
+	return o->queue_wait(be, m->q, st->ready_ev);
+}
+
+static kv_stage *stage_holding(sl_kv_tiers *T, int l, int s0)
+{
+	for (int i = 0; i < NSTAGE; i++)
+		if (T->st[i].l == l && T->st[i].s0 == s0)
+			return &T->st[i];
+	return NULL;
+}
+
+int sl_kv_step_begin(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, int next_l,
+		     int next_s0, int next_g, sl_kv_part *parts, int *nparts)
+{
+	sl_kv_tiers *T = kv->tiers;
+	if (!T) {
+		*nparts = parts_of(m, kv, l, s0, g, prefill, NULL, parts);
+		return 0;
+	}
+	if (l == 0 && s0 == 0) /* a new pass: nothing is prefetched yet */
+		for (int i = 0; i < NSTAGE; i++)
+			T->st[i].l = -1;
+	kv_stage *st = stage_holding(T, l, s0);
+	if (!st) { /* not prefetched: load now */
+		T->cur = (T->cur + 1) % NSTAGE;
+		st = &T->st[T->cur];
+		double t0 = sl_now();
+		SL_TRY(stage_load(m, kv, st, l, s0, g, prefill));
+		m->kv_stats.stall_s += sl_now() - t0;
+	} else {
+		T->cur = (int)(st - T->st);
+	}
+	if (m->overlap && next_l >= 0 && !stage_holding(T, next_l, next_s0))
+		SL_TRY(stage_load(m, kv, &T->st[(T->cur + 1) % NSTAGE], next_l, next_s0, next_g,
+				  prefill));
+	SL_TRY(stage_ready(m, kv, st));
+	*nparts = parts_of(m, kv, l, s0, g, prefill, st, parts);
+	return 0;
+}
+
+/* Write the byte ranges [a[i], a[i] + n) of the disk part back: the pages
+ * holding them, coalesced, from the stage (or its bounce). */
+static int write_pages(sl_model *m, sl_kv *kv, kv_stage *st, int mb, size_t *offs, int cnt,
+		       size_t n)
+{
+	sl_backend *be = m->be;
+	const sl_backend_ops *o = be->ops;
+	sl_kv_tiers *T = kv->tiers;
+	if (cnt == 0)
+		return 0;
+	/* sort the offsets (a handful per head: insertion sort) */
+	for (int i = 1; i < cnt; i++) {
+		size_t x = offs[i];
+		int j = i - 1;
+		for (; j >= 0 && offs[j] > x; j--)
+			offs[j + 1] = offs[j];
+		offs[j + 1] = x;
+	}
+	const char *base = st->buf + T->stage_disk_off;
+	if (!o->dev_is_host) {
+		/* bring the touched pages to the bounce, then write from there */
+		SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
+	}
+	size_t lo = offs[0] / PAGE * PAGE, hi = align_page(offs[0] + n);
+	int nr = 0;
+	size_t ranges[2 * 64];
+	for (int i = 1; i <= cnt; i++) {
+		if (i < cnt && offs[i] / PAGE * PAGE <= hi) {
+			hi = SL_MAX(hi, align_page(offs[i] + n));
+			continue;
+		}
+		ranges[2 * nr] = lo;
+		ranges[2 * nr + 1] = hi - lo;
+		nr++;
+		if (nr == 64 || i == cnt) {
+			if (!o->dev_is_host) {
+				for (int r = 0; r < nr; r++) {
+					SL_TRY(o->copy_d2h(be, T->cq, (char *)st->bounce + ranges[2 * r],
+							   base + ranges[2 * r], ranges[2 * r + 1]));
+					m->kv_stats.d2h_bytes += ranges[2 * r + 1];
+				}
+				SL_TRY(o->queue_sync(be, T->cq));
+			} else {
+				SL_TRY(o->event_sync(be, st->done_ev));
+			}
+			for (int r = 0; r < nr; r++) {
+				const void *src = (o->dev_is_host ? base : (const char *)st->bounce) +
+						  ranges[2 * r];
+				uint64_t tk;
+				SL_TRY(sl_disk_write(T->disk, seg_off(T, st->l, mb) + ranges[2 * r], src,
+						     ranges[2 * r + 1], &tk));
+				SL_TRY(add_wticket(st, tk));
+				m->kv_stats.disk_write_bytes += ranges[2 * r + 1];
+			}
+			nr = 0;
+		}
+		if (i < cnt) {
+			lo = offs[i] / PAGE * PAGE;
+			hi = align_page(offs[i] + n);
+		}
+	}
+	return 0;
+}
+
+/* The slot each head of sequence s put this step's token in: slot len[s],
+ * unless H2O moved it into an evicted token's slot (or evicted it). */
+static int new_slot(const sl_kv *kv, const int32_t *pos, int s, int h, int nh)
+{
+	if (!kv->h2o)
+		return kv->len[s];
+	const int32_t *p = pos + ((size_t)s * nh + h) * kv->cap;
+	for (int j = 0; j < kv->cap; j++)
+		if (p[j] == kv->pos[s])
+			return j;
+	return -1;
+}
+
+int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, const int *npad,
+		   int t)
+{
+	sl_kv_tiers *T = kv->tiers;
+	if (!T)
+		return 0;
+	sl_backend *be = m->be;
+	const sl_backend_ops *o = be->ops;
+	kv_stage *st = &T->st[T->cur];
+	SL_TRY(o->event_record(be, st->done_ev, m->q));
+	const int mb = s0 / kv->gs, nh = m->cfg.n_head;
+	split b, p;
+	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
+	const size_t row = T->sb / kv->cap / nh; /* one head's row */
+	const bool host_part = p.host && !(m->cpu_cache_compute && !prefill);
+	if (!host_part && !p.disk)
+		return 0;
+	/* H2O decode: where each head put the new token */
+	const int32_t *pos = NULL;
+	if (kv->h2o && !prefill) {
+		const int32_t *dpos = kv->pos_slot[l] + (size_t)s0 * nh * kv->cap;
+		if (o->dev_is_host) {
+			SL_TRY(o->event_sync(be, st->done_ev));
+			pos = dpos - (size_t)s0 * nh * kv->cap;
+		} else {
+			SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
+			SL_TRY(o->copy_d2h(be, T->cq, T->pos_host, dpos,
+					   (size_t)g * nh * kv->cap * sizeof(int32_t)));
+			SL_TRY(o->queue_sync(be, T->cq));
+			pos = T->pos_host - (size_t)s0 * nh * kv->cap;
+		}
+	}
+	if (host_part) {
+		SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
+		for (int j = 0; j < p.host; j++) {
+			const int s = s0 + p.dev + j;
+			const size_t hi = (size_t)mb * T->full.host + j;
+			for (int v = 0; v < 2; v++) {
+				char *home = host_home(T, l, hi, v);
+				char *dev = st->buf + ((size_t)v * b.host + j) * T->sb;
+				if (prefill) {
+					SL_TRY(copy_rows(be, T->cq, false, home, dev, nh, kv->cap, row,
+							 rows_of(kv, s, true, npad, t), &m->kv_stats.d2h_bytes));
+					continue;
+				}
+				for (int h = 0; h < nh; h++) {
+					int slot = new_slot(kv, pos, s, h, nh);
+					if (slot < 0)
+						continue;
+					const size_t off = ((size_t)h * kv->cap + slot) * row;
+					SL_TRY(o->copy_d2h(be, T->cq, home + off, dev + off, row));
+					m->kv_stats.d2h_bytes += row;
+				}
+			}
+		}
+	}
+	if (p.disk) {
+		if (prefill) {
+			size_t off0 = 0;
+			SL_TRY(write_pages(m, kv, st, mb, &off0, 1, 2 * (size_t)b.disk * T->sb));
+		} else {
+			size_t *offs = malloc(sizeof *offs * (size_t)p.disk * nh * 2);
+			if (!offs)
+				return sl_err(SL_ENOMEM, "out of memory");
+			int cnt = 0;
+			for (int j = 0; j < p.disk; j++) {
+				const int s = s0 + p.dev + p.host + j;
+				for (int h = 0; h < nh; h++) {
+					int slot = new_slot(kv, pos, s, h, nh);
+					if (slot < 0)
+						continue;
+					for (int v = 0; v < 2; v++)
+						offs[cnt++] = ((size_t)v * b.disk + j) * T->sb +
+							      ((size_t)h * kv->cap + slot) * row;
+				}
+			}
+			int rc = write_pages(m, kv, st, mb, offs, cnt, row);
+			free(offs);
+			SL_TRY(rc);
+		}
+	}
+	return 0;
+}
+
+int sl_kv_pass_end(sl_model *m, sl_kv *kv)
+{
+	sl_kv_tiers *T = kv->tiers;
+	if (!T)
+		return 0;
+	int rc = 0;
+	for (int i = 0; i < NSTAGE; i++) {
+		int r = T->disk ? wait_writes(T, &T->st[i]) : 0;
+		if (r < 0 && rc == 0)
+			rc = r;
+		T->st[i].l = -1; /* the next pass loads afresh */
+	}
+	int r = m->be->ops->queue_sync(m->be, T->cq);
+	return rc < 0 ? rc : r;
+}

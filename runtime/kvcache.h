@@ -1,0 +1,78 @@
+/*
+ * kvcache.h - the KV cache across the device, pinned host and disk tiers
+ * (internal to the runtime; the sl_kv type and its constructors are in
+ * model.h).
+ *
+ * Placement.  Every micro-batch of g sequences splits the same way, by
+ * whole sequences, in order: the first round(g x cache_gpu%) live on the
+ * device, the next ones (up to round(g x (gpu% + cpu%))) in pinned host
+ * memory, the rest on disk (FlexGen's split).  A sequence's K (and V) of one
+ * layer is one block of (n_head, cap, head_dim) in every tier, so a home and
+ * its device copy share one layout.
+ *
+ * Schedule.  For each step (layer l, micro-batch k) of a forward pass the
+ * model calls sl_kv_step_begin, runs its attention over the parts the call
+ * returns, then calls sl_kv_step_end.  The device part is used in place.
+ * The host and disk parts are brought into one of three device staging
+ * areas: only the rows in use, by copies on a copy queue and one
+ * asynchronous read of the micro-batch's disk segment; with overlap, the
+ * next step's loads are issued before this step computes.  After the step
+ * only what it changed goes back: the new token's row per head (its slot is
+ * found from the H2O positions when H2O moved it), or, after a prefill, the
+ * rows kept; on disk, the 4 KiB pages holding them.  Order between the copy
+ * queue, the compute queue and the disk is by events and tickets.
+ *
+ * cpu_cache_compute (backends whose device memory is host memory): decode
+ * attention of host-tier sequences runs over their home, with nothing
+ * copied; disk-tier sequences are read into staging as usual.
+ *
+ * H2O's per-slot scores and positions (8 bytes per slot and head, 1/32 of
+ * an fp16 cache at head_dim 64) and its prompt scratch stay on the device
+ * for every sequence.
+ */
+#ifndef SL_KVCACHE_H
+#define SL_KVCACHE_H
+
+#include "model.h"
+
+/* A run of sequences of one micro-batch in one tier, as the attention of
+ * a step sees them: K and V blocks of count sequences from seq. */
+typedef struct sl_kv_part {
+	int seq, count;
+	void *k, *v;
+	int tier; /* enum sl_tier */
+} sl_kv_part;
+
+/* Make the cache of micro-batch [s0, s0 + g) of layer l ready on the
+ * device for the compute queue; parts[0..*nparts) say where.  next_l,
+ * next_s0, next_g name the step after this one (next_l < 0: none), whose
+ * loads start now when overlap is on. */
+int sl_kv_step_begin(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, int next_l,
+		     int next_s0, int next_g, sl_kv_part *parts, int *nparts);
+
+/* After the step's work is issued on the compute queue: write back what it
+ * changed.  t: the prefill's padded rows (unused for decode). */
+int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, const int *npad,
+		   int t);
+
+/* After a forward pass: every write-back of it complete. */
+int sl_kv_pass_end(sl_model *m, sl_kv *kv);
+
+/* Bytes the split places in each tier for nseq sequences in micro-batches
+ * of gs with cap slots: device homes plus staging, host homes (plus
+ * bounce buffers where the device is not host memory), disk. */
+typedef struct sl_kv_sizes {
+	size_t device, host, disk;
+	size_t seq_bytes; /* one sequence's K (or V) of one layer */
+} sl_kv_sizes;
+void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es,
+		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out);
+
+/* H2O sizing: the slots of a cache for prompts of up to max_prompt tokens,
+ * the device bytes beyond K and V (scores, positions, prompt scratch,
+ * evicted sums), and one sequence's budget for a prompt. */
+int sl_kv_h2o_slots(double hh, double rr, int max_prompt, int max_len);
+size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int cap, int max_prompt, size_t es);
+int sl_kv_h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent);
+
+#endif
