@@ -340,6 +340,7 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 			   .ctx = &c, .interrupt = o->interrupt };
 	sl_gen_timing tm = { 0 };
 	const double t0 = sl_now();
+	sl_model_stats_reset(m);
 	for (int b = start; !rc && b < n_blocks(ps, batch); b++) {
 		if (!mine(o, b))
 			continue;
@@ -386,6 +387,7 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 	st->prefill_s = tm.prefill_s;
 	st->decode_s = tm.decode_s;
 	st->wall_s = sl_now() - t0;
+	sl_model_stats(m, st->prefill_s + st->decode_s, &st->off);
 	if (!rc)
 		rc = sl_output_commit(out);
 	for (int i = 0; c.txt && i < batch; i++)
@@ -426,6 +428,7 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 	if (!rc)
 		rc = sl_scorer_create(m, SL_MIN(batch, ps->n), max_len, max_prompt, &sc);
 	const double t0 = sl_now();
+	sl_model_stats_reset(m);
 	for (int b = start; !rc && b < n_blocks(ps, batch); b++) {
 		if (!mine(o, b))
 			continue;
@@ -478,6 +481,7 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 	}
 	progress_end(&prog);
 	st->wall_s = sl_now() - t0;
+	sl_model_stats(m, st->prefill_s + st->decode_s, &st->off);
 	if (!rc)
 		rc = sl_output_commit(out);
 	free(seqs);
@@ -505,6 +509,20 @@ int sl_job_report(const sl_job_stats *st, const sl_job_opts *o, const char *what
 			      "decode_s", st->decode_s, "throughput_tok_s", tput);
 	if (!j)
 		return sl_err(SL_ENOMEM, "out of memory");
+	const sl_offload_stats *f = &st->off;
+	json_t *peak = json_pack("{s:I, s:I, s:I}", "device", (json_int_t)f->peak_device, "host",
+				 (json_int_t)f->peak_host, "disk", (json_int_t)f->peak_disk);
+	if (!peak || json_object_update_new(j, json_pack("{s:f, s:f, s:f, s:I, s:f, s:I, s:I, s:I, s:o}",
+						 "compute_s", f->compute_s, "io_s", f->io_s, "stall_s",
+						 f->stall_s, "disk_read_bytes",
+						 (json_int_t)f->disk_read_bytes, "disk_read_gbps",
+						 f->disk_read_gbps, "disk_write_bytes",
+						 (json_int_t)f->disk_write_bytes, "h2d_bytes",
+						 (json_int_t)f->h2d_bytes, "d2h_bytes",
+						 (json_int_t)f->d2h_bytes, "peak_bytes", peak)) < 0) {
+		json_decref(j);
+		return sl_err(SL_ENOMEM, "out of memory");
+	}
 	int rc = json_dump_file(j, o->stats_path, JSON_INDENT(2)) == 0
 			 ? 0
 			 : sl_err(SL_EIO, "%s: cannot write the statistics", o->stats_path);

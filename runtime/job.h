@@ -31,6 +31,7 @@ typedef struct sl_job_stats {
 	int prompts, done, bad, skipped_blocks, resumed_lines;
 	long tokens;
 	double wall_s, prefill_s, decode_s;
+	sl_offload_stats off; /* of prefill + decode */
 } sl_job_stats;
 
 /* Generation; ps lines in input order; out opened by the caller. */

@@ -81,6 +81,7 @@ struct sl_kv_tiers {
 	kv_stage st[NSTAGE];
 	int cur;          /* the stage of the step in progress */
 	int32_t *pos_host; /* H2O positions of a micro-batch (device not host) */
+	double busy_seen;  /* the store's busy time already counted */
 	size_t pos_bytes;
 };
 
@@ -809,5 +810,11 @@ int sl_kv_pass_end(sl_model *m, sl_kv *kv)
 		T->st[i].l = -1; /* the next pass loads afresh */
 	}
 	int r = m->be->ops->queue_sync(m->be, T->cq);
+	if (T->disk) {
+		sl_disk_stats d;
+		sl_disk_get_stats(T->disk, &d);
+		m->kv_stats.disk_busy_s += d.busy_s - T->busy_seen;
+		T->busy_seen = d.busy_s;
+	}
 	return rc < 0 ? rc : r;
 }

@@ -510,6 +510,49 @@ int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids)
 	return head(m, nseq, m->h, c->hidden);
 }
 
+void sl_model_stats_reset(sl_model *m)
+{
+	memset(&m->w.stats, 0, sizeof m->w.stats);
+	const size_t kv_disk = m->kv_stats.disk_bytes;
+	memset(&m->kv_stats, 0, sizeof m->kv_stats);
+	m->kv_stats.disk_bytes = kv_disk;
+	memset(&m->base, 0, sizeof m->base);
+	if (m->disk) {
+		sl_disk_stats d;
+		sl_disk_get_stats(m->disk, &d);
+		m->base.disk_busy_s = d.busy_s;
+		m->base.disk_read = d.bytes_read;
+		m->base.disk_written = d.bytes_written;
+	}
+}
+
+void sl_model_stats(sl_model *m, double wall_s, sl_offload_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	const sl_kv_stats *k = &m->kv_stats;
+	double busy = k->disk_busy_s;
+	out->disk_read_bytes = k->disk_read_bytes;
+	out->disk_write_bytes = k->disk_write_bytes;
+	if (m->disk) {
+		sl_disk_stats d;
+		sl_disk_get_stats(m->disk, &d);
+		busy += d.busy_s - m->base.disk_busy_s;
+		out->disk_read_bytes += d.bytes_read - m->base.disk_read;
+		out->disk_write_bytes += d.bytes_written - m->base.disk_written;
+		out->peak_disk += sl_disk_capacity(m->disk);
+	}
+	out->peak_disk += k->disk_bytes;
+	out->wall_s = wall_s;
+	out->stall_s = SL_MIN(wall_s, m->w.stats.stall_s + k->stall_s);
+	out->compute_s = wall_s - out->stall_s;
+	out->io_s = SL_MIN(wall_s, busy);
+	out->disk_read_gbps = out->io_s > 0 ? out->disk_read_bytes / out->io_s / 1e9 : 0;
+	out->h2d_bytes = m->w.stats.h2d_bytes + k->h2d_bytes;
+	out->d2h_bytes = k->d2h_bytes;
+	out->peak_device = m->be->dev_peak;
+	out->peak_host = m->be->host_peak;
+}
+
 int sl_model_argmax(sl_model *m, int nseq, int32_t *out)
 {
 	return m->be->ops->argmax(m->be, m->q, nseq, m->cfg.vocab, m->logits, m->cfg.vocab, out);

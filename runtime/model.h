@@ -21,7 +21,25 @@ typedef struct sl_kv_stats {
 	uint64_t h2d_bytes, d2h_bytes;
 	uint64_t disk_read_bytes, disk_write_bytes;
 	size_t disk_bytes; /* the scratch store's size */
+	double disk_busy_s; /* the scratch store's busy time */
 } sl_kv_stats;
+
+/*
+ * The offload breakdown of a run (generate, score and bench report it):
+ * compute_s is the wall time not spent waiting for weights or cache
+ * (ops run in issue order on one compute queue, and on the CPU backend
+ * synchronously, so that is the time it was busy); io_s the time the disk
+ * was busy (the weights' and the cache's stores, summed, at most the wall
+ * time; on the CPU backend the disk is the only link that runs beside the
+ * compute); stall_s the compute waiting for weights or cache.
+ */
+typedef struct sl_offload_stats {
+	double wall_s, compute_s, io_s, stall_s;
+	uint64_t disk_read_bytes, disk_write_bytes;
+	double disk_read_gbps; /* disk_read_bytes / io_s */
+	uint64_t h2d_bytes, d2h_bytes;
+	size_t peak_device, peak_host, peak_disk;
+} sl_offload_stats;
 
 typedef struct sl_kv_tiers sl_kv_tiers;
 
@@ -55,6 +73,10 @@ typedef struct sl_model {
 	bool sep_layer;         /* attention of every micro-batch, then every MLP */
 	char *offload_dir;
 	sl_kv_stats kv_stats;
+	struct {
+		double disk_busy_s;
+		uint64_t disk_read, disk_written;
+	} base; /* the weights store's counters at sl_model_stats_reset */
 } sl_model;
 
 typedef struct sl_kv {
@@ -134,6 +156,11 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 
 /* One decode step: ids host (nseq), one new token per sequence. */
 int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids);
+
+/* Start counting a run's offload statistics here; then read them with
+ * wall_s, the run's compute wall time (prefill + decode). */
+void sl_model_stats_reset(sl_model *m);
+void sl_model_stats(sl_model *m, double wall_s, sl_offload_stats *out);
 
 /* After prefill/decode: greedy next tokens (host, nseq), or logits to host. */
 int sl_model_argmax(sl_model *m, int nseq, int32_t *out);

@@ -188,7 +188,18 @@ expect_fail "missing offload folder" "$tmp/nodir" "$tmp/d3.jsonl" -- \
 # the KV cache split across the three tiers, and attention over the host
 # tier in place, give the same tokens
 if "$sluice" "${job[@]}" --batch-size 3 --percent 100 0 34 33 100 0 --offload-dir "$tmp/off" \
-	--out "$tmp/kvt.jsonl" && cmp -s "$tmp/kvt.jsonl" "$tmp/ref.jsonl"; then ok; else bad "the KV cache across tiers changed the output"; fi
+	--stats "$tmp/kvt-stats.json" --out "$tmp/kvt.jsonl" && cmp -s "$tmp/kvt.jsonl" "$tmp/ref.jsonl"; then ok; else bad "the KV cache across tiers changed the output"; fi
+# the offload statistics of a job whose cache moves to the host and the disk
+if python3 - "$tmp/kvt-stats.json" <<'PY'; then ok; else bad "offload statistics of a job"; fi
+import json, sys
+st = json.load(open(sys.argv[1]))
+for k in ("throughput_tok_s", "wall_s", "prefill_s", "decode_s", "compute_s", "io_s", "stall_s",
+          "disk_read_bytes", "disk_read_gbps", "disk_write_bytes"):
+    assert isinstance(st[k], (int, float)) and st[k] >= 0, k
+assert st["disk_read_bytes"] > 0 and st["disk_write_bytes"] > 0 and st["h2d_bytes"] > 0
+assert st["compute_s"] <= st["prefill_s"] + st["decode_s"] + 1e-6
+assert st["peak_bytes"]["device"] > 0 and st["peak_bytes"]["host"] > 0 and st["peak_bytes"]["disk"] > 0
+PY
 if "$sluice" "${job[@]}" --batch-size 2 --percent 100 0 0 100 100 0 --cpu-cache-compute \
 	--out "$tmp/ccc.jsonl" && cmp -s "$tmp/ccc.jsonl" "$tmp/ref.jsonl"; then ok; else bad "cpu_cache_compute changed the output"; fi
 expect_fail "cache on disk without a folder" "KV cache placed on disk needs --offload-dir" "$tmp/d5.jsonl" -- \

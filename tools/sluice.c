@@ -748,10 +748,7 @@ static int cmd_bench(int argc, char **argv)
 		kv->nseq = batch;
 	}
 	be->gemm_seconds = be->gemm_flop = 0;
-	memset(&m->w.stats, 0, sizeof m->w.stats);
-	sl_disk_stats ds0 = { 0 }, ds1 = { 0 };
-	if (m->disk)
-		sl_disk_get_stats(m->disk, &ds0);
+	sl_model_stats_reset(m);
 	double t0 = sl_now();
 	if ((rc = sl_model_prefill(m, kv, ids, npad, plen, NULL)) < 0 ||
 	    (rc = sl_model_argmax(m, batch, next)) < 0)
@@ -772,25 +769,23 @@ static int cmd_bench(int argc, char **argv)
 	const double dc_gbps = glen > 1 ? wbytes * (glen - 1) / (dc_gemm_s > 0 ? dc_gemm_s : decode_s) / 1e9 : 0;
 	const int threads = co.threads > 0 ? co.threads : omp_get_max_threads();
 	const double mem_gbps = strcmp(be->ops->name, "cpu") ? 0 : measure_read_gbps(threads);
-	/* the offload breakdown: io_s is the disk's busy time (the busiest link
-	 * on the CPU backend), stall_s the compute waiting for weights; ops run
-	 * synchronously there, so compute_s is the rest of the wall time */
-	if (m->disk)
-		sl_disk_get_stats(m->disk, &ds1);
+	/* the offload breakdown (model.h: sl_offload_stats) */
 	const double wall = prefill_s + decode_s;
-	const double stall_s = m->w.stats.stall_s, compute_s = wall - stall_s;
-	const double io_s = ds1.busy_s - ds0.busy_s;
-	const double disk_bytes = (double)(ds1.bytes_read - ds0.bytes_read);
-	const double disk_gbps = io_s > 0 ? disk_bytes / io_s / 1e9 : 0;
+	sl_offload_stats f;
+	sl_model_stats(m, wall, &f);
+	const double compute_s = f.compute_s, io_s = f.io_s, stall_s = f.stall_s;
+	const double disk_bytes = (double)f.disk_read_bytes, disk_gbps = f.disk_read_gbps;
+	const bool disk_used = m->disk || f.peak_disk > 0;
 	double probe_gbps = 0;
 	char probe_mode[64] = "";
-	if (m->disk && sl_disk_probe_read(co.offload_dir, (uint64_t)1 << 30, &probe_gbps, probe_mode,
+	if (disk_used && sl_disk_probe_read(co.offload_dir, (uint64_t)1 << 30, &probe_gbps, probe_mode,
 					  sizeof probe_mode) < 0)
 		probe_gbps = 0;
 	if (json) {
 		printf("{\"system\":\"sluice\",\"version\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
 		       "\"threads\":%d,\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,"
-		       "\"w_gpu_percent\":%g,\"w_cpu_percent\":%g,\"overlap\":%s,"
+		       "\"w_gpu_percent\":%g,\"w_cpu_percent\":%g,\"cache_gpu_percent\":%g,"
+		       "\"cache_cpu_percent\":%g,\"cpu_cache_compute\":%s,\"overlap\":%s,"
 		       "\"prefill_s\":%.6f,\"decode_s\":%.6f,\"wall_s\":%.6f,\"throughput_tok_s\":%.4f,"
 		       "\"compute_s\":%.6f,\"io_s\":%.6f,\"stall_s\":%.6f,"
 		       "\"disk_read_bytes\":%.0f,\"disk_read_gbps\":%.4f,\"probe_read_gbps\":%.4f,"
@@ -799,12 +794,12 @@ static int cmd_bench(int argc, char **argv)
 		       "\"weight_bytes\":%.0f,\"peak_bytes\":{\"device\":%zu,\"host\":%zu,\"disk\":%llu},"
 		       "\"peak_device_bytes\":%zu,\"blas_core\":\"%s\"}\n",
 		       SL_VERSION, cfg->name, be->ops->name, threads, plen, glen, batch,
-		       co.policy.w_gpu_percent, co.policy.w_cpu_percent,
+		       co.policy.w_gpu_percent, co.policy.w_cpu_percent, co.policy.cache_gpu_percent,
+		       co.policy.cache_cpu_percent, co.policy.cpu_cache_compute ? "true" : "false",
 		       co.policy.overlap ? "true" : "false", prefill_s, decode_s, wall, tput, compute_s,
 		       io_s, stall_s, disk_bytes, disk_gbps, probe_gbps,
-		       (double)(ds1.bytes_written - ds0.bytes_written), pf_gflops, dc_gbps, mem_gbps,
-		       wbytes, be->dev_peak, be->host_peak,
-		       m->disk ? (unsigned long long)sl_disk_capacity(m->disk) : 0ull, be->dev_peak,
+		       (double)f.disk_write_bytes, pf_gflops, dc_gbps, mem_gbps,
+		       wbytes, f.peak_device, f.peak_host, (unsigned long long)f.peak_disk, f.peak_device,
 		       openblas_get_corename());
 	} else {
 		printf("model %s on %s (%d threads, OpenBLAS %s kernels): prompt %d, gen %d, batch %d\n",
@@ -818,18 +813,24 @@ static int cmd_bench(int argc, char **argv)
 			       100.0 * dc_gbps / mem_gbps);
 		printf("  device peak     %10.1f MiB;  host peak %.1f MiB\n", be->dev_peak / 1048576.0,
 		       be->host_peak / 1048576.0);
-		if (m->w.streamed) {
+		const sl_policy *pp = &co.policy;
+		if (m->w.streamed || pp->cache_gpu_percent < 100) {
 			printf("  weights         %g%% device, %g%% host, the rest on disk; overlap %s\n",
-			       co.policy.w_gpu_percent, co.policy.w_cpu_percent,
-			       co.policy.overlap ? "on" : "off");
-			printf("  compute         %10.3f s\n  stall           %10.3f s  (waiting for weights)\n",
+			       pp->w_gpu_percent, pp->w_cpu_percent, pp->overlap ? "on" : "off");
+			printf("  KV cache        %g%% device, %g%% host, the rest on disk%s\n",
+			       pp->cache_gpu_percent, pp->cache_cpu_percent,
+			       pp->cpu_cache_compute ? "; attention over the host tier in place" : "");
+			printf("  compute         %10.3f s\n  stall           %10.3f s  (waiting for weights or cache)\n",
 			       compute_s, stall_s);
-			if (m->disk)
-				printf("  disk            %10.3f s busy, %.2f GB read at %.2f GB/s (O_DIRECT probe %.2f GB/s, %s: %.0f%%)\n"
+			if (f.h2d_bytes || f.d2h_bytes)
+				printf("  host <-> device %10.2f GB in, %.2f GB out\n", f.h2d_bytes / 1e9,
+				       f.d2h_bytes / 1e9);
+			if (disk_used)
+				printf("  disk            %10.3f s busy, %.2f GB read at %.2f GB/s (O_DIRECT probe %.2f GB/s, %s: %.0f%%), %.2f GB written\n"
 				       "  overlap         %10.2f  (max(compute, io) / wall)\n",
 				       io_s, disk_bytes / 1e9, disk_gbps, probe_gbps, probe_mode,
 				       probe_gbps > 0 ? 100 * disk_gbps / probe_gbps : 0,
-				       SL_MAX(compute_s, io_s) / wall);
+				       f.disk_write_bytes / 1e9, SL_MAX(compute_s, io_s) / wall);
 		}
 	}
 	sl_kv_free(m, kv);
