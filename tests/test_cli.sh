@@ -40,7 +40,11 @@ if [ -e "$tmp/out.jsonl.partial" ]; then bad "partial output left behind"; else 
 expect_fail() {
 	local name=$1 needle=$2 out=$3
 	shift 4
-	"$sluice" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+	if [ -n "${FSIZE:-}" ]; then # a file-size limit (KiB), as a full disk
+		(ulimit -f "$FSIZE" && exec "$sluice" "$@") >"$tmp/stdout" 2>"$tmp/stderr"
+	else
+		"$sluice" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+	fi
 	local rc=$?
 	local lines
 	lines=$(wc -l <"$tmp/stderr")
@@ -202,6 +206,18 @@ assert st["peak_bytes"]["device"] > 0 and st["peak_bytes"]["host"] > 0 and st["p
 PY
 if "$sluice" "${job[@]}" --batch-size 2 --percent 100 0 0 100 100 0 --cpu-cache-compute \
 	--out "$tmp/ccc.jsonl" && cmp -s "$tmp/ccc.jsonl" "$tmp/ref.jsonl"; then ok; else bad "cpu_cache_compute changed the output"; fi
+# the disk filling up (a file-size limit) while the weights' store is
+# written, or while the cache's store is: one line naming the store, no
+# output left behind
+mkdir -p "$tmp/full"
+printf '{"input_ids": [5, 6, 7]}\n{"input_ids": [8, 9]}\n' >"$tmp/full.jsonl"
+full=(generate --backend cpu --quiet --dummy opt-125m --prompts "$tmp/full.jsonl" --max-new-tokens 2
+	--offload-dir "$tmp/full")
+FSIZE=2048 expect_fail "disk full writing the weights" "opt-125m.weights.sluice: disk full" "$tmp/f1.jsonl" -- \
+	"${full[@]}" --percent 0 0 100 0 100 0 --out "$tmp/f1.jsonl"
+rm -f "$tmp/full"/*
+FSIZE=64 expect_fail "disk full writing the cache" ".kv." "$tmp/f2.jsonl" -- \
+	"${full[@]}" --percent 100 0 0 0 100 0 --out "$tmp/f2.jsonl"
 expect_fail "cache on disk without a folder" "KV cache placed on disk needs --offload-dir" "$tmp/d5.jsonl" -- \
 	"${job[@]}" --percent 100 0 0 0 100 0 --out "$tmp/d5.jsonl"
 expect_fail "activations off the device" "keeps activations on the device" "$tmp/d4.jsonl" -- \

@@ -869,6 +869,9 @@ static void prefer_passive_wait(char **argv)
 int main(int argc, char **argv)
 {
 	prefer_passive_wait(argv);
+	/* past a file-size limit a write fails with EFBIG and a message that
+	 * names the file, rather than killing the process mid-write */
+	signal(SIGXFSZ, SIG_IGN);
 	if (argc < 2) {
 		fputs(main_help, stderr);
 		return EXIT_USAGE;
