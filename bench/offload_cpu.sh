@@ -40,14 +40,14 @@ with open(sys.argv[2], "w") as f:
     f.write(f"- model {rows[0]['model']}, prompt {rows[0]['prompt_len']}, gen {rows[0]['gen_len']}, "
             f"all decoder-layer weights on disk, device budget from the command; OpenBLAS {rows[0]['blas_core']} kernels\n")
     f.write(f"- command (first row): `{rows[0]['cmd']}`\n\n")
-    f.write("| batch | tok/s | wall s | compute s | io s (disk busy) | stall s | disk GB read | disk GB/s | O_DIRECT probe GB/s | disk / probe | overlap max(compute, io)/wall | device peak MiB |\n")
-    f.write("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    f.write("| batch | tok/s | wall s | compute s | io s (disk busy) | stall s | prefill compute / io s | decode compute / io s | disk GB read | disk GB/s | O_DIRECT probe GB/s | disk / probe | overlap max(compute, io)/wall | per phase: sum of max / wall | device peak MiB |\n")
+    f.write("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     for r in rows:
         ov = max(r["compute_s"], r["io_s"]) / r["wall_s"]
         ratio = r["disk_read_gbps"] / r["probe_read_gbps"] if r["probe_read_gbps"] else 0
         f.write(f"| {r['batch']} | {r['throughput_tok_s']:.2f} | {r['wall_s']:.1f} | {r['compute_s']:.1f} | {r['io_s']:.1f} | "
-                f"{r['stall_s']:.1f} | {r['disk_read_bytes']/1e9:.1f} | {r['disk_read_gbps']:.2f} | {r['probe_read_gbps']:.2f} | "
-                f"{100*ratio:.0f}% | {ov:.2f} | {r['peak_bytes']['device']/2**20:.0f} |\n")
+                f"{r['stall_s']:.1f} | {r['prefill_compute_s']:.1f} / {r['prefill_io_s']:.1f} | {r['decode_compute_s']:.1f} / {r['decode_io_s']:.1f} | {r['disk_read_bytes']/1e9:.1f} | {r['disk_read_gbps']:.2f} | {r['probe_read_gbps']:.2f} | "
+                f"{100*ratio:.0f}% | {ov:.2f} | {r['phase_bound_s']/r['wall_s']:.2f} | {r['peak_bytes']['device']/2**20:.0f} |\n")
 print(open(sys.argv[2]).read())
 PY
 echo "wrote $out.jsonl and $out.md" >&2
