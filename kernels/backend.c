@@ -45,6 +45,14 @@ void sl_backend_free(sl_backend *b)
 		b->ops->free(b);
 }
 
+int sl_backend_device_info(sl_backend *b, sl_device_info *out)
+{
+	memset(out, 0, sizeof *out);
+	out->numa_node = -1;
+	snprintf(out->name, sizeof out->name, "%s", b->ops->name);
+	return b->ops->device_info ? b->ops->device_info(b, out) : 0;
+}
+
 void sl_backend_set_dev_limit(sl_backend *b, size_t bytes)
 {
 	b->dev_limit = bytes;

@@ -144,6 +144,14 @@ typedef struct sl_h2o_args {
 	float *evicted;            /* (optional) device (nseq, nh) */
 } sl_h2o_args;
 
+/* What a backend says about the device it computes on. */
+typedef struct sl_device_info {
+	char name[256];       /* e.g. "NVIDIA H100 80GB HBM3"; the backend's name where it has no device */
+	char pci_bus_id[32];  /* "0000:65:00.0"; empty where there is none */
+	size_t memory_bytes;  /* device memory; 0 where the device is the host */
+	int numa_node;        /* the NUMA node the backend places pinned memory on; -1: none chosen */
+} sl_device_info;
+
 /* ---- the interface ----------------------------------------------------- */
 
 typedef struct sl_backend_ops {
@@ -200,6 +208,9 @@ typedef struct sl_backend_ops {
 	 * stride ldx); out is a host array, and the call waits for the result. */
 	int (*argmax)(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
 		      int32_t *out);
+
+	/* (optional) the device's name, PCI address, memory */
+	int (*device_info)(sl_backend *b, sl_device_info *out);
 } sl_backend_ops;
 
 struct sl_backend {
@@ -225,6 +236,10 @@ struct sl_backend {
 int sl_backend_create(const char *name, int nthreads, sl_backend **out);
 void sl_backend_free(sl_backend *b);
 bool sl_backend_cuda_built(void);
+
+/* The device's name, PCI bus id and memory, where the backend knows them
+ * (sl_device_info); the backend's name, an empty bus id and node -1 elsewhere. */
+int sl_backend_device_info(sl_backend *b, sl_device_info *out);
 
 /* Byte budget for the device tier (0 = unlimited). */
 void sl_backend_set_dev_limit(sl_backend *b, size_t bytes);

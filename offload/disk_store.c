@@ -24,6 +24,7 @@
 #endif
 #include "disk_store.h"
 #include "sl_common.h"
+#include "topology.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -170,6 +171,11 @@ struct sl_disk_store {
 	/* thread pool */
 	pthread_t workers[POOL_THREADS];
 	int nworkers;
+
+	/* placement of the I/O threads (bind_io) */
+	int bind_node;     /* -1: leave them unbound */
+	int threads_bound; /* threads that have bound themselves */
+	int io_node;       /* the node they read back; -1: several, or none */
 };
 
 static const char *errstr(int e, char *buf, size_t n)
@@ -407,9 +413,38 @@ static void fail_all(sl_disk_store *s, int err)
 	s->in_flight = 0;
 }
 
+/* First thing an I/O thread does: bind itself to the store's node and
+ * report the node its binding lies in (open waits for every thread). */
+static void io_thread_place(sl_disk_store *s)
+{
+	if (s->bind_node < 0)
+		return;
+	sl_topo_bind_thread(s->bind_node, "the disk store's I/O threads"); /* warns once */
+	int node = sl_topo_thread_node();
+	pthread_mutex_lock(&s->mu);
+	if (s->threads_bound++ == 0)
+		s->io_node = node;
+	else if (s->io_node != node)
+		s->io_node = -1;
+	pthread_cond_broadcast(&s->done_cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Wait until the n threads started have placed themselves. */
+static void io_threads_placed(sl_disk_store *s, int n)
+{
+	if (s->bind_node < 0)
+		return;
+	pthread_mutex_lock(&s->mu);
+	while (s->threads_bound < n)
+		pthread_cond_wait(&s->done_cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+}
+
 static void *uring_reaper(void *arg)
 {
 	sl_disk_store *s = arg;
+	io_thread_place(s);
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		int rc = io_uring_wait_cqe(&s->ring, &cqe);
@@ -465,6 +500,7 @@ static int reaper_start(sl_disk_store *s)
 			      errstr(rc, eb, sizeof eb));
 	}
 	s->reaper_started = true;
+	io_threads_placed(s, 1);
 	return 0;
 }
 
@@ -556,6 +592,7 @@ static void pool_io(sl_disk_store *s, bool write, char *p, size_t len, uint64_t 
 static void *pool_worker(void *arg)
 {
 	sl_disk_store *s = arg;
+	io_thread_place(s);
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		int slot;
@@ -599,6 +636,7 @@ static int pool_start(sl_disk_store *s)
 		}
 		s->nworkers++;
 	}
+	io_threads_placed(s, s->nworkers);
 	s->engine = ENG_THREADS;
 	return 0;
 }
@@ -795,6 +833,7 @@ static sl_disk_store *store_new(const char *dir, const char *name, const char *k
 	if (!s)
 		return NULL;
 	s->fd = -1;
+	s->bind_node = s->io_node = -1;
 	s->qd = qd > 0 ? qd : SL_DISK_DEFAULT_QD;
 	s->chunk = chunk ? chunk : SL_DISK_DEFAULT_CHUNK;
 	s->next_ticket = s->sub_ticket = 1;
@@ -849,6 +888,7 @@ int sl_disk_open(const sl_disk_params *p, sl_disk_store **out, bool *fresh)
 	if (!s)
 		return sl_err(SL_ENOMEM, "disk store %s/%s: out of memory", p->dir, p->file_name);
 	s->hdr_bytes = SL_DISK_HEADER_BYTES;
+	s->bind_node = p->bind_io && p->io_node >= 0 ? p->io_node : -1;
 	s->capacity = (p->data_bytes + SL_DISK_ALIGN - 1) / SL_DISK_ALIGN * SL_DISK_ALIGN;
 
 	int rc = 0;
@@ -1190,6 +1230,11 @@ int sl_disk_mark_complete(sl_disk_store *s)
 const char *sl_disk_mode(const sl_disk_store *s)
 {
 	return s && s->mode ? s->mode : "none";
+}
+
+int sl_disk_io_node(const sl_disk_store *s)
+{
+	return s && s->bind_node >= 0 ? s->io_node : -1;
 }
 
 const char *sl_disk_path(const sl_disk_store *s)

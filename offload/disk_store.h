@@ -32,6 +32,11 @@
  * reopening it reports fresh=true, so the caller rewrites it.  The first
  * write to a complete store clears the flag on disk before any data moves.
  *
+ * Placement: with bind_io the I/O threads (the completion thread or the
+ * pool) bind themselves to the cores of NUMA node io_node as they start,
+ * before open returns (topology.h: sl_topo_io_node chooses the GPU's node,
+ * else the process's; a failure warns once and the threads run unbound).
+ *
  * Threads: read, write, wait and wait_all may be called from any thread;
  * register and close must not run concurrently with other calls on the same
  * store.  Buffers handed to read/write belong to the caller and must stay
@@ -69,6 +74,10 @@ typedef struct sl_disk_params {
 	                           4 KiB, at most 64 MiB */
 	bool force_fallback;    /* tests: act as if io_uring were unavailable */
 	bool force_no_direct;   /* tests: act as if O_DIRECT were refused */
+	bool bind_io;           /* bind the I/O threads to NUMA node io_node;
+	                           false: leave them where the scheduler puts them */
+	int io_node;            /* with bind_io: the kernel's node number; < 0:
+	                           no binding (sl_topo_io_node's "no choice") */
 } sl_disk_params;
 
 typedef struct sl_disk_stats {
@@ -144,6 +153,10 @@ const char *sl_disk_mode(const sl_disk_store *s);
 const char *sl_disk_path(const sl_disk_store *s);
 /* The data area's capacity in bytes (data_bytes rounded up to 4 KiB). */
 uint64_t sl_disk_capacity(const sl_disk_store *s);
+/* The NUMA node holding the CPU binding of the store's I/O threads, as
+ * each thread read it back after binding itself at open (bind_io); -1
+ * without bind_io, or where they span several nodes. */
+int sl_disk_io_node(const sl_disk_store *s);
 /* Counters since open; busy_s includes the current busy period. */
 void sl_disk_get_stats(sl_disk_store *s, sl_disk_stats *out);
 

@@ -198,6 +198,7 @@ static int tiers_create(sl_model *m, sl_kv *kv, int ndev_total)
 		snprintf(key, sizeof key, "sluice kv scratch v1 pid %ld", (long)getpid());
 		sl_disk_params dp = { .dir = m->offload_dir, .file_name = name, .key = key,
 				      .data_bytes = L * T->nmb * T->seg_bytes };
+		sl_model_io_node(be, &dp);
 		bool fresh;
 		if ((rc = sl_disk_open(&dp, &T->disk, &fresh)) < 0)
 			goto fail;

@@ -6,6 +6,7 @@
 #include "model.h"
 #include "kvcache.h"
 #include "safetensors.h"
+#include "topology.h"
 
 #include <limits.h>
 #include <math.h>
@@ -35,6 +36,14 @@ static void store_key(const sl_model_params *p, const sl_opt_config *c, char *ke
 		 "sluice weights v1; model %s: layers %d heads %d hidden %d ffn %d vocab %d embed %d pos %d; %s; fp16; placement gpu %.6g%% cpu %.6g%%",
 		 c->name, c->n_layer, c->n_head, c->hidden, c->ffn, c->vocab, c->embed_dim, c->max_pos,
 		 src, p->w_gpu_percent, p->w_cpu_percent);
+}
+
+void sl_model_io_node(sl_backend *be, sl_disk_params *dp)
+{
+	sl_device_info di;
+	sl_backend_device_info(be, &di);
+	dp->bind_io = true;
+	dp->io_node = sl_topo_io_node(di.pci_bus_id[0] ? di.pci_bus_id : NULL);
 }
 
 int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
@@ -81,6 +90,7 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 				      .data_bytes = (uint64_t)m->cfg.n_layer *
 						    sl_weights_disk_bytes(&m->cfg, p->w_gpu_percent,
 									  p->w_cpu_percent) };
+		sl_model_io_node(be, &dp);
 		bool fresh = true;
 		if ((rc = sl_disk_open(&dp, &m->disk, &fresh)) < 0)
 			goto fail;

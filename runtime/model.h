@@ -120,6 +120,10 @@ typedef struct sl_model_params {
 int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out);
 void sl_model_free(sl_model *m);
 
+/* Bind a disk store's I/O threads near the device (the GPU's NUMA node,
+ * else the process's): sets dp->bind_io and dp->io_node. */
+void sl_model_io_node(sl_backend *be, sl_disk_params *dp);
+
 /* Size the workspace for batches of up to max_seq sequences and max_rows
  * rows in one forward (prefill: sequences x padded length).  With micro
  * set, each layer runs micro-batch by micro-batch (the zig-zag order: one

@@ -289,5 +289,41 @@ o = json.loads(open(sys.argv[1]).read())
 assert o["finish_reason"] == "stop" and o["completion"] == " Behold, I will give thee a man, and thy ", o
 PY
 
+# sluice profile: the topology and the rates on stdout, the same as JSON
+# (written atomically), nothing left in the offload folder
+mkdir -p "$tmp/prof"
+if "$sluice" profile --quick --offload-dir "$tmp/prof" --json "$tmp/p.json" >"$tmp/prof.out" 2>"$tmp/stderr"; then
+	ok
+else
+	bad "profile failed: $(cat "$tmp/stderr")"
+fi
+if grep -qE '^machine +[0-9]+ packages?, [0-9]+ cores, [0-9]+ PUs, [0-9]+ NUMA nodes?' "$tmp/prof.out" &&
+	grep -qE '^numa [0-9]+ +[0-9.]+ GiB, [0-9]+ cores' "$tmp/prof.out" &&
+	grep -qE '^(mem read|cpu gemm|disk read) ' "$tmp/prof.out"; then ok; else bad "profile output: $(cat "$tmp/prof.out")"; fi
+if python3 - "$tmp/p.json" <<'PY'; then ok; else bad "profile JSON"; fi
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["format"] == "sluice-profile" and p["quick"] is True, p
+for k in ("mem_read_gbps", "cpu_gemm_gflops", "disk_read_gbps", "threads"):
+    assert isinstance(p[k], (int, float)) and p[k] > 0, (k, p[k])
+t = p["topology"]
+assert t["cores"] > 0 and t["pus"] >= t["cores"] and t["numa_node_count"] >= 1, t
+assert all(n["memory_bytes"] > 0 and n["pus"] >= 0 for n in t["numa_nodes"]), t
+assert p["disk_engine"] and "io_numa_node" in p and "pinned_numa_node" in p
+if p["gpu"] is not None:
+    for k in ("h2d_gbps", "d2h_gbps", "gpu_gemm_tflops"):
+        assert p[k] > 0, (k, p[k])
+PY
+if [ -z "$(ls -A "$tmp/prof")" ] && [ ! -e "$tmp/p.json.tmp" ]; then ok; else bad "profile left files behind"; fi
+expect_fail "profile: missing offload folder" "$tmp/nodir" "" -- profile --quick --offload-dir "$tmp/nodir"
+"$sluice" profile --quick --offload-dir "$tmp/nodir" >/dev/null 2>&1
+rc=$?
+if [ $rc -eq 1 ]; then ok; else bad "profile: missing offload folder exits $rc, not 1"; fi
+expect_fail "profile: unwritable JSON" "$tmp/no/dir/p.json" "" -- profile --quick --json "$tmp/no/dir/p.json"
+# a made-up two-node machine (hwloc reads it instead of this one): a line per node
+if HWLOC_XMLFILE="$fx/topology-2node.xml" HWLOC_THISSYSTEM=1 "$sluice" profile --quick --backend cpu >"$tmp/prof2.out" &&
+	grep -q '^machine .*2 packages, 2 cores, 2 PUs, 2 NUMA nodes' "$tmp/prof2.out" &&
+	grep -q '^numa 1 .*2.0 GiB, 1 cores' "$tmp/prof2.out"; then ok; else bad "profile on two nodes: $(cat "$tmp/prof2.out")"; fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

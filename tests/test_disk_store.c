@@ -10,8 +10,9 @@
  * of another key or size, truncated stores (short reads, refused reopen), a
  * disk filling up (RLIMIT_FSIZE -> EFBIG in a child; ENOSPC on a 4 MiB tmpfs
  * in a private mount namespace), missing and unwritable directories,
- * io_uring refused by a seccomp filter, the fallback warnings, and the
- * bandwidth probe.
+ * io_uring refused by a seccomp filter, the fallback warnings, the
+ * bandwidth probe, and the I/O threads bound to a NUMA node (bind_io; on a
+ * made-up two-node machine in test_topology.c).
  *
  * Everything lives in a temporary directory under /tmp (and /dev/shm where it
  * exists), removed at the end.  About 700 MiB of I/O in all, ~5 s.
@@ -21,6 +22,7 @@
  */
 #include "disk_store.h"
 #include "sl_common.h"
+#include "topology.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -708,6 +710,50 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* bind_io: every engine's threads bind themselves to the node asked for
+ * before open returns and read it back; without bind_io (zeroed params,
+ * today's behaviour) nothing is bound and the store reports -1. */
+START_TEST(test_io_node)
+{
+	int e = _i;
+	if (eng_skip(e, "io node io_uring"))
+		return;
+	char dir[512], name[32];
+	snprintf(name, sizeof name, "numa%d", e);
+	make_dir(dir, sizeof dir, tmp_root, name);
+	sl_disk_params p = params(dir, "n.sluice", "k", MIB, e);
+	sl_disk_store *s;
+	bool fresh;
+	ck_assert(open_checked(&p, e, &s, &fresh) == 0);
+	ck_assert_int_eq(sl_disk_io_node(s), -1);
+	sl_disk_close(s);
+
+	const int node = sl_topo_io_node(NULL); /* the node holding this process */
+	if (node < 0) {
+		skip("io node", "this process spans several NUMA nodes");
+		return;
+	}
+	p.bind_io = true;
+	p.io_node = node;
+	ck_assert(open_checked(&p, e, &s, &fresh) == 0);
+	ck_assert_int_eq(sl_disk_io_node(s), node);
+	char *src = page_buf(MIB), *dst = page_buf(MIB);
+	fill_random(src, MIB, 5);
+	uint64_t t;
+	ck_assert(sl_disk_write(s, 0, src, MIB, &t) == 0 && sl_disk_wait(s, t) == 0);
+	ck_assert(sl_disk_read(s, 0, dst, MIB, &t) == 0 && sl_disk_wait(s, t) == 0);
+	ck_assert(memcmp(src, dst, MIB) == 0);
+	sl_disk_close(s);
+
+	p.io_node = -1; /* sl_topo_io_node's "no choice": nothing bound */
+	ck_assert(open_checked(&p, e, &s, &fresh) == 0);
+	ck_assert_int_eq(sl_disk_io_node(s), -1);
+	sl_disk_close(s);
+	free(src);
+	free(dst);
+}
+END_TEST
+
 /* ---- truncated stores ----------------------------------------------------- */
 
 START_TEST(test_truncated)
@@ -1222,6 +1268,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_bad_args, 0, E_COUNT);
 	tcase_add_loop_test(tc, test_background_progress, 0, E_COUNT);
 	tcase_add_loop_test(tc, test_threads, 0, E_COUNT);
+	tcase_add_loop_test(tc, test_io_node, 0, E_COUNT);
 	suite_add_tcase(su, tc);
 
 	tc = tcase_create("faults");

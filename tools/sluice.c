@@ -10,6 +10,7 @@
 #include "jsonl.h"
 #include "model.h"
 #include "policy.h"
+#include "profile.h"
 #include "sl_config.h"
 
 #include <cblas.h>
@@ -17,7 +18,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <immintrin.h>
 #include <unistd.h>
 #include <omp.h>
 #include <string.h>
@@ -620,48 +620,6 @@ static const char bench_help[] =
 	"  --seed S             prompt ids (default 1)\n"
 	"  --json               one JSON object on stdout instead of the table\n";
 
-/* Read bandwidth of this machine's memory, measured by summing a buffer
- * larger than the caches with every thread: the decode roofline. */
-__attribute__((target("avx2")))
-static double sum_block(const float *p, size_t n)
-{
-	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	for (size_t i = 0; i + 32 <= n; i += 32) {
-		a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-		a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-		a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-		a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-	}
-	float l[8];
-	_mm256_storeu_ps(l, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-	return (double)l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
-}
-
-static double measure_read_gbps(int threads)
-{
-	if (!__builtin_cpu_supports("avx2"))
-		return 0;
-	const size_t n = (size_t)256 << 20, blk = (size_t)1 << 16; /* 1 GiB of floats */
-	float *buf = sl_aligned_alloc(n * sizeof(float));
-	if (!buf)
-		return 0;
-#pragma omp parallel for num_threads(threads) schedule(static)
-	for (size_t i = 0; i < n; i++)
-		buf[i] = (float)(i & 7);
-	double best = 0, sink = 0;
-	for (int rep = 0; rep < 3; rep++) {
-		double t0 = sl_now(), s = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : s)
-		for (size_t b = 0; b < n / blk; b++)
-			s += sum_block(buf + b * blk, blk);
-		double dt = sl_now() - t0;
-		sink += s;
-		best = SL_MAX(best, n * sizeof(float) / dt / 1e9);
-	}
-	free(buf);
-	return sink > 0 ? best : 0;
-}
-
 static int cmd_bench(int argc, char **argv)
 {
 	common_opts co;
@@ -773,7 +731,7 @@ static int cmd_bench(int argc, char **argv)
 	const double pf_gflops = pf_gemm_s > 0 ? pf_flop / pf_gemm_s / 1e9 : 0;
 	const double dc_gbps = glen > 1 ? wbytes * (glen - 1) / (dc_gemm_s > 0 ? dc_gemm_s : decode_s) / 1e9 : 0;
 	const int threads = co.threads > 0 ? co.threads : omp_get_max_threads();
-	const double mem_gbps = strcmp(be->ops->name, "cpu") ? 0 : measure_read_gbps(threads);
+	const double mem_gbps = strcmp(be->ops->name, "cpu") ? 0 : sl_profile_mem_read_gbps((size_t)1 << 30, threads);
 	/* the offload breakdown (model.h: sl_offload_stats) */
 	const double wall = prefill_s + decode_s;
 	sl_offload_stats f, fd;
@@ -862,11 +820,65 @@ static int cmd_bench(int argc, char **argv)
 	return 0;
 }
 
+/* ---- profile ------------------------------------------------------------ */
+
+static const char profile_help[] =
+	"usage: sluice profile [--offload-dir DIR] [--backend B] [--threads N] [--json FILE] [--quick]\n"
+	"The machine for the cost model: NUMA nodes, cores, the GPU and its node, where\n"
+	"pinned memory and the disk's I/O threads go; then host memory read GB/s, CPU\n"
+	"GEMM GFLOP/s, the disk's O_DIRECT read GB/s in DIR and, with a GPU, pinned\n"
+	"copy GB/s and GPU GEMM TFLOP/s.  A few seconds (--quick: well under one).\n"
+	"  --offload-dir DIR    measure sequential reads there (1 GiB, removed after)\n"
+	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"
+	"  --threads N          CPU threads (default: all cores)\n"
+	"  --json FILE          also write the results as one JSON object (atomically)\n"
+	"  --quick              small sizes: a check that it runs, not a measurement\n";
+
+static int cmd_profile(int argc, char **argv)
+{
+	sl_profile_opts po = { .backend = "auto", .log = stdout };
+	const char *json_path = NULL;
+	enum { P_OFFLOAD = 1, P_BACKEND, P_THREADS, P_JSON, P_QUICK };
+	static const struct option opts[] = {
+		{ "offload-dir", required_argument, 0, P_OFFLOAD },
+		{ "backend", required_argument, 0, P_BACKEND },
+		{ "threads", required_argument, 0, P_THREADS },
+		{ "json", required_argument, 0, P_JSON },
+		{ "quick", no_argument, 0, P_QUICK },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case P_OFFLOAD: po.offload_dir = optarg; break;
+		case P_BACKEND: po.backend = optarg; break;
+		case P_THREADS: po.threads = parse_int("profile", "--threads", optarg, 0, 4096); break;
+		case P_JSON: json_path = optarg; break;
+		case P_QUICK: po.quick = true; break;
+		case 'h': fputs(profile_help, stdout); return 0;
+		default: fputs(profile_help, stderr); return EXIT_USAGE;
+		}
+	}
+	if (optind < argc)
+		usage_error("profile", "unexpected argument '%s'", argv[optind]);
+	if (po.threads > 0)
+		omp_set_num_threads(po.threads);
+	int rc;
+	if (json_path && (rc = sl_profile_check_json_path(json_path)) < 0)
+		die(rc);
+	sl_profile p;
+	if ((rc = sl_profile_run(&po, &p)) < 0 || (json_path && (rc = sl_profile_save_json(&p, json_path)) < 0))
+		die(rc);
+	return 0;
+}
+
 static const char main_help[] =
 	"usage: sluice <command> [options]\n"
 	"  generate   batch generation from a JSON Lines file of prompts\n"
 	"  score      log-probabilities of continuations\n"
 	"  bench      throughput on synthetic prompts\n"
+	"  profile    the machine's topology and rates, for the cost model\n"
 	"  version    print the version and the backends built in\n"
 	"'sluice <command> --help' describes each command.\n";
 
@@ -906,6 +918,8 @@ int main(int argc, char **argv)
 		return cmd_bench(argc, argv);
 	if (!strcmp(cmd, "score"))
 		return cmd_score(argc, argv);
+	if (!strcmp(cmd, "profile"))
+		return cmd_profile(argc, argv);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
 		printf("sluice %s (backends: cpu%s)\n", SL_VERSION,
 		       sl_backend_cuda_built() ? ", cuda" : "");

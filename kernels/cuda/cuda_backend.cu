@@ -12,7 +12,7 @@
 
 #include <string.h>
 #ifndef SL_CU_EMU
-#include <hwloc.h>
+#include "topology.h"
 #endif
 
 /* ---- errors -------------------------------------------------------------- */
@@ -171,85 +171,23 @@ static void cu_dev_free(sl_backend *b, void *p)
 		cudaFree(p);
 }
 
-/* ---- the GPU's NUMA node ---------------------------------------------------- */
+/* ---- pinned memory on the GPU's NUMA node -------------------------------------- */
 
-#ifndef SL_CU_EMU
-/* hwloc's view of the machine and the memory nodes nearest the GPU, found
- * through the GPU's PCI address.  Pinned buffers are allocated there: the
- * driver faults the pages in while pinning them, under the calling
- * thread's memory policy, which cu_host_alloc binds to these nodes. */
-typedef struct sl_cu_numa {
-	hwloc_topology_t topo;
-	hwloc_nodeset_t nodes;
-} sl_cu_numa;
-
-static sl_cu_numa *sl_cu_numa_find(const cudaDeviceProp *prop)
-{
-	sl_cu_numa *n = (sl_cu_numa *)calloc(1, sizeof(*n));
-	if (!n)
-		return NULL;
-	char busid[32];
-	snprintf(busid, sizeof busid, "%04x:%02x:%02x.0", prop->pciDomainID, prop->pciBusID,
-		 prop->pciDeviceID);
-	hwloc_obj_t pci = NULL, anc = NULL;
-	if (hwloc_topology_init(&n->topo) < 0) {
-		free(n);
-		return NULL;
-	}
-	hwloc_topology_set_io_types_filter(n->topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-	if (hwloc_topology_load(n->topo) == 0 &&
-	    (pci = hwloc_get_pcidev_by_busidstring(n->topo, busid)) != NULL &&
-	    (anc = hwloc_get_non_io_ancestor_obj(n->topo, pci)) != NULL && anc->nodeset &&
-	    !hwloc_bitmap_iszero(anc->nodeset) &&
-	    hwloc_bitmap_weight(anc->nodeset) <
-		    hwloc_bitmap_weight(hwloc_topology_get_topology_nodeset(n->topo))) {
-		n->nodes = hwloc_bitmap_dup(anc->nodeset);
-		if (n->nodes)
-			return n;
-	}
-	/* one memory node, or the GPU's place unknown: nothing to choose */
-	hwloc_topology_destroy(n->topo);
-	free(n);
-	return NULL;
-}
-
-static void sl_cu_numa_free(void *p)
-{
-	sl_cu_numa *n = (sl_cu_numa *)p;
-	if (!n)
-		return;
-	hwloc_bitmap_free(n->nodes);
-	hwloc_topology_destroy(n->topo);
-	free(n);
-}
-#endif
-
+/* Pinned buffers are allocated on the GPU's node (sl_cuda_ctx.numa_node,
+ * found through the GPU's PCI address): the driver faults the pages in
+ * while pinning them, under the calling thread's memory policy, which
+ * cu_host_alloc binds to that node (topology.h; nothing with one node). */
 static int cu_host_alloc(sl_backend *b, size_t bytes, void **out)
 {
 	*out = NULL;
 #ifndef SL_CU_EMU
-	sl_cu_numa *numa = (sl_cu_numa *)sl_cu_ctx(b)->numa;
-	hwloc_nodeset_t saved = NULL;
-	hwloc_membind_policy_t policy = HWLOC_MEMBIND_DEFAULT;
-	if (numa) {
-		saved = hwloc_bitmap_alloc();
-		if (saved && hwloc_get_membind(numa->topo, saved, &policy,
-					       HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) == 0)
-			hwloc_set_membind(numa->topo, numa->nodes, HWLOC_MEMBIND_BIND,
-					  HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET);
-		else {
-			hwloc_bitmap_free(saved);
-			saved = NULL;
-		}
-	}
+	sl_topo_membind mb;
+	const bool bound = sl_topo_membind_begin(sl_cu_ctx(b)->numa_node, &mb);
 #endif
 	cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault);
 #ifndef SL_CU_EMU
-	if (saved) {
-		hwloc_set_membind(numa->topo, saved, policy,
-				  HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET);
-		hwloc_bitmap_free(saved);
-	}
+	if (bound)
+		sl_topo_membind_end(&mb);
 #endif
 	if (e != cudaSuccess) {
 		*out = NULL;
@@ -398,6 +336,16 @@ static int cu_memset_dev(sl_backend *b, sl_queue *q, void *dst, int value, size_
 
 static void cu_backend_free(sl_backend *b);
 
+static int cu_device_info(sl_backend *b, sl_device_info *out)
+{
+	const sl_cuda_ctx *c = sl_cu_ctx(b);
+	snprintf(out->name, sizeof(out->name), "%s", c->name);
+	snprintf(out->pci_bus_id, sizeof(out->pci_bus_id), "%s", c->pci_bus_id);
+	out->memory_bytes = c->mem_bytes;
+	out->numa_node = c->numa_node;
+	return 0;
+}
+
 /* Filled by member name, so that fields added to the table later start as
  * zero / NULL here instead of shifting every initialiser. */
 static sl_backend_ops cu_make_ops(void)
@@ -431,6 +379,7 @@ static sl_backend_ops cu_make_ops(void)
 	o.argmax = sl_cu_argmax;
 	o.h2o_compact = sl_cu_h2o_compact;
 	o.h2o_evict = sl_cu_h2o_evict;
+	o.device_info = cu_device_info;
 	return o;
 }
 
@@ -447,9 +396,6 @@ static void cu_backend_free(sl_backend *b)
 	sl_cuda_ctx *c = sl_cu_ctx(b);
 	if (c) {
 		cu_queue_destroy(b, c->defq);
-#ifndef SL_CU_EMU
-		sl_cu_numa_free(c->numa);
-#endif
 		free(c);
 	}
 	free(b);
@@ -491,6 +437,7 @@ extern "C" int sl_cuda_backend_create(sl_backend **out)
 	b->ops = cu_ops();
 	b->ctx = c;
 	c->device = 0;
+	c->numa_node = -1;
 	c->scratch_max = (size_t)64 << 20;
 	const char *env = getenv("SLUICE_CUDA_SCRATCH_MAX");
 	if (env && *env) {
@@ -517,8 +464,11 @@ extern "C" int sl_cuda_backend_create(sl_backend **out)
 		goto fail;
 	}
 	snprintf(c->name, sizeof(c->name), "%s", prop.name);
-#ifndef SL_CU_EMU
-	c->numa = sl_cu_numa_find(&prop);
+#ifndef SL_CU_EMU /* the emulation has no PCI address */
+	snprintf(c->pci_bus_id, sizeof(c->pci_bus_id), "%04x:%02x:%02x.0", prop.pciDomainID,
+		 prop.pciBusID, prop.pciDeviceID);
+	c->mem_bytes = prop.totalGlobalMem;
+	c->numa_node = sl_topo_pci_node(c->pci_bus_id);
 #endif
 	c->cc_major = prop.major;
 	c->cc_minor = prop.minor;

@@ -72,7 +72,9 @@ typedef struct sl_cuda_ctx {
 	size_t scratch_max;
 	char name[256];
 	sl_queue *defq; /* used where the caller passes a NULL queue */
-	void *numa;     /* (optional) the GPU's NUMA node for pinned memory */
+	char pci_bus_id[32]; /* "0000:65:00.0" */
+	size_t mem_bytes;    /* device memory */
+	int numa_node;       /* the GPU's NUMA node, for pinned memory; -1: unknown */
 } sl_cuda_ctx;
 
 static inline sl_cuda_ctx *sl_cu_ctx(sl_backend *b)
