@@ -16,6 +16,10 @@ static int sl_cu_attn_check(const sl_attn_args *a, const char *op)
 	if (a->hd > 256)
 		return sl_err(SL_EUNSUPPORTED, "cuda %s: head dim %d is over the 256 supported", op,
 			      a->hd);
+	if (a->kv_f32) /* the kernels read and write fp16 caches only */
+		return sl_err(SL_EUNSUPPORTED,
+			      "cuda %s: an fp32 KV cache (--kv-dtype f32) runs on the CPU backend only in this build",
+			      op);
 	if ((long long)a->nh * a->hd > (1 << 30))
 		return sl_err(SL_EINVAL, "cuda %s: hidden size %lld too large", op,
 			      (long long)a->nh * a->hd);
