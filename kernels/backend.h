@@ -20,8 +20,12 @@
  *
  * Queues and events.  Every op and copy is issued on a queue and runs in
  * issue order on that queue; work on different queues is ordered only by
- * events (sl_event_record / sl_queue_wait).  The CPU backend runs each call
- * to completion before it returns, which is a valid (if serial) schedule.
+ * events (sl_event_record / sl_queue_wait), as with CUDA streams.  The CPU
+ * backend runs copies and memsets on each queue's worker thread and ops
+ * inline on the caller's thread after their queue's earlier work (see
+ * kernels/cpu/cpu_backend.c; SLUICE_CPU_SYNC_QUEUES=1 makes every call run
+ * to completion before it returns).  A NULL queue is the backend's default
+ * queue.  Freeing memory (dev_free, host_free) waits for the queues first.
  *
  * Errors: every function returns 0 or a negative SL_E* code and records a
  * message naming the failing call (see common/sl_common.h).
@@ -71,10 +75,13 @@ typedef struct sl_gemm_args {
  *   nseq sequences, nh heads, hd = head dim, hidden = nh * hd
  *   cache k, v: fp16, or fp32 where kv_f32 is set (an accuracy mode:
  *   fp16 rounding of K and V is the one difference from an fp32
- *   reference), (nseq, nh, cap, hd): slot s of sequence b, head h at
- *   ((b * nh + h) * cap + s) * hd.  Slots hold real tokens only (never
- *   padding), in any order; positions were added before projection (OPT),
- *   so slot order does not change the result.
+ *   reference), token-major (nseq, cap, nh, hd): slot s of sequence b,
+ *   head h at ((b * cap + s) * nh + h) * hd, so one slot of a sequence
+ *   holds every head's row of that token contiguously (hidden values) and
+ *   sequence b's block is the cap * hidden values from b * cap * hidden.
+ *   Slots hold real tokens only (never padding), in any order; positions
+ *   were added before projection (OPT), so slot order does not change the
+ *   result.
  *   q is expected already scaled by 1/sqrt(hd).
  *
  * Prefill: q, k_new, v_new, out are fp32 (nseq, t, hidden), left-padded:
@@ -85,21 +92,24 @@ typedef struct sl_gemm_args {
  *
  * Decode: one new token per sequence: q, k_new, v_new, out are fp32
  *   (nseq, hidden).  Sequence b holds len[b] cached tokens in slots
- *   [0, len[b]); the new k, v are written to slot len[b] and attention runs
- *   over slots [0, len[b]] inclusive.  The caller advances len.
+ *   [0, len[b]); the new k, v are written to slot len[b] (for each of k
+ *   and v one contiguous hidden-value range, from (b * cap + len[b]) *
+ *   hidden) and attention runs over slots [0, len[b]] inclusive.  The
+ *   caller advances len.
  *
- * score (optional): fp32 (nseq, nh, cap).  When given, the attention
- *   probability each query gives each cached slot is added to that slot's
- *   score (H2O).  For prefill that is the column sum over the sequence's
- *   real queries.
+ * score (optional): fp32 (nseq, nh, cap), head-major unlike the cache:
+ *   slot s of sequence b, head h at (b * nh + h) * cap + s.  When given,
+ *   the attention probability each query gives each cached slot is added
+ *   to that slot's score (H2O).  For prefill that is the column sum over
+ *   the sequence's real queries.
  */
 typedef struct sl_attn_args {
 	int nseq, nh, hd;
 	int t;   /* prefill: padded rows per sequence; decode: 1 */
-	int cap; /* cache slots per (sequence, head) */
+	int cap; /* cache slots per sequence (each holds all nh heads) */
 	const float *q, *k_new, *v_new;
 	float *out;
-	void *k_cache, *v_cache; /* sl_half, or float where kv_f32 */
+	void *k_cache, *v_cache; /* (nseq, cap, nh, hd): sl_half, or float where kv_f32 */
 	bool kv_f32;
 	const int *npad; /* prefill: host (nseq) */
 	const int *len;  /* decode: host (nseq) */
@@ -111,7 +121,15 @@ typedef struct sl_attn_args {
  * Budgets: heavy[s] = H and recent[s] = R tokens, B = H + R.  The H2O cache
  * has cap >= B + 1 slots; slot j holds a token of position pos[j] with
  * accumulated attention score[j]; slots [len, cap) are free with score 0
- * and pos -1.  Ties: the older position is evicted first.
+ * and pos -1.  Ties: the older position is evicted first.  Each head keeps
+ * its own set of tokens, so slot j of one sequence may hold different
+ * tokens in different heads.
+ *
+ * Layouts (as sl_attn_args): the caches k_cache, v_cache and the scratch
+ * k_src, v_src are token-major, (nseq, cap, nh, hd) (cap_in for the
+ * scratch): slot j of sequence b, head h at ((b * cap + j) * nh + h) * hd.
+ * score, pos (and score_src) are head-major, (nseq, nh, cap): slot j of
+ * sequence b, head h at (b * nh + h) * cap + j; evicted is (nseq, nh).
  *
  * compact (after prefill): the prefill ran over a scratch cache (k_src,
  *   v_src, score_src; cap_in slots; sequence s's n[s] prompt tokens in
@@ -130,10 +148,10 @@ typedef struct sl_attn_args {
 typedef struct sl_h2o_args {
 	int nseq, nh, hd;
 	bool kv_f32;
-	const void *k_src, *v_src; /* compact: scratch (nseq, nh, cap_in, hd) */
+	const void *k_src, *v_src; /* compact: scratch (nseq, cap_in, nh, hd) */
 	const float *score_src;    /* compact: (nseq, nh, cap_in) */
 	int cap_in;
-	void *k_cache, *v_cache;   /* (nseq, nh, cap, hd) */
+	void *k_cache, *v_cache;   /* (nseq, cap, nh, hd) */
 	float *score;              /* (nseq, nh, cap) */
 	int32_t *pos;              /* (nseq, nh, cap) */
 	int cap;

@@ -13,6 +13,7 @@
 
 #define NSTAGE 3 /* staging areas: one computing, one loading, one storing */
 #define PAGE ((size_t)SL_DISK_ALIGN)
+#define SL_KV_MAX_HEADS 256 /* OPT-175B has 96 */
 
 static size_t align_page(size_t n)
 {
@@ -248,7 +249,9 @@ static int device_seqs(const sl_model *m, int nseq, int gs)
 	return n;
 }
 
-int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out)
+/* A cache of cap slots; extra more device bytes at the end of its block
+ * (H2O's), so that the device part is one allocation. */
+static int kv_create(sl_model *m, int nseq, int cap, size_t extra, sl_kv **out)
 {
 	*out = NULL;
 	const sl_opt_config *c = &m->cfg;
@@ -278,9 +281,9 @@ int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out)
 	}
 	const int ndev = device_seqs(m, nseq, kv->gs);
 	const size_t per = (size_t)ndev * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
-	kv->bytes = 2 * per * c->n_layer;
+	kv->bytes = 2 * per * c->n_layer + extra;
 	if (kv->bytes) {
-		int rc = sl_dev_alloc(m->be, kv->bytes, "KV cache", &kv->block);
+		int rc = sl_dev_alloc(m->be, kv->bytes, extra ? "KV cache (H2O)" : "KV cache", &kv->block);
 		if (rc < 0) {
 			kv->bytes = 0;
 			sl_kv_free(m, kv);
@@ -302,16 +305,22 @@ int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out)
 	return 0;
 }
 
+int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out)
+{
+	return kv_create(m, nseq, cap, 0, out);
+}
+
 /* Slots of an H2O cache for prompts of up to max_prompt tokens. */
 int sl_kv_h2o_slots(double hh, double rr, int max_prompt, int max_len)
 {
 	return SL_MIN(max_len, (int)floor(hh * max_prompt) + (int)floor(rr * max_prompt) + 1);
 }
 
-size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int cap, int max_prompt, size_t es)
+size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int cap, int max_prompt,
+		       size_t es)
 {
 	const size_t per = (size_t)nseq * c->n_head * cap;
-	const size_t sc = (size_t)nseq * c->n_head * max_prompt;
+	const size_t sc = (size_t)gs * c->n_head * max_prompt; /* one micro-batch */
 	return c->n_layer * per * 8 + 2 * sc * (c->hidden / c->n_head) * es + sc * 4 +
 	       (size_t)c->n_layer * nseq * c->n_head * 4 + 1024;
 }
@@ -338,9 +347,12 @@ int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
 	/* a budget of 0 is allowed: each step then sees only its own token */
 	int b = sl_kv_h2o_budget(&probe, max_prompt, &heavy, &recent);
 	const int cap = SL_MIN(max_len, b + 1);
-	SL_TRY(sl_kv_create(m, nseq, cap, out));
-	sl_kv *kv = *out;
+	const int gs = (m->micro > 0 && m->micro < nseq) ? m->micro : nseq;
+	const size_t es = m->kv_f32 ? 4 : 2;
 	const sl_opt_config *c = &m->cfg;
+	const size_t extra = sl_kv_h2o_extra(c, nseq, gs, cap, max_prompt, es);
+	SL_TRY(kv_create(m, nseq, cap, extra, out));
+	sl_kv *kv = *out;
 	kv->h2o = true;
 	kv->hh_ratio = m->hh_ratio;
 	kv->recent_ratio = m->recent_ratio;
@@ -356,29 +368,10 @@ int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
 		*out = NULL;
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
-	/* one more device block: scores, positions, the prompt scratch */
-	const size_t es = kv->f32 ? 4 : 2;
+	/* after K and V in the device block: scores, positions, the scratch */
 	const size_t per = (size_t)nseq * c->n_head * cap;
-	const size_t sc = (size_t)nseq * c->n_head * max_prompt;
-	const size_t extra = sl_kv_h2o_extra(c, nseq, cap, max_prompt, es);
-	void *blk = NULL;
-	int rc = sl_dev_alloc(m->be, kv->bytes + extra, "KV cache (H2O)", &blk);
-	if (rc < 0) {
-		sl_kv_free(m, kv);
-		*out = NULL;
-		return rc;
-	}
-	/* move the device part into the new block: one allocation to free */
-	const size_t kvper = kv->bytes / 2 / c->n_layer;
-	sl_dev_free(m->be, kv->block, kv->bytes);
-	kv->block = blk;
-	char *p = blk;
-	for (int l = 0; l < c->n_layer; l++) {
-		kv->k[l] = p + (2 * (size_t)l) * kvper;
-		kv->v[l] = p + (2 * (size_t)l + 1) * kvper;
-	}
-	p += kv->bytes;
-	kv->bytes += extra;
+	const size_t sc = (size_t)gs * c->n_head * max_prompt;
+	char *p = (char *)kv->block + (kv->bytes - extra);
 	for (int l = 0; l < c->n_layer; l++) {
 		kv->score[l] = (float *)p;
 		p += per * 4;
@@ -485,25 +478,16 @@ static uint64_t seg_off(const sl_kv_tiers *T, int l, int mb)
 	return ((uint64_t)l * T->nmb + mb) * T->seg_bytes;
 }
 
-/* Copy rows [0, rows) of each head of one sequence's block (K or V). */
-static int copy_rows(sl_backend *be, sl_queue *q, bool h2d, char *dst, const char *src, int nh,
-		     int cap, size_t row, int rows, uint64_t *bytes)
+/* Copy slots [0, rows) of one sequence's block (K or V): one range, since
+ * a slot holds every head's row (token-major). */
+static int copy_rows(sl_backend *be, sl_queue *q, bool h2d, char *dst, const char *src,
+		     size_t slot_bytes, int rows, uint64_t *bytes)
 {
 	if (rows <= 0)
 		return 0;
-	const size_t head = (size_t)cap * row;
-	if (2 * rows >= cap) { /* one span: the gaps cost less than the calls */
-		size_t n = (size_t)(nh - 1) * head + rows * row;
-		*bytes += n;
-		return h2d ? be->ops->copy_h2d(be, q, dst, src, n) : be->ops->copy_d2h(be, q, dst, src, n);
-	}
-	for (int h = 0; h < nh; h++) {
-		const size_t off = h * head, n = (size_t)rows * row;
-		*bytes += n;
-		SL_TRY(h2d ? be->ops->copy_h2d(be, q, dst + off, src + off, n)
-			   : be->ops->copy_d2h(be, q, dst + off, src + off, n));
-	}
-	return 0;
+	const size_t n = (size_t)rows * slot_bytes;
+	*bytes += n;
+	return h2d ? be->ops->copy_h2d(be, q, dst, src, n) : be->ops->copy_d2h(be, q, dst, src, n);
 }
 
 static int wait_writes(sl_kv_tiers *T, kv_stage *st)
@@ -545,10 +529,10 @@ static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g
 	st->prefill = prefill;
 	if (prefill) /* an empty cache: nothing to load */
 		return 0;
-	const int mb = s0 / kv->gs, nh = m->cfg.n_head;
+	const int mb = s0 / kv->gs;
 	split b, p;
 	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
-	const size_t row = T->sb / kv->cap / nh; /* one head's row */
+	const size_t slot_bytes = T->sb / kv->cap; /* every head's row of a token */
 	SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
 	if (p.host && !m->cpu_cache_compute) {
 		for (int j = 0; j < p.host; j++) {
@@ -556,7 +540,7 @@ static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g
 			const size_t hi = (size_t)mb * T->full.host + j;
 			for (int v = 0; v < 2; v++)
 				SL_TRY(copy_rows(be, T->cq, true, st->buf + ((size_t)v * b.host + j) * T->sb,
-						 host_home(T, l, hi, v), nh, kv->cap, row, kv->len[s],
+						 host_home(T, l, hi, v), slot_bytes, kv->len[s],
 						 &m->kv_stats.h2d_bytes));
 		}
 	}
@@ -637,35 +621,37 @@ int sl_kv_step_begin(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
 	return 0;
 }
 
-/* Write the byte ranges [a[i], a[i] + n) of the disk part back: the pages
- * holding them, coalesced, from the stage (or its bounce). */
-static int write_pages(sl_model *m, sl_kv *kv, kv_stage *st, int mb, size_t *offs, int cnt,
-		       size_t n)
+/* Write the byte ranges [offs[i], offs[i] + lens[i]) of the disk part
+ * back: the pages holding them, coalesced, from the stage (or its bounce,
+ * where the device is not host memory). */
+static int write_pages(sl_model *m, sl_kv *kv, kv_stage *st, int mb, size_t *offs, size_t *lens,
+		       int cnt)
 {
 	sl_backend *be = m->be;
 	const sl_backend_ops *o = be->ops;
 	sl_kv_tiers *T = kv->tiers;
 	if (cnt == 0)
 		return 0;
-	/* sort the offsets (a handful per head: insertion sort) */
+	/* sort by offset (they come nearly sorted: insertion sort) */
 	for (int i = 1; i < cnt; i++) {
-		size_t x = offs[i];
+		const size_t x = offs[i], y = lens[i];
 		int j = i - 1;
-		for (; j >= 0 && offs[j] > x; j--)
+		for (; j >= 0 && offs[j] > x; j--) {
 			offs[j + 1] = offs[j];
+			lens[j + 1] = lens[j];
+		}
 		offs[j + 1] = x;
+		lens[j + 1] = y;
 	}
 	const char *base = st->buf + T->stage_disk_off;
-	if (!o->dev_is_host) {
-		/* bring the touched pages to the bounce, then write from there */
+	if (!o->dev_is_host) /* bring the touched pages to the bounce, then write */
 		SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
-	}
-	size_t lo = offs[0] / PAGE * PAGE, hi = align_page(offs[0] + n);
+	size_t lo = offs[0] / PAGE * PAGE, hi = align_page(offs[0] + lens[0]);
 	int nr = 0;
 	size_t ranges[2 * 64];
 	for (int i = 1; i <= cnt; i++) {
 		if (i < cnt && offs[i] / PAGE * PAGE <= hi) {
-			hi = SL_MAX(hi, align_page(offs[i] + n));
+			hi = SL_MAX(hi, align_page(offs[i] + lens[i]));
 			continue;
 		}
 		ranges[2 * nr] = lo;
@@ -695,7 +681,7 @@ static int write_pages(sl_model *m, sl_kv *kv, kv_stage *st, int mb, size_t *off
 		}
 		if (i < cnt) {
 			lo = offs[i] / PAGE * PAGE;
-			hi = align_page(offs[i] + n);
+			hi = align_page(offs[i] + lens[i]);
 		}
 	}
 	return 0;
@@ -714,6 +700,28 @@ static int new_slot(const sl_kv *kv, const int32_t *pos, int s, int h, int nh)
 	return -1;
 }
 
+/* The byte ranges of sequence s's block (K or V) that a decode step wrote:
+ * the new token's row, one piece per head (hrow bytes) where H2O put it in
+ * different slots, adjacent pieces merged (dense: one range).  At most nh. */
+static int new_ranges(const sl_kv *kv, const int32_t *pos, int s, int nh, size_t hrow,
+		      size_t *off, size_t *len)
+{
+	int n = 0;
+	for (int h = 0; h < nh; h++) {
+		const int slot = new_slot(kv, pos, s, h, nh);
+		if (slot < 0)
+			continue;
+		const size_t o = ((size_t)slot * nh + h) * hrow;
+		if (n && off[n - 1] + len[n - 1] == o) {
+			len[n - 1] += hrow;
+		} else {
+			off[n] = o;
+			len[n++] = hrow;
+		}
+	}
+	return n;
+}
+
 int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, const int *npad,
 		   int t)
 {
@@ -727,7 +735,10 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
 	const int mb = s0 / kv->gs, nh = m->cfg.n_head;
 	split b, p;
 	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
-	const size_t row = T->sb / kv->cap / nh; /* one head's row */
+	const size_t slot_bytes = T->sb / kv->cap, hrow = slot_bytes / nh;
+	size_t roff[SL_KV_MAX_HEADS], rlen[SL_KV_MAX_HEADS];
+	if (nh > SL_KV_MAX_HEADS)
+		return sl_err(SL_EUNSUPPORTED, "%d attention heads (at most %d)", nh, SL_KV_MAX_HEADS);
 	const bool host_part = p.host && !(m->cpu_cache_compute && !prefill);
 	if (!host_part && !p.disk)
 		return 0;
@@ -755,42 +766,38 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
 				char *home = host_home(T, l, hi, v);
 				char *dev = st->buf + ((size_t)v * b.host + j) * T->sb;
 				if (prefill) {
-					SL_TRY(copy_rows(be, T->cq, false, home, dev, nh, kv->cap, row,
+					SL_TRY(copy_rows(be, T->cq, false, home, dev, slot_bytes,
 							 rows_of(kv, s, true, npad, t), &m->kv_stats.d2h_bytes));
 					continue;
 				}
-				for (int h = 0; h < nh; h++) {
-					int slot = new_slot(kv, pos, s, h, nh);
-					if (slot < 0)
-						continue;
-					const size_t off = ((size_t)h * kv->cap + slot) * row;
-					SL_TRY(o->copy_d2h(be, T->cq, home + off, dev + off, row));
-					m->kv_stats.d2h_bytes += row;
+				int n = new_ranges(kv, pos, s, nh, hrow, roff, rlen);
+				for (int r = 0; r < n; r++) {
+					SL_TRY(o->copy_d2h(be, T->cq, home + roff[r], dev + roff[r], rlen[r]));
+					m->kv_stats.d2h_bytes += rlen[r];
 				}
 			}
 		}
 	}
 	if (p.disk) {
 		if (prefill) {
-			size_t off0 = 0;
-			SL_TRY(write_pages(m, kv, st, mb, &off0, 1, 2 * (size_t)b.disk * T->sb));
+			size_t off0 = 0, len0 = 2 * (size_t)b.disk * T->sb;
+			SL_TRY(write_pages(m, kv, st, mb, &off0, &len0, 1));
 		} else {
-			size_t *offs = malloc(sizeof *offs * (size_t)p.disk * nh * 2);
+			size_t *offs = malloc(sizeof *offs * (size_t)p.disk * nh * 4);
 			if (!offs)
 				return sl_err(SL_ENOMEM, "out of memory");
+			size_t *lens = offs + (size_t)p.disk * nh * 2;
 			int cnt = 0;
 			for (int j = 0; j < p.disk; j++) {
 				const int s = s0 + p.dev + p.host + j;
-				for (int h = 0; h < nh; h++) {
-					int slot = new_slot(kv, pos, s, h, nh);
-					if (slot < 0)
-						continue;
-					for (int v = 0; v < 2; v++)
-						offs[cnt++] = ((size_t)v * b.disk + j) * T->sb +
-							      ((size_t)h * kv->cap + slot) * row;
-				}
+				int n = new_ranges(kv, pos, s, nh, hrow, roff, rlen);
+				for (int v = 0; v < 2; v++)
+					for (int r = 0; r < n; r++) {
+						offs[cnt] = ((size_t)v * b.disk + j) * T->sb + roff[r];
+						lens[cnt++] = rlen[r];
+					}
 			}
-			int rc = write_pages(m, kv, st, mb, offs, cnt, row);
+			int rc = write_pages(m, kv, st, mb, offs, lens, cnt);
 			free(offs);
 			SL_TRY(rc);
 		}

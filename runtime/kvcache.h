@@ -7,8 +7,9 @@
  * whole sequences, in order: the first round(g x cache_gpu%) live on the
  * device, the next ones (up to round(g x (gpu% + cpu%))) in pinned host
  * memory, the rest on disk (FlexGen's split).  A sequence's K (and V) of one
- * layer is one block of (n_head, cap, head_dim) in every tier, so a home and
- * its device copy share one layout.
+ * layer is one block of (cap, n_head, head_dim) in every tier (token-major:
+ * a slot holds every head's row), so a home and its device copy share one
+ * layout and a token's row is one contiguous range.
  *
  * Schedule.  For each step (layer l, micro-batch k) of a forward pass the
  * model calls sl_kv_step_begin, runs its attention over the parts the call
@@ -17,9 +18,10 @@
  * areas: only the rows in use, by copies on a copy queue and one
  * asynchronous read of the micro-batch's disk segment; with overlap, the
  * next step's loads are issued before this step computes.  After the step
- * only what it changed goes back: the new token's row per head (its slot is
- * found from the H2O positions when H2O moved it), or, after a prefill, the
- * rows kept; on disk, the 4 KiB pages holding them.  Order between the copy
+ * only what it changed goes back: the new token's row (one range per
+ * sequence; under H2O one piece per head, at the slot its positions say the
+ * token took), or, after a prefill, the rows kept; on disk, the 4 KiB pages
+ * holding them.  Order between the copy
  * queue, the compute queue and the disk is by events and tickets.
  *
  * cpu_cache_compute (backends whose device memory is host memory): decode
@@ -70,9 +72,11 @@ void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t 
 
 /* H2O sizing: the slots of a cache for prompts of up to max_prompt tokens,
  * the device bytes beyond K and V (scores, positions, prompt scratch,
- * evicted sums), and one sequence's budget for a prompt. */
+ * evicted sums; the scratch holds one micro-batch of gs), and one
+ * sequence's budget for a prompt. */
 int sl_kv_h2o_slots(double hh, double rr, int max_prompt, int max_len);
-size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int cap, int max_prompt, size_t es);
+size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int cap, int max_prompt,
+		       size_t es);
 int sl_kv_h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent);
 
 #endif

@@ -121,6 +121,11 @@ static void release_ws(sl_model *m)
 	m->max_rows = m->max_seq = 0;
 }
 
+void sl_model_release(sl_model *m)
+{
+	release_ws(m);
+}
+
 void sl_model_free(sl_model *m)
 {
 	if (!m)
@@ -172,13 +177,33 @@ size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_ro
 	size_t extra = 0;
 	if (hh > 0 || rr > 0) {
 		cap = sl_kv_h2o_slots(hh, rr, max_prompt, cap);
-		extra = sl_kv_h2o_extra(c, max_seq, cap, max_prompt, es);
+		extra = sl_kv_h2o_extra(c, max_seq, micro > 0 && micro < max_seq ? micro : max_seq, cap,
+					max_prompt, es);
 	}
 	sl_kv_sizes kz;
 	sl_kv_tier_sizes(c, max_seq, micro, cap, es, cache_gpu_percent, 100 - cache_gpu_percent,
 			 true, &kz);
 	return sl_weights_global_bytes(c) + 2 * stage + kz.device + extra +
 	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro);
+}
+
+void sl_model_job_bytes(const sl_model *m, int nseq, int max_prompt, int max_len, size_t *dev,
+			size_t *host)
+{
+	const sl_opt_config *c = &m->cfg;
+	const size_t es = m->kv_f32 ? 4 : 2;
+	const int gs = m->micro > 0 && m->micro < nseq ? m->micro : nseq;
+	int cap = max_len;
+	size_t extra = 0;
+	if (m->hh_ratio > 0 || m->recent_ratio > 0) {
+		cap = sl_kv_h2o_slots(m->hh_ratio, m->recent_ratio, max_prompt, max_len);
+		extra = sl_kv_h2o_extra(c, nseq, gs, cap, max_prompt, es);
+	}
+	sl_kv_sizes kz;
+	sl_kv_tier_sizes(c, nseq, gs, cap, es, m->cache_gpu_percent, m->cache_cpu_percent,
+			 m->be->ops->dev_is_host, &kz);
+	*dev = ws_bytes(c, nseq, SL_MAX(nseq * max_prompt, nseq), m->micro) + kz.device + extra;
+	*host = kz.host;
 }
 
 int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
@@ -270,7 +295,8 @@ static int h2o_attention(sl_model *m, sl_kv *kv, int l, int s0, int g, sl_attn_a
 		if (t > kv->scratch_cap)
 			return sl_err(SL_EBUDGET, "prompt of %d tokens is longer than the H2O scratch (%d)",
 				      t, kv->scratch_cap);
-		const size_t ss = (size_t)s0 * nh * kv->scratch_cap;
+		/* one micro-batch's scratch: this part's place within it */
+		const size_t ss = (size_t)(s0 % kv->gs) * nh * kv->scratch_cap;
 		float *score = kv->scratch_score + ss;
 		SL_TRY(o->memset_dev(m->be, m->q, score, 0, sizeof(float) * (size_t)g * nh * kv->scratch_cap));
 		sl_attn_args pa = *a;

@@ -98,8 +98,8 @@ typedef struct sl_kv {
 	int *heavy, *recent;           /* host (nseq), set by the prefill */
 	float **score;                 /* per layer, device (nseq, n_head, cap) */
 	int32_t **pos_slot;            /* per layer, device (nseq, n_head, cap) */
-	void *scratch_k, *scratch_v;   /* device (nseq, n_head, scratch_cap, head_dim) */
-	float *scratch_score;          /* device (nseq, n_head, scratch_cap) */
+	void *scratch_k, *scratch_v;   /* device, one micro-batch (gs, n_head, scratch_cap, head_dim) */
+	float *scratch_score;          /* device (gs, n_head, scratch_cap) */
 	int scratch_cap;
 	float *evicted;                /* (optional) device (n_layer, nseq, n_head) */
 } sl_kv;
@@ -130,6 +130,13 @@ void sl_model_io_node(sl_backend *be, sl_disk_params *dp);
  * layer's weights serve every micro-batch) and only the residual stream is
  * kept for the whole block; the other buffers hold one micro-batch. */
 int sl_model_reserve(sl_model *m, int max_seq, int max_rows);
+/* The device and host bytes a job of nseq sequences (prompts up to
+ * max_prompt, max_len tokens in all) adds to the open model: the workspace
+ * and the KV cache (sl_kv_make's) under the model's placement. */
+void sl_model_job_bytes(const sl_model *m, int nseq, int max_prompt, int max_len, size_t *dev,
+			size_t *host);
+/* Free the workspace (the next forward or reserve makes it again). */
+void sl_model_release(sl_model *m);
 
 /* The least device memory a job of max_seq sequences, max_rows rows per
  * forward and cap cache slots can run in: every decoder layer's weights off

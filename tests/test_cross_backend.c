@@ -506,7 +506,8 @@ static void run_attn(const attn_case *c, bool prefill, bool with_score, uint64_t
 			for (int h = 0; h < c->nh; h++)
 				for (int j = 0; j < meta[s]; j++)
 					for (int d = 0; d < c->hd; d++) {
-						const size_t i = (((size_t)s * c->nh + h) * c->cap + j) * c->hd + d;
+						/* token-major: (nseq, cap, nh, hd) */
+						const size_t i = (((size_t)s * c->cap + j) * c->nh + h) * c->hd + d;
 						kc0[i] = sl_float_to_half(rnd());
 						vc0[i] = sl_float_to_half(rnd());
 					}
@@ -703,6 +704,14 @@ static int h2o_rank_cmp(const void *x, const void *y)
 	return b->i - a->i;
 }
 
+/* The row (of hd values) of slot j of (sequence, head) t = s * nh + h in a
+ * token-major cache (backend.h: (nseq, cap, nh, hd)): (s * cap + j) * nh + h. */
+static size_t kv_row(int cap, int nh, size_t t, int j)
+{
+	const size_t s = t / (size_t)nh, h = t % (size_t)nh;
+	return (s * (size_t)cap + (size_t)j) * (size_t)nh + h;
+}
+
 /* device copy of host bytes, off bytes into a fresh allocation of bytes + off */
 static char *dput_at(int s, const void *host, size_t bytes, size_t off)
 {
@@ -896,9 +905,10 @@ static void run_h2o(const h2o_case *c, uint64_t seed)
 			want.score[o] = j < kept ? sc[keep[j]] : 0.0f;
 			want.pos[o] = j < kept ? keep[j] : -1;
 			if (j < kept) {
-				const size_t si = (t * c->cap_in + keep[j]) * row;
-				memcpy(want.k + o * row, ksrc + si, row);
-				memcpy(want.v + o * row, vsrc + si, row);
+				const size_t si = kv_row(c->cap_in, nh, t, keep[j]) * row;
+				const size_t di = kv_row(c->cap, nh, t, j) * row;
+				memcpy(want.k + di, ksrc + si, row);
+				memcpy(want.v + di, vsrc + si, row);
 			}
 		}
 		len[s] = SL_MIN(n[s], B);
@@ -918,8 +928,8 @@ static void run_h2o(const h2o_case *c, uint64_t seed)
 			const int L = len[t / nh];
 			float *sc = st.score + t * c->cap;
 			int32_t *ps = st.pos + t * c->cap;
-			fill_bytes(st.k + (t * c->cap + L) * row, row);
-			fill_bytes(st.v + (t * c->cap + L) * row, row);
+			fill_bytes(st.k + kv_row(c->cap, nh, t, L) * row, row);
+			fill_bytes(st.v + kv_row(c->cap, nh, t, L) * row, row);
 			for (int j = 0; j < L; j++)
 				sc[j] += c->ties ? 0.5f * (float)rnd_int(2) : fabsf(rnd()) * 0.1f;
 			sc[L] = h2o_score(c->ties);
@@ -967,8 +977,10 @@ static void run_h2o(const h2o_case *c, uint64_t seed)
 			if (c->evicted)
 				want.ev[t] += sc[v];
 			if (v != L) {
-				memcpy(want.k + (t * c->cap + v) * row, want.k + (t * c->cap + L) * row, row);
-				memcpy(want.v + (t * c->cap + v) * row, want.v + (t * c->cap + L) * row, row);
+				const size_t dr = kv_row(c->cap, nh, t, v) * row;
+				const size_t sr = kv_row(c->cap, nh, t, L) * row;
+				memcpy(want.k + dr, want.k + sr, row);
+				memcpy(want.v + dr, want.v + sr, row);
 				sc[v] = sc[L];
 				ps[v] = ps[L];
 			}

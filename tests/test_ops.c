@@ -826,6 +826,17 @@ static attn_case attn_case_of(int i, bool prefill)
 	return c;
 }
 
+/*
+ * The element of a KV cache (backend.h: token-major, (nseq, cap, nh, hd))
+ * that holds dim d of head h of the token in slot j of sequence s.  The
+ * hand-built tests (test_attn_cache_layout, test_h2o_cache_layout) pin
+ * this down with literal offsets.
+ */
+static size_t kv_index(int cap, int nh, int hd, int s, int j, int h, int d)
+{
+	return (((size_t)s * cap + (size_t)j) * nh + (size_t)h) * hd + (size_t)d;
+}
+
 /* Cache element access for either dtype. */
 static uint32_t cache_bits(const void *cache, bool f32, size_t i)
 {
@@ -937,12 +948,11 @@ static void prefill_check(sl_backend *b, sl_queue *q, const attn_case *c, int mo
 	for (int s = 0; s < nseq; s++)
 		for (int h = 0; h < nh; h++) {
 			const int np = npad[s], nr = t - np;
-			const size_t base = (size_t)(s * nh + h) * cap * hd;
 			/* (1) real rows cached in slots [0, nr), rounded to the cache
 			 * dtype; (2) slots beyond untouched */
 			for (int j = 0; j < cap; j++)
 				for (int d = 0; d < hd; d++) {
-					const size_t ci = base + (size_t)j * hd + d;
+					const size_t ci = kv_index(cap, nh, hd, s, j, h, d);
 					if (j >= nr) {
 						FAIL_IF(cache_bits(kc, c->f32, ci) != cache_poison(c->f32) ||
 								cache_bits(vc, c->f32, ci) != cache_poison(c->f32),
@@ -1057,7 +1067,7 @@ static void decode_check(sl_backend *b, sl_queue *q, const attn_case *c, int mod
 		for (int h = 0; h < nh; h++)
 			for (int j = 0; j < cap; j++)
 				for (int d = 0; d < hd; d++) {
-					const size_t ci = ((size_t)(s * nh + h) * cap + j) * hd + d;
+					const size_t ci = kv_index(cap, nh, hd, s, j, h, d);
 					const bool live = j < len[s];
 					if (c->f32) {
 						((float *)kc)[ci] = live ? rng_unif(&r) : bitsf(POISON_F32);
@@ -1088,11 +1098,10 @@ static void decode_check(sl_backend *b, sl_queue *q, const attn_case *c, int mod
 	for (int s = 0; s < nseq; s++)
 		for (int h = 0; h < nh; h++) {
 			const int L = len[s];
-			const size_t base = (size_t)(s * nh + h) * cap * hd;
 			const size_t row = (size_t)s * hidden + (size_t)h * hd;
 			for (int j = 0; j < cap; j++)
 				for (int d = 0; d < hd; d++) {
-					const size_t ci = base + (size_t)j * hd + d;
+					const size_t ci = kv_index(cap, nh, hd, s, j, h, d);
 					const uint32_t kb = cache_bits(kc, c->f32, ci), vb = cache_bits(vc, c->f32, ci);
 					if (j == L) { /* the new token */
 						FAIL_IF(kb != cache_want(kn[row + d], c->f32) ||
@@ -1198,6 +1207,237 @@ START_TEST(test_attn_bad_args)
 	ck_assert_int_eq(rc, SL_EINVAL);
 	ck_assert_msg(strstr(sl_errmsg(), c->prefill ? "attn_prefill" : "attn_decode"),
 		      "the message does not name the op: %s", sl_errmsg());
+}
+END_TEST
+
+/*
+ * The cache layout, pinned with literal offsets (backend.h: token-major,
+ * (nseq, cap, nh, hd)), for attention.  nseq = 2, nh = 2, hd = 2, cap = 4
+ * (hidden 4: 16 elements per sequence).  Token j of sequence b has, in head
+ * h, dim d, the key code(b, j, h, d) = 1000 b + 100 j + 10 h + d + 1 and
+ * the value -code.  A prefill of t = 3 rows with npad = {1, 0} caches
+ * tokens 0, 1 of sequence 0 and 0, 1, 2 of sequence 1; a decode with len =
+ * {2, 3} adds token 2 of sequence 0 and token 3 of sequence 1.  The k cache
+ * must then hold the literal table below element by element (the v cache
+ * its negation; 0: never written, poison), after the prefill without those
+ * two tokens.  With q = 0 the attention is uniform, so each output is -(the
+ * mean of the codes over the slots read): a slot, head or sequence that the
+ * decode reads from the wrong place shows there.
+ */
+static const int layout_attn_k[32] = {
+	/* sequence 0: slot 0 (head 0: d 0, 1; head 1: d 0, 1), slot 1, slot 2, slot 3 */
+	1, 2, 11, 12, 101, 102, 111, 112, 201, 202, 211, 212, 0, 0, 0, 0,
+	/* sequence 1 */
+	1001, 1002, 1011, 1012, 1101, 1102, 1111, 1112,
+	1201, 1202, 1211, 1212, 1301, 1302, 1311, 1312,
+};
+
+static float layout_code(int b, int j, int h, int d)
+{
+	return (float)(1000 * b + 100 * j + 10 * h + d + 1);
+}
+
+/* element i of a cache holds want (0: poison) */
+static void layout_check_cache(const char *what, const void *kc, const void *vc, bool f32,
+			       const int *want, int n, const bool *skip)
+{
+	for (int i = 0; i < n; i++) {
+		if (skip && skip[i])
+			continue;
+		const uint32_t wk = want[i] ? cache_want((float)want[i], f32) : cache_poison(f32);
+		const uint32_t wv = want[i] ? cache_want((float)-want[i], f32) : cache_poison(f32);
+		FAIL_IF(cache_bits(kc, f32, (size_t)i) != wk,
+			"%s f32=%d: k cache element %d = %x, want %x (code %d)", what, f32, i,
+			cache_bits(kc, f32, (size_t)i), wk, want[i]);
+		FAIL_IF(cache_bits(vc, f32, (size_t)i) != wv,
+			"%s f32=%d: v cache element %d = %x, want %x (code %d)", what, f32, i,
+			cache_bits(vc, f32, (size_t)i), wv, -want[i]);
+	}
+}
+
+static void layout_poison(void *c, bool f32, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (f32)
+			((float *)c)[i] = bitsf(POISON_F32);
+		else
+			((sl_half *)c)[i] = POISON_F16;
+	}
+}
+
+START_TEST(test_attn_cache_layout)
+{
+	enum { NSEQ = 2, NH = 2, HD = 2, CAP = 4, T = 3, HID = NH * HD, N = NSEQ * CAP * HID };
+	const bool f32 = _i & 1;
+	sl_backend *b = _i & 2 ? be_scalar : be;
+	sl_queue *q = _i & 2 ? qu_scalar : qu;
+	/* the test's own index agrees with the literal table */
+	ck_assert_int_eq(kv_index(CAP, NH, HD, 0, 1, 1, 0), 6);
+	ck_assert_int_eq(kv_index(CAP, NH, HD, 1, 3, 0, 1), 29);
+	ck_assert_int_eq(layout_attn_k[29], (int)layout_code(1, 3, 0, 1));
+
+	const int npad[NSEQ] = { 1, 0 };
+	int len[NSEQ] = { 2, 3 };
+	float qp[NSEQ * T * HID] = { 0 }, kp[NSEQ * T * HID], vp[NSEQ * T * HID], op[NSEQ * T * HID];
+	for (int s = 0; s < NSEQ; s++)
+		for (int i = 0; i < T; i++)
+			for (int e = 0; e < HID; e++) {
+				const int j = i - npad[s], o = (s * T + i) * HID + e;
+				kp[o] = j < 0 ? 77.0f : layout_code(s, j, e / HD, e % HD);
+				vp[o] = j < 0 ? 99.0f : -layout_code(s, j, e / HD, e % HD);
+				op[o] = bitsf(POISON_F32);
+			}
+	float kcf[N], vcf[N]; /* room for either dtype */
+	void *kc = kcf, *vc = vcf;
+	layout_poison(kc, f32, N);
+	layout_poison(vc, f32, N);
+	sl_attn_args a = { .nseq = NSEQ, .nh = NH, .hd = HD, .t = T, .cap = CAP, .q = qp,
+			   .k_new = kp, .v_new = vp, .out = op, .k_cache = kc, .v_cache = vc,
+			   .kv_f32 = f32, .npad = npad };
+	ck_assert_int_eq(b->ops->attn_prefill(b, q, &a), 0);
+	/* the table without the tokens that the decode adds: what decode reads */
+	int after_prefill[N];
+	memcpy(after_prefill, layout_attn_k, sizeof after_prefill);
+	for (int s = 0; s < NSEQ; s++)
+		for (int e = 0; e < HID; e++)
+			after_prefill[(s * CAP + len[s]) * HID + e] = 0;
+	layout_check_cache("attn prefill", kc, vc, f32, after_prefill, N, NULL);
+	for (int s = 0; s < NSEQ; s++)
+		for (int i = 0; i < T; i++)
+			for (int e = 0; e < HID; e++) {
+				const int j = i - npad[s];
+				const double want = j < 0 ? 0.0 : -(1000.0 * s + 50.0 * j + 10 * (e / HD) + e % HD + 1);
+				const float got = op[(s * T + i) * HID + e];
+				FAIL_IF(!(fabs(got - want) <= 1e-3),
+					"prefill f32=%d: out of sequence %d row %d [%d] = %g, want %g", f32, s,
+					i, e, (double)got, want);
+			}
+
+	float qd[NSEQ * HID] = { 0 }, kd[NSEQ * HID], vd[NSEQ * HID], od[NSEQ * HID];
+	for (int s = 0; s < NSEQ; s++)
+		for (int e = 0; e < HID; e++) {
+			kd[s * HID + e] = layout_code(s, len[s], e / HD, e % HD);
+			vd[s * HID + e] = -layout_code(s, len[s], e / HD, e % HD);
+		}
+	sl_attn_args d = { .nseq = NSEQ, .nh = NH, .hd = HD, .t = 1, .cap = CAP, .q = qd,
+			   .k_new = kd, .v_new = vd, .out = od, .k_cache = kc, .v_cache = vc,
+			   .kv_f32 = f32, .len = len };
+	ck_assert_int_eq(b->ops->attn_decode(b, q, &d), 0);
+	for (int s = 0; s < NSEQ; s++)
+		for (int e = 0; e < HID; e++) {
+			const double want = -(1000.0 * s + 50.0 * len[s] + 10 * (e / HD) + e % HD + 1);
+			FAIL_IF(!(fabs(od[s * HID + e] - want) <= 1e-3),
+				"decode f32=%d: out of sequence %d [%d] = %g, want %g", f32, s, e,
+				(double)od[s * HID + e], want);
+		}
+	layout_check_cache("attn prefill + decode", kc, vc, f32, layout_attn_k, N, NULL);
+}
+END_TEST
+
+/*
+ * The same for H2O: nseq = 2, nh = 2, hd = 2, heavy = recent = 1, cap = 3,
+ * a scratch of cap_in = 4 slots holding code(b, j, h, d) (token-major, as
+ * above) for every slot.  Scores (head-major): sequence 0 (n = 4) head 0
+ * {5, 1, 2, -}, head 1 {1, 2, 5, -}: head 0 keeps tokens {0, 3}, head 1
+ * {2, 3}; sequence 1 (n = 2) keeps both tokens in both heads.  Then one
+ * evict step with len 2, cur = {4, 2}: the new token (code 1000 b + 500 +
+ * 10 h + d + 1) in slot 2 of each head, slot scores chosen so that the
+ * victims are slots 1, 0 (sequence 0, heads 0, 1) and 0, 1 (sequence 1).
+ */
+static const int layout_h2o_compact_k[24] = {
+	/* sequence 0: slot 0 (head 0 has token 0, head 1 token 2), slot 1 (token 3), slot 2 */
+	1, 2, 211, 212, 301, 302, 311, 312, 0, 0, 0, 0,
+	/* sequence 1: tokens 0, 1 */
+	1001, 1002, 1011, 1012, 1101, 1102, 1111, 1112, 0, 0, 0, 0,
+};
+static const int layout_h2o_compact_pos[12] = { 0, 3, -1, 2, 3, -1, 0, 1, -1, 0, 1, -1 };
+static const int layout_h2o_evict_k[24] = {
+	1, 2, 511, 512, 501, 502, 311, 312, 0, 0, 0, 0,
+	1501, 1502, 1011, 1012, 1101, 1102, 1511, 1512, 0, 0, 0, 0,
+};
+static const int layout_h2o_evict_pos[12] = { 0, 4, -1, 4, 3, -1, 2, 1, -1, 0, 2, -1 };
+
+START_TEST(test_h2o_cache_layout)
+{
+	enum { NSEQ = 2, NH = 2, HD = 2, CAP_IN = 4, CAP = 3, NS = NSEQ * CAP_IN * NH * HD,
+	       NC = NSEQ * CAP * NH * HD };
+	const bool f32 = _i & 1;
+	sl_backend *b = _i & 2 ? be_scalar : be;
+	sl_queue *q = _i & 2 ? qu_scalar : qu;
+	ck_assert(b->ops->h2o_compact && b->ops->h2o_evict);
+	float ksf[NS], vsf[NS], kcf[NC], vcf[NC];
+	void *ks = ksf, *vs = vsf, *kc = kcf, *vc = vcf;
+	for (int s = 0; s < NSEQ; s++)
+		for (int j = 0; j < CAP_IN; j++)
+			for (int h = 0; h < NH; h++)
+				for (int d = 0; d < HD; d++) {
+					const size_t i = kv_index(CAP_IN, NH, HD, s, j, h, d);
+					const float c = layout_code(s, j, h, d);
+					if (f32) {
+						((float *)ks)[i] = c;
+						((float *)vs)[i] = -c;
+					} else {
+						((sl_half *)ks)[i] = ref_f2h(c);
+						((sl_half *)vs)[i] = ref_f2h(-c);
+					}
+				}
+	layout_poison(kc, f32, NC);
+	layout_poison(vc, f32, NC);
+	const float ssrc[NSEQ * NH * CAP_IN] = { 5, 1, 2, 0, 1, 2, 5, 0, 1, 2, 0, 0, 3, 2, 0, 0 };
+	float sc[NSEQ * NH * CAP], ev[NSEQ * NH] = { 0 };
+	int32_t pos[NSEQ * NH * CAP];
+	for (int i = 0; i < NSEQ * NH * CAP; i++) {
+		sc[i] = -7.0f;
+		pos[i] = -7;
+	}
+	int n[NSEQ] = { 4, 2 }, heavy[NSEQ] = { 1, 1 }, recent[NSEQ] = { 1, 1 };
+	sl_h2o_args a = { .nseq = NSEQ, .nh = NH, .hd = HD, .kv_f32 = f32, .k_src = ks,
+			  .v_src = vs, .score_src = ssrc, .cap_in = CAP_IN, .k_cache = kc,
+			  .v_cache = vc, .score = sc, .pos = pos, .cap = CAP, .n = n,
+			  .heavy = heavy, .recent = recent, .evicted = ev };
+	ck_assert_int_eq(b->ops->h2o_compact(b, q, &a), 0);
+	for (int i = 0; i < NSEQ * NH * CAP; i++)
+		FAIL_IF(pos[i] != layout_h2o_compact_pos[i], "h2o_compact f32=%d: pos[%d] = %d, want %d",
+			f32, i, pos[i], layout_h2o_compact_pos[i]);
+	layout_check_cache("h2o_compact", kc, vc, f32, layout_h2o_compact_k, NC, NULL);
+	ck_assert(ev[0] == 3.0f && ev[1] == 3.0f && ev[2] == 0.0f && ev[3] == 0.0f);
+
+	/* attn_decode's part: the new token in slot 2 of every head, the scores */
+	int len[NSEQ] = { 2, 2 }, cur[NSEQ] = { 4, 2 };
+	for (int s = 0; s < NSEQ; s++)
+		for (int h = 0; h < NH; h++)
+			for (int d = 0; d < HD; d++) {
+				const size_t i = kv_index(CAP, NH, HD, s, len[s], h, d);
+				const float c = (float)(1000 * s + 500 + 10 * h + d + 1);
+				if (f32) {
+					((float *)kc)[i] = c;
+					((float *)vc)[i] = -c;
+				} else {
+					((sl_half *)kc)[i] = ref_f2h(c);
+					((sl_half *)vc)[i] = ref_f2h(-c);
+				}
+			}
+	const float sc1[NSEQ * NH * CAP] = { 5, 1, 0.5f, 0.125f, 1, 0.5f, 1, 2, 0.5f, 3, 2, 0.5f };
+	memcpy(sc, sc1, sizeof sc);
+	sl_h2o_args e = a;
+	e.len = len;
+	e.cur = cur;
+	ck_assert_int_eq(b->ops->h2o_evict(b, q, &e), 0);
+	for (int i = 0; i < NSEQ * NH * CAP; i++)
+		FAIL_IF(pos[i] != layout_h2o_evict_pos[i], "h2o_evict f32=%d: pos[%d] = %d, want %d", f32,
+			i, pos[i], layout_h2o_evict_pos[i]);
+	/* slot len's rows are free: their content is not specified */
+	bool skip[NC] = { false };
+	for (int s = 0; s < NSEQ; s++)
+		for (int h = 0; h < NH; h++)
+			for (int d = 0; d < HD; d++)
+				skip[kv_index(CAP, NH, HD, s, len[s], h, d)] = true;
+	layout_check_cache("h2o_evict", kc, vc, f32, layout_h2o_evict_k, NC, skip);
+	const float want_sc[NSEQ * NH * CAP] = { 5, 0.5f, 0, 0.5f, 1, 0, 0.5f, 2, 0, 3, 0.5f, 0 };
+	for (int i = 0; i < NSEQ * NH * CAP; i++)
+		FAIL_IF(sc[i] != want_sc[i], "h2o_evict f32=%d: score[%d] = %g, want %g", f32, i,
+			(double)sc[i], (double)want_sc[i]);
+	ck_assert(ev[0] == 4.0f && ev[1] == 3.125f && ev[2] == 1.0f && ev[3] == 2.0f);
 }
 END_TEST
 
@@ -1341,6 +1581,8 @@ int main(void)
 	tcase_add_loop_test(tc, test_attn_prefill, 0, PREFILL_CASES);
 	tcase_add_loop_test(tc, test_attn_decode, 0, DECODE_CASES);
 	tcase_add_loop_test(tc, test_attn_bad_args, 0, (int)SL_ARRAY_LEN(attn_bad_cases));
+	tcase_add_loop_test(tc, test_attn_cache_layout, 0, 4);
+	tcase_add_loop_test(tc, test_h2o_cache_layout, 0, 4);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("argmax");

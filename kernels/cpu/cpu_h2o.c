@@ -1,18 +1,30 @@
 /*
  * cpu_h2o.c - H2O heavy-hitter cache maintenance on the CPU: choosing the
  * kept prompt tokens after prefill, and one eviction per decode step, per
- * (sequence, head).  The specification is in backend.h.
+ * (sequence, head).  The specification is in backend.h.  K and V rows are
+ * token-major (nseq, cap, nh, hd); score and pos are head-major (nseq, nh,
+ * cap), so a task's scores are contiguous and its rows are hidden apart.
  */
 #include "cpu_internal.h"
 
 #include <omp.h>
 #include <string.h>
 
-static void copy_row(const sl_h2o_args *a, void *dst, size_t dst_slot, const void *src,
-		     size_t src_slot)
+/*
+ * The row index (in rows of hd) of slot j of task (sequence, head) = s * nh
+ * + h in a token-major cache (nseq, cap, nh, hd): ((s * cap + j) * nh + h).
+ */
+static size_t kv_row(int nh, int cap, int task, int j)
+{
+	const int s = task / nh, h = task - s * nh;
+	return ((size_t)s * cap + (size_t)j) * nh + (size_t)h;
+}
+
+static void copy_row(const sl_h2o_args *a, void *dst, size_t dst_row, const void *src,
+		     size_t src_row)
 {
 	const size_t es = a->kv_f32 ? 4 : 2, row = (size_t)a->hd * es;
-	memmove((char *)dst + dst_slot * row, (const char *)src + src_slot * row, row);
+	memmove((char *)dst + dst_row * row, (const char *)src + src_row * row, row);
 }
 
 /* candidates sorted best first: higher score, then newer position */
@@ -74,8 +86,10 @@ int sl_cpu_h2o_compact(sl_backend *b, sl_queue *q, const sl_h2o_args *a)
 				qsort(idx, (size_t)kept, sizeof *idx, by_int); /* position order */
 			}
 			for (int j = 0; j < kept; j++) {
-				copy_row(a, a->k_cache, out + j, a->k_src, in + idx[j]);
-				copy_row(a, a->v_cache, out + j, a->v_src, in + idx[j]);
+				const size_t dr = kv_row(nh, a->cap, task, j),
+					     sr = kv_row(nh, a->cap_in, task, idx[j]);
+				copy_row(a, a->k_cache, dr, a->k_src, sr);
+				copy_row(a, a->v_cache, dr, a->v_src, sr);
 				a->score[out + j] = sc[idx[j]];
 				a->pos[out + j] = idx[j];
 			}
@@ -120,8 +134,9 @@ int sl_cpu_h2o_evict(sl_backend *b, sl_queue *q, const sl_h2o_args *a)
 		if (a->evicted)
 			a->evicted[task] += sc[v];
 		if (v != L) {
-			copy_row(a, a->k_cache, base + v, a->k_cache, base + L);
-			copy_row(a, a->v_cache, base + v, a->v_cache, base + L);
+			const size_t dr = kv_row(nh, a->cap, task, v), sr = kv_row(nh, a->cap, task, L);
+			copy_row(a, a->k_cache, dr, a->k_cache, sr);
+			copy_row(a, a->v_cache, dr, a->v_cache, sr);
 			sc[v] = sc[L];
 			pos[v] = pos[L];
 		}

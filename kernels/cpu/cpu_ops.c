@@ -1,7 +1,8 @@
 /*
  * cpu_ops.c - layernorm, embedding, attention (prefill and decode over the
  * fp16 KV cache, with optional H2O score accumulation) and argmax on the CPU.
- * Threads split work over rows or over (sequence, head) pairs.
+ * Threads split work over rows or over (sequence, head) pairs.  The cache is
+ * token-major (backend.h): a (sequence, head)'s slots are hidden apart.
  */
 #include "cpu_internal.h"
 
@@ -121,14 +122,25 @@ static void store_slot(const sl_attn_args *a, void *cache, size_t slot_off, cons
 	}
 }
 
+/* rows slots of one (sequence, head) from off, stride hidden in the
+ * token-major cache, to dst as packed rows of hd */
 static void load_slots(const sl_attn_args *a, const void *cache, size_t off, int rows, float *dst,
 		       int simd)
 {
-	const size_t n = (size_t)rows * a->hd;
-	if (a->kv_f32)
-		memcpy(dst, (const float *)cache + off, n * sizeof(float));
-	else
-		sl_cpu_half_to_float((const sl_half *)cache + off, dst, n, simd);
+	const size_t hd = (size_t)a->hd, stride = (size_t)a->nh * hd;
+	for (int j = 0; j < rows; j++, off += stride, dst += hd) {
+		if (a->kv_f32)
+			memcpy(dst, (const float *)cache + off, hd * sizeof(float));
+		else
+			sl_cpu_half_to_float((const sl_half *)cache + off, dst, hd, simd);
+	}
+}
+
+/* Element offset of slot 0 of sequence s, head h in a token-major cache
+ * (nseq, cap, nh, hd); slot j is j * hidden further on. */
+static size_t cache_base(const sl_attn_args *a, int s, int h)
+{
+	return ((size_t)s * a->cap * a->nh + (size_t)h) * a->hd;
 }
 
 int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
@@ -147,11 +159,11 @@ int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 		const int np = a->npad[s], r = t - np;
 		float *ws = c->attn_ws + (size_t)omp_get_thread_num() * c->attn_ws_per_thread;
 		float *kf = ws, *vf = kf + (size_t)t * hd, *p = vf + (size_t)t * hd;
-		const size_t base = (size_t)(s * nh + h) * a->cap * hd;
+		const size_t base = cache_base(a, s, h);
 		for (int i = 0; i < r; i++) {
 			const size_t row = ((size_t)s * t + np + i) * hidden + (size_t)h * hd;
-			store_slot(a, a->k_cache, base + (size_t)i * hd, a->k_new + row);
-			store_slot(a, a->v_cache, base + (size_t)i * hd, a->v_new + row);
+			store_slot(a, a->k_cache, base + (size_t)i * hidden, a->k_new + row);
+			store_slot(a, a->v_cache, base + (size_t)i * hidden, a->v_new + row);
 		}
 		/* attention reads the cached keys and values (rounded to the
 		 * cache dtype), exactly as every later decode step will */
@@ -188,10 +200,10 @@ int sl_cpu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 		const int nk = a->len[s] + 1;
 		float *ws = c->attn_ws + (size_t)omp_get_thread_num() * c->attn_ws_per_thread;
 		float *kf = ws, *vf = kf + (size_t)maxlen * hd, *p = vf + (size_t)maxlen * hd;
-		const size_t base = (size_t)(s * nh + h) * a->cap * hd;
+		const size_t base = cache_base(a, s, h);
 		const size_t row = (size_t)s * hidden + (size_t)h * hd;
-		store_slot(a, a->k_cache, base + (size_t)a->len[s] * hd, a->k_new + row);
-		store_slot(a, a->v_cache, base + (size_t)a->len[s] * hd, a->v_new + row);
+		store_slot(a, a->k_cache, base + (size_t)a->len[s] * hidden, a->k_new + row);
+		store_slot(a, a->v_cache, base + (size_t)a->len[s] * hidden, a->v_new + row);
 		load_slots(a, a->k_cache, base, nk, kf, c->simd);
 		load_slots(a, a->v_cache, base, nk, vf, c->simd);
 		float *score = a->score ? a->score + (size_t)(s * nh + h) * a->cap : NULL;

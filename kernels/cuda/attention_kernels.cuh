@@ -8,8 +8,10 @@
  *   prefill q, k_new, v_new, out: fp32 [b][t][hidden], the first npad[b]
  *     rows of sequence b are padding; real row j is padded row npad[b] + j
  *   decode q, k_new, v_new, out: fp32 [b][hidden]
- *   cache: fp16 [b][h][cap][hd]
- *   score: fp32 [b][h][cap]
+ *   cache: fp16 [b][cap][h][hd], token-major: slot s of sequence b holds
+ *     every head's row (hidden values), so a (sequence, head)'s slots are
+ *     hidden apart and one slot's hd values of one head are contiguous
+ *   score: fp32 [b][h][cap] (head-major)
  * Attention reads k and v from the cache, that is rounded to fp16, for the
  * new tokens too (the values that later steps will see).
  *
@@ -29,7 +31,7 @@
 /*
  * Row i of sequence b: a padding row (i < npad) gets out = 0 over all
  * heads; a real row j = i - npad has its k and v (all heads) rounded to
- * fp16 and written to cache slot j.
+ * fp16 and written to cache slot j (one contiguous run of hidden values).
  * grid: (t, nseq in chunk); block: 256.
  */
 static __global__ void __launch_bounds__(SL_PF_STORE_THREADS)
@@ -47,11 +49,10 @@ sl_prefill_store_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 		return;
 	}
 	const int j = i - np;
+	const size_t slot = ((size_t)b * cap + j) * hidden;
 	for (int e = threadIdx.x; e < hidden; e += SL_PF_STORE_THREADS) {
-		const int h = e / hd, d = e - h * hd;
-		const size_t dst = (((size_t)b * nh + h) * cap + j) * hd + d;
-		kc[dst] = __float2half_rn(k_new[row + e]);
-		vc[dst] = __float2half_rn(v_new[row + e]);
+		kc[slot + e] = __float2half_rn(k_new[row + e]);
+		vc[slot + e] = __float2half_rn(v_new[row + e]);
 	}
 }
 
@@ -156,7 +157,8 @@ sl_prefill_attn_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 	float *Qs = sl_smem;             /* [BQ][hd] */
 	float *Ks = Qs + SL_PF_BQ * hd;  /* [BK][ks] */
 	float *Vs = Ks + SL_PF_BK * ks;  /* [BK][hd] */
-	const size_t cbase = ((size_t)b * nh + h) * cap * hd;
+	/* slot 0 of (b, h); slot j is j * hidden further on */
+	const size_t cbase = (size_t)b * cap * hidden + (size_t)h * hd;
 	const __half *kb = kc + cbase;
 	const __half *vb = vc + cbase;
 
@@ -187,7 +189,7 @@ sl_prefill_attn_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 			const int kk = e / hd, d = e - kk * hd;
 			float kv = 0.f, vv = 0.f;
 			if (kk < nk) {
-				const size_t off = (size_t)(k0 + kk) * hd + d;
+				const size_t off = (size_t)(k0 + kk) * hidden + d;
 				kv = __half2float(kb[off]);
 				vv = __half2float(vb[off]);
 			}
@@ -299,10 +301,10 @@ sl_prefill_score_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 	float *Ms = Qs + SL_PS_BQ * qs;   /* [BQ] row max */
 	float *Is = Ms + SL_PS_BQ;            /* [BQ] 1 / row sum */
 
-	const __half *kb = kc + ((size_t)b * nh + h) * cap * hd;
+	const __half *kb = kc + (size_t)b * cap * hidden + (size_t)h * hd;
 	for (int e = tid; e < SL_PS_KEYS * hd; e += SL_PS_THREADS) {
 		const int kk = e / hd, d = e - kk * hd;
-		Ks[e] = c0 + kk < L ? __half2float(kb[(size_t)(c0 + kk) * hd + d]) : 0.f;
+		Ks[e] = c0 + kk < L ? __half2float(kb[(size_t)(c0 + kk) * hidden + d]) : 0.f;
 	}
 	const float *qb = q + ((size_t)b * t + np) * hidden + (size_t)h * hd;
 	const float2 *mlb = ml + ((size_t)b * nh + h) * t;
@@ -384,7 +386,10 @@ static inline size_t sl_decode_smem(int hd, int vec, int maxlen)
  *      j = kg, kg + groups, ...; the groups' partials are added at the end.
  * Slots [0, n) are read once each for k and once for v; slot n comes from
  * the registers of the new token; nothing past n is read.
- * VEC = 8: 16-byte loads (hd % 8 == 0, cache 16-byte aligned), lpk =
+ * The (b, h) rows are hidden = nh * hd apart (token-major cache); a row's
+ * hd values are contiguous.
+ * VEC = 8: 16-byte loads (hd % 8 == 0, cache 16-byte aligned: then every
+ * row start, (slot * nh + h) * hd halves in, is aligned too), lpk =
  * the power of two >= hd / 8, CPL = 1; VEC = 1: half loads, lpk = 32,
  * CPL = 8.  hd <= 256.
  * grid: (nh, nseq in chunk); block: 256; shared: sl_decode_smem(hd, VEC, max len).
@@ -411,15 +416,16 @@ sl_decode_attn_kernel(int nh, int hd, int cap, int lpk, sl_cu_ints len,
 	float *ps = part + groups * hd;  /* [n + 1] scores, then probabilities */
 
 	const size_t qoff = (size_t)b * hidden + (size_t)h * hd;
-	const size_t cbase = ((size_t)b * nh + h) * cap * hd;
+	/* slot 0 of (b, h); slot j is j * hidden further on */
+	const size_t cbase = (size_t)b * cap * hidden + (size_t)h * hd;
 	__half *kb = kc + cbase;
 	__half *vb = vc + cbase;
 	for (int d = tid; d < hd; d += SL_DEC_THREADS) {
 		qs[d] = q[qoff + d];
 		const __half kh = __float2half_rn(k_new[qoff + d]);
 		const __half vh = __float2half_rn(v_new[qoff + d]);
-		kb[(size_t)n * hd + d] = kh;
-		vb[(size_t)n * hd + d] = vh;
+		kb[(size_t)n * hidden + d] = kh;
+		vb[(size_t)n * hidden + d] = vh;
 		kns[d] = __half2float(kh);
 		vns[d] = __half2float(vh);
 	}
@@ -441,7 +447,7 @@ sl_decode_attn_kernel(int nh, int hd, int cap, int lpk, sl_cu_ints len,
 		const int j = j0 + grp;
 		float s = 0.f;
 		if (j < n) {
-			const __half *kr = kb + (size_t)j * hd;
+			const __half *kr = kb + (size_t)j * hidden;
 #pragma unroll
 			for (int c = 0; c < CPL; c++) {
 				const int ch = gl + c * lpk;
@@ -503,7 +509,7 @@ sl_decode_attn_kernel(int nh, int hd, int cap, int lpk, sl_cu_ints len,
 			const float p = ps[j];
 			if (j < n) {
 				float vv[VEC];
-				sl_load_halves<VEC>(vb + (size_t)j * hd + ch * VEC, vv);
+				sl_load_halves<VEC>(vb + (size_t)j * hidden + ch * VEC, vv);
 #pragma unroll
 				for (int e = 0; e < VEC; e++)
 					acc[e] = fmaf(p, vv[e], acc[e]);

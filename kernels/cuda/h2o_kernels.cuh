@@ -4,11 +4,13 @@
  * (one eviction after a decode step), one block per (sequence, head).
  *
  * Layouts (b: sequence, h: head, s: slot):
- *   caches: [b][h][cap][hd] (k_src, v_src: cap_in slots), fp16 or fp32;
- *     rows are copied as raw words of W (16, 4, 2 or 1 bytes, the widest
- *     that the row size and every cache pointer allow), so both element
- *     types share the code and the bits move unchanged
- *   score, pos: [b][h][cap] (score_src: cap_in)
+ *   caches: [b][cap][h][hd], token-major (k_src, v_src: cap_in slots),
+ *     fp16 or fp32: the row of slot s, head h of sequence b is row
+ *     (b * cap + s) * nh + h, so a (sequence, head)'s rows are nh rows
+ *     apart; rows are copied as raw words of W (16, 4, 2 or 1 bytes, the
+ *     widest that the row size and every cache pointer allow), so both
+ *     element types share the code and the bits move unchanged
+ *   score, pos: [b][h][cap], head-major (score_src: cap_in)
  *   evicted: [b][h]
  * Both ops only move data, compare floats and (for evicted) add them in
  * the CPU backend's order, so their results equal the CPU's bit for bit.
@@ -104,7 +106,7 @@ sl_h2o_compact_kernel(int nh, int wrow, int cap_in, int cap, int pmax, int tb, s
 	SL_CU_DYN_SMEM(unsigned long long, sl_h2o_smem);
 	int *wsum = (int *)sl_h2o_smem; /* [SL_H2O_THREADS / 32] */
 	const int task = tb + (int)blockIdx.x;
-	const int s = task / nh;
+	const int s = task / nh, h = task - s * nh;
 	const int n = meta.v[SL_H2O_CMETA * s], H = meta.v[SL_H2O_CMETA * s + 1],
 		  R = meta.v[SL_H2O_CMETA * s + 2];
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -217,12 +219,15 @@ sl_h2o_compact_kernel(int nh, int wrow, int cap_in, int cap, int pmax, int tb, s
 		score[out + j] = v;
 		pos[out + j] = p;
 	}
-	/* the kept rows */
-	const size_t rin = in * wrow, rout = out * wrow;
+	/* the kept rows: slot j's row (s, j, h) is row (s * cap + j) * nh + h,
+	 * rows of (s, h) are nh * wrow words apart */
+	const size_t rin = ((size_t)s * cap_in * nh + h) * wrow;
+	const size_t rout = ((size_t)s * cap * nh + h) * wrow;
+	const size_t rstep = (size_t)nh * wrow;
 	for (int e = tid; e < kept * wrow; e += SL_H2O_THREADS) {
 		const int j = e / wrow, w = e - j * wrow;
 		const int p = j < heavy ? inv[j] : first + (j - heavy);
-		const size_t src = rin + (size_t)p * wrow + w, dst = rout + (size_t)j * wrow + w;
+		const size_t src = rin + (size_t)p * rstep + w, dst = rout + (size_t)j * rstep + w;
 		k_cache[dst] = k_src[src];
 		v_cache[dst] = v_src[src];
 	}
@@ -264,7 +269,7 @@ sl_h2o_evict_kernel(int nh, int wrow, int cap, sl_cu_ints meta, W *__restrict__ 
 	__shared__ float rs[SL_H2O_EVICT_THREADS / 32];
 	__shared__ int rp[SL_H2O_EVICT_THREADS / 32], rj[SL_H2O_EVICT_THREADS / 32];
 	__shared__ int victim;
-	const int b = blockIdx.y, task = b * nh + (int)blockIdx.x;
+	const int b = blockIdx.y, h = (int)blockIdx.x, task = b * nh + h;
 	const int L = meta.v[SL_H2O_EMETA * b], cur = meta.v[SL_H2O_EMETA * b + 1];
 	const int H = meta.v[SL_H2O_EMETA * b + 2], R = meta.v[SL_H2O_EMETA * b + 3];
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -312,7 +317,9 @@ sl_h2o_evict_kernel(int nh, int wrow, int cap, sl_cu_ints meta, W *__restrict__ 
 		return;
 	}
 	if (v != L) {
-		const size_t src = (base + L) * wrow, dst = (base + v) * wrow;
+		/* token-major rows: slot j of (b, h) is row (b * cap + j) * nh + h */
+		const size_t src = (((size_t)b * cap + L) * nh + h) * wrow,
+			     dst = (((size_t)b * cap + v) * nh + h) * wrow;
 		for (int w = tid; w < wrow; w += SL_H2O_EVICT_THREADS) {
 			k_cache[dst + w] = k_cache[src + w];
 			v_cache[dst + w] = v_cache[src + w];
