@@ -224,6 +224,22 @@ expect_fail "activations off the device" "keeps activations on the device" "$tmp
 	"${job[@]}" --percent 100 0 100 0 0 100 --out "$tmp/d4.jsonl"
 expect_fail "bad percent" "--percent" "" -- bench --dummy opt-125m --percent 100 0 100
 
+# bench --batch max: the largest batch the host budget holds, dense and with
+# H2O 20% (a fifth of the cache per sequence: several times the batch), and
+# the run stays within the budget
+for h in 0 0.1; do
+	"$sluice" bench --backend cpu --model "$fx/opt-pre" --prompt-len 40 --gen-len 8 --batch max \
+		--percent 100 0 0 100 100 0 --cpu-mem 1M --hh-ratio $h --json >"$tmp/max$h.json" || bad "bench --batch max (hh $h) failed"
+done
+if python3 - "$tmp/max0.json" "$tmp/max0.1.json" <<'PY'; then ok; else bad "bench --batch max: dense vs H2O"; fi
+import json, sys
+d, h = (json.load(open(p)) for p in sys.argv[1:3])
+assert d["batch"] >= 1 and h["batch"] >= 2 * d["batch"], (d["batch"], h["batch"])
+assert d["peak_bytes"]["host"] <= 1 << 20 and h["peak_bytes"]["host"] <= 1 << 20
+PY
+if "$sluice" bench --backend cpu --model "$fx/opt-pre" --batch max 2>"$tmp/stderr"; then bad "--batch max without a budget ran"
+elif grep -q "needs a budget" "$tmp/stderr"; then ok; else bad "--batch max without a budget: $(cat "$tmp/stderr")"; fi
+
 # budgets: a budget no schedule fits names the smallest that does, and that
 # one runs with the weights off the device; too small for the placement asked
 # for says the same (dummy OPT-125m: 12 layers, so streaming saves memory)

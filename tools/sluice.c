@@ -616,9 +616,55 @@ static const char bench_help[] =
 	"after a short warm-up.  tokens/s = B*G / (prefill + decode), FlexGen's metric.\n" COMMON_HELP
 	"  --prompt-len P       default 128\n"
 	"  --gen-len G          default 32\n"
-	"  --batch B            default 8\n"
+	"  --batch B            default 8; 'max': the largest batch the budgets hold\n"
+	"                       (--gpu-mem, --cpu-mem), found by allocating, then run\n"
 	"  --seed S             prompt ids (default 1)\n"
 	"  --json               one JSON object on stdout instead of the table\n";
+
+/* 1 when a batch of b sequences fits the budgets (the workspace and the
+ * cache allocate), 0 when it does not, or an error. */
+static int batch_fits(sl_model *m, int b, int plen, int glen)
+{
+	sl_kv *kv = NULL;
+	int rc = sl_model_reserve(m, b, b * plen);
+	if (!rc)
+		rc = sl_kv_make(m, b, plen, plen + glen, &kv);
+	sl_kv_free(m, kv);
+	sl_model_release(m);
+	if (rc == SL_EBUDGET || rc == SL_ENOMEM)
+		return 0;
+	return rc < 0 ? rc : 1;
+}
+
+/* Whether the budgets hold a batch of b by the model's own arithmetic
+ * (sl_model_job_bytes): no allocation, so a search costs nothing. */
+static bool batch_counts(sl_model *m, int b, int plen, int glen)
+{
+	size_t dev, host;
+	sl_model_job_bytes(m, b, plen, plen + glen, &dev, &host);
+	const sl_backend *be = m->be;
+	return (!be->dev_limit || be->dev_used + dev <= be->dev_limit) &&
+	       (!be->host_limit || be->host_used + host <= be->host_limit);
+}
+
+/* The largest batch (up to 65536) whose workspace and KV cache fit the
+ * budgets: bisection by arithmetic, then checked by allocating (stepping
+ * down while it does not fit); 0 when not even one does. */
+static int max_batch(sl_model *m, int plen, int glen, int *out)
+{
+	int lo = 0, hi = 65537; /* lo fits, hi does not */
+	while (hi - lo > 1) {
+		int mid = lo + (hi - lo) / 2;
+		*(batch_counts(m, mid, plen, glen) ? &lo : &hi) = mid;
+	}
+	int rc = 0;
+	while (lo > 0 && (rc = batch_fits(m, lo, plen, glen)) == 0)
+		lo--;
+	if (rc < 0)
+		return rc;
+	*out = lo;
+	return 0;
+}
 
 static int cmd_bench(int argc, char **argv)
 {
@@ -627,7 +673,7 @@ static int cmd_bench(int argc, char **argv)
 	co.argc = argc;
 	co.argv = argv;
 	int plen = 128, glen = 32, batch = 8, seed = 1;
-	bool batch_given = false;
+	bool batch_given = false, batch_max = false;
 	bool json = false;
 	static const struct option opts[] = {
 		COMMON_LONG_OPTS,
@@ -647,7 +693,8 @@ static int cmd_bench(int argc, char **argv)
 		case OPT_PROMPT_LEN: plen = parse_int("bench", "--prompt-len", optarg, 1, 1 << 20); break;
 		case OPT_GEN_LEN: glen = parse_int("bench", "--gen-len", optarg, 1, 1 << 20); break;
 		case 'b':
-			batch = parse_int("bench", "--batch", optarg, 1, 1 << 16);
+			batch_max = !strcmp(optarg, "max");
+			batch = batch_max ? 1 : parse_int("bench", "--batch", optarg, 1, 1 << 16);
 			batch_given = true;
 			break;
 		case OPT_SEED: seed = parse_int("bench", "--seed", optarg, 0, 1 << 30); break;
@@ -664,8 +711,11 @@ static int cmd_bench(int argc, char **argv)
 	sl_backend *be = NULL;
 	sl_model *m = NULL;
 	sl_opt_config bcfg;
+	if (batch_max && !co.gpu_mem && !co.cpu_mem)
+		usage_error("bench", "%s needs a budget to fill: --gpu-mem or --cpu-mem", "--batch max");
 	int rc0 = model_config(&co, &bcfg);
-	if (rc0 < 0 || (rc0 = check_budget(&co, &bcfg, batch, batch * plen, plen + glen, plen)) < 0)
+	if (rc0 < 0 ||
+	    (!batch_max && (rc0 = check_budget(&co, &bcfg, batch, batch * plen, plen + glen, plen)) < 0))
 		die(rc0);
 	rc0 = open_model(&co, &be, &m);
 	if (rc0 < 0) {
@@ -678,6 +728,18 @@ static int cmd_bench(int argc, char **argv)
 		rc = sl_err(SL_ERANGE, "prompt %d + gen %d exceeds the model's %d positions", plen, glen,
 			    cfg->max_pos);
 		die(rc);
+	}
+	if (batch_max) {
+		if ((rc = max_batch(m, plen, glen, &batch)) < 0)
+			die(rc);
+		if (batch == 0) {
+			budget_hint(SL_EBUDGET, &co, &bcfg, 1, plen, plen + glen, plen);
+			die(sl_err_prefix(SL_EBUDGET, "--batch max: not even one sequence fits"));
+		}
+		if (!json) {
+			printf("largest batch that fits: %d\n", batch);
+			fflush(stdout);
+		}
 	}
 	sl_kv *kv = NULL;
 	int32_t *ids = malloc((size_t)batch * plen * sizeof(int32_t));
