@@ -84,6 +84,15 @@ struct sl_kv_tiers {
 	int32_t *pos_host; /* H2O positions of a micro-batch (device not host) */
 	double busy_seen;  /* the store's busy time already counted */
 	size_t pos_bytes;
+	/* cpu_cache_compute where the device is not host memory: pinned q,
+	 * k_new, v_new, out rows of a micro-batch, and its H2O scores,
+	 * positions and evicted sums, for attention on the host */
+	float *hq, *hk, *hv, *ho, *hscore, *hevicted;
+	int32_t *hpos;
+	void *ccc;
+	size_t ccc_bytes;
+	sl_backend *host_be; /* the CPU backend that runs it */
+	sl_queue *host_q;
 };
 
 void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es,
@@ -148,6 +157,10 @@ static void tiers_free(sl_model *m, sl_kv *kv)
 		be->ops->queue_free(be, T->cq);
 	}
 	sl_disk_close(T->disk);
+	sl_host_free(be, T->ccc, T->ccc_bytes);
+	if (T->host_q)
+		T->host_be->ops->queue_free(T->host_be, T->host_q);
+	sl_backend_free(T->host_be);
 	sl_host_free(be, T->host, T->host_bytes);
 	sl_host_free(be, T->pos_host, T->pos_bytes);
 	free(T);
@@ -226,6 +239,27 @@ static int tiers_create(sl_model *m, sl_kv *kv, int ndev_total)
 		    (rc = o->event_create(be, &st->ready_ev)) < 0)
 			goto fail;
 	}
+	if (m->cpu_cache_compute && !o->dev_is_host && T->nhost > 0) {
+		/* attention over the host tier runs on a CPU backend beside the device */
+		const size_t rows = (size_t)gs * c->hidden * sizeof(float);
+		const size_t per = (size_t)gs * c->n_head * kv->cap;
+		T->ccc_bytes = 4 * rows + per * 8 + (size_t)gs * c->n_head * 4;
+		if ((rc = sl_host_alloc(be, T->ccc_bytes, "cpu_cache_compute buffers", &T->ccc)) < 0) {
+			T->ccc_bytes = 0;
+			goto fail;
+		}
+		char *q = T->ccc;
+		T->hq = (float *)q;
+		T->hk = (float *)(q + rows);
+		T->hv = (float *)(q + 2 * rows);
+		T->ho = (float *)(q + 3 * rows);
+		T->hscore = (float *)(q + 4 * rows);
+		T->hpos = (int32_t *)(q + 4 * rows + per * 4);
+		T->hevicted = (float *)(q + 4 * rows + per * 8);
+		if ((rc = sl_backend_create("cpu", 0, &T->host_be)) < 0 ||
+		    (rc = T->host_be->ops->queue_create(T->host_be, &T->host_q)) < 0)
+			goto fail;
+	}
 	if (!o->dev_is_host) {
 		/* H2O: the new row's slot per head is read from the positions */
 		T->pos_bytes = (size_t)gs * c->n_head * kv->cap * sizeof(int32_t);
@@ -272,12 +306,6 @@ static int kv_create(sl_model *m, int nseq, int cap, size_t extra, sl_kv **out)
 	if (!kv->k || !kv->v || !kv->len || !kv->pos) {
 		sl_kv_free(m, kv);
 		return sl_err(SL_ENOMEM, "out of memory");
-	}
-	if (m->cpu_cache_compute && !m->be->ops->dev_is_host) {
-		sl_kv_free(m, kv);
-		return sl_err(SL_EUNSUPPORTED,
-			      "cpu_cache_compute runs on the CPU backend only in this build (the %s backend computes attention on its device)",
-			      m->be->ops->name);
 	}
 	const int ndev = device_seqs(m, nseq, kv->gs);
 	const size_t per = (size_t)ndev * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
@@ -801,6 +829,59 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
 			free(offs);
 			SL_TRY(rc);
 		}
+	}
+	return 0;
+}
+
+int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
+			 const sl_attn_args *a, int nseq_all)
+{
+	sl_kv_tiers *T = kv->tiers;
+	sl_backend *be = m->be, *hb = T->host_be;
+	const sl_backend_ops *o = be->ops;
+	const int nh = a->nh, n = p->count;
+	const size_t rows = (size_t)n * nh * a->hd * sizeof(float);
+	const size_t per = (size_t)n * nh * kv->cap;
+	const size_t sc = (size_t)p->seq * nh * kv->cap;
+	float *ev = kv->h2o && kv->evicted ? kv->evicted + ((size_t)l * nseq_all + p->seq) * nh : NULL;
+	/* the step's q, k, v rows (and H2O state) to the host */
+	SL_TRY(o->copy_d2h(be, m->q, T->hq, a->q, rows));
+	SL_TRY(o->copy_d2h(be, m->q, T->hk, a->k_new, rows));
+	SL_TRY(o->copy_d2h(be, m->q, T->hv, a->v_new, rows));
+	if (kv->h2o) {
+		SL_TRY(o->copy_d2h(be, m->q, T->hscore, kv->score[l] + sc, per * 4));
+		SL_TRY(o->copy_d2h(be, m->q, T->hpos, kv->pos_slot[l] + sc, per * 4));
+		if (ev)
+			SL_TRY(o->copy_d2h(be, m->q, T->hevicted, ev, (size_t)n * nh * 4));
+	}
+	double t0 = sl_now();
+	SL_TRY(o->queue_sync(be, m->q));
+	m->kv_stats.stall_s += sl_now() - t0;
+	m->kv_stats.d2h_bytes += 3 * rows;
+	sl_attn_args h = *a;
+	h.q = T->hq;
+	h.k_new = T->hk;
+	h.v_new = T->hv;
+	h.out = T->ho;
+	h.score = kv->h2o ? T->hscore : NULL;
+	SL_TRY(hb->ops->attn_decode(hb, T->host_q, &h));
+	if (kv->h2o) {
+		sl_h2o_args e = { .nseq = n, .nh = nh, .hd = a->hd, .kv_f32 = kv->f32,
+				  .k_cache = p->k, .v_cache = p->v, .score = T->hscore,
+				  .pos = T->hpos, .cap = kv->cap, .len = kv->len + p->seq,
+				  .cur = kv->pos + p->seq, .heavy = kv->heavy + p->seq,
+				  .recent = kv->recent + p->seq, .evicted = ev ? T->hevicted : NULL };
+		SL_TRY(hb->ops->h2o_evict(hb, T->host_q, &e));
+	}
+	SL_TRY(hb->ops->queue_sync(hb, T->host_q));
+	/* the output (and H2O state) back, ahead of the layer's next op */
+	SL_TRY(o->copy_h2d(be, m->q, a->out, T->ho, rows));
+	m->kv_stats.h2d_bytes += rows;
+	if (kv->h2o) {
+		SL_TRY(o->copy_h2d(be, m->q, kv->score[l] + sc, T->hscore, per * 4));
+		SL_TRY(o->copy_h2d(be, m->q, kv->pos_slot[l] + sc, T->hpos, per * 4));
+		if (ev)
+			SL_TRY(o->copy_h2d(be, m->q, ev, T->hevicted, (size_t)n * nh * 4));
 	}
 	return 0;
 }

@@ -24,9 +24,11 @@
  * holding them.  Order between the copy
  * queue, the compute queue and the disk is by events and tickets.
  *
- * cpu_cache_compute (backends whose device memory is host memory): decode
- * attention of host-tier sequences runs over their home, with nothing
- * copied; disk-tier sequences are read into staging as usual.
+ * cpu_cache_compute: decode attention of host-tier sequences runs over their
+ * home, with the cache not copied; on a backend whose device memory is not
+ * host memory, on a CPU backend beside it (sl_kv_host_attention: q, k, v
+ * rows to the host, the output back).  Disk-tier sequences are read into
+ * staging as usual.
  *
  * H2O's per-slot scores and positions (8 bytes per slot and head, 1/32 of
  * an fp16 cache at head_dim 64) and its prompt scratch stay on the device
@@ -56,6 +58,14 @@ int sl_kv_step_begin(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
  * changed.  t: the prefill's padded rows (unused for decode). */
 int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, const int *npad,
 		   int t);
+
+/* cpu_cache_compute where the device is not host memory: the decode
+ * attention a describes, for host-tier part p, on a CPU backend over the
+ * part's home copy: q, k_new and v_new (and under H2O the part's scores,
+ * positions and evicted sums) to pinned host buffers, the output (and H2O
+ * state) back on the compute queue.  nseq_all: the cache's sequences. */
+int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
+			 const sl_attn_args *a, int nseq_all);
 
 /* After a forward pass: every write-back of it complete. */
 int sl_kv_pass_end(sl_model *m, sl_kv *kv);

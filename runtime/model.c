@@ -332,6 +332,8 @@ static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, in
 			   .cap = kv->cap, .q = m->qb + ro, .k_new = m->kb + ro, .v_new = m->vb + ro,
 			   .out = m->ab + ro, .k_cache = p->k, .v_cache = p->v, .kv_f32 = kv->f32,
 			   .npad = npad ? npad + p->seq : NULL, .len = kv->len + p->seq };
+	if (!prefill && p->tier == SL_TIER_HOST && m->cpu_cache_compute && !o->dev_is_host)
+		return sl_kv_host_attention(m, kv, l, p, &a, kv->nseq);
 	if (kv->h2o)
 		return h2o_attention(m, kv, l, p->seq, p->count, &a, prefill, t);
 	return prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a);
