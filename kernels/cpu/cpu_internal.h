@@ -6,9 +6,20 @@
 
 #include "backend.h"
 
+#include <pthread.h>
+#include <stdbool.h>
+
 typedef struct sl_cpu_ctx {
 	int nthreads;
 	int simd; /* 1: AVX2 + FMA + F16C kernels usable */
+	/* queues (cpu_backend.c): one lock guards every queue's state */
+	pthread_mutex_t qlock;
+	pthread_cond_t qdone;      /* broadcast when any queue finishes a task */
+	struct sl_queue *queues;   /* the live queues, linked */
+	struct sl_queue *defq;     /* the queue used for a NULL queue */
+	uint64_t next_qid;         /* queue ids are never reused */
+	bool sync_queues;          /* SLUICE_CPU_SYNC_QUEUES: run every call inline */
+	size_t inline_max;         /* copies below this run inline on an idle queue */
 	/* workspace grown on demand, reused across calls (never freed in the
 	 * per-token loop once large enough) */
 	float *gemm_wf;  /* fp32 copy of a weight panel */
