@@ -7,7 +7,10 @@
  * attention runs on a CPU backend over the host copy, and only the step's
  * q, k, v rows and the output cross the bus; the tokens must equal those of
  * the cache on the device with the CUDA attention (dense and H2O), and the
- * bytes moved must be far below the cache's.  argv[1]: the fixtures folder.
+ * bytes moved must be far below the cache's.  The cache on the host and on
+ * disk without cpu_cache_compute (staging, bounce buffers, the H2O
+ * positions read back) must give the same tokens too.  argv[1]: the
+ * fixtures folder.
  */
 #include "backend.h"
 #include "generate.h"
@@ -16,9 +19,12 @@
 #include "testutil.h"
 
 #include <check.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *fixtures_dir = "tests/fixtures";
+static char offdir[64]; /* the disk tier's folder */
 static int np, plen[16];
 static int32_t prompts[16][64];
 
@@ -36,7 +42,9 @@ static void run(double cg, double cc, bool ccc, bool h2o, int micro, out *o)
 	ck_assert_msg(sl_backend_create("cuda", 1, &be) == 0, "%s", sl_errmsg());
 	ck_assert(!be->ops->dev_is_host);
 	sl_model *m = NULL;
-	ck_assert_msg(sl_model_open(be, dir, NULL, &m) == 0, "%s", sl_errmsg());
+	sl_model_params mp = { .dir = dir, .w_gpu_percent = 100, .offload_dir = offdir,
+			       .overlap = true };
+	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
 	m->cache_gpu_percent = cg;
 	m->cache_cpu_percent = cc;
 	m->cpu_cache_compute = ccc;
@@ -76,11 +84,14 @@ START_TEST(test_host_attention)
 {
 	const bool h2o = _i == 1;
 	sl_test_prompts(fixtures_dir, "opt-pre", &np, plen, prompts);
-	out dev, host, ccc, mixed;
+	out dev, host, ccc, mixed, disk;
 	run(100, 0, false, h2o, 0, &dev);
 	run(0, 100, false, h2o, 0, &host);
 	run(0, 100, true, h2o, 0, &ccc);
+	run(0, 0, false, h2o, 2, &disk); /* through the pinned bounce buffers */
 	same(&dev, &host, h2o ? "H2O, cache on the host" : "cache on the host");
+	same(&dev, &disk, h2o ? "H2O, cache on disk" : "cache on disk");
+	ck_assert(disk.kv.disk_read_bytes > 0 && disk.kv.disk_write_bytes > 0);
 	same(&dev, &ccc, h2o ? "H2O, cpu_cache_compute" : "cpu_cache_compute");
 	if (!h2o) { /* micro-batches of 2, each one on the device and one on the host */
 		run(50, 50, true, h2o, 2, &mixed);
@@ -99,10 +110,15 @@ int main(int argc, char **argv)
 {
 	if (argc > 1)
 		fixtures_dir = argv[1];
+	snprintf(offdir, sizeof offdir, "/tmp/sluice-ccc-XXXXXX");
+	if (!mkdtemp(offdir))
+		return 1;
 	Suite *s = suite_create("ccc_emu");
 	TCase *tc = tcase_create("cpu_cache_compute");
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, test_host_attention, 0, 2); /* dense, H2O */
 	suite_add_tcase(s, tc);
-	return sl_test_run(s);
+	int rc = sl_test_run(s);
+	rmdir(offdir); /* the cache's scratch store is unlinked when opened */
+	return rc;
 }
