@@ -37,6 +37,28 @@ static split split_of(int g, double gpu, double cpu)
 	return s;
 }
 
+/* What a placement adds up to over nseq sequences in micro-batches of gs:
+ * sequences per tier, and the largest host and disk part of a micro-batch
+ * (what one staging area and one disk segment hold). */
+typedef struct counts {
+	int dev, host, disk, nmb, maxhost, maxdisk;
+} counts;
+
+static counts counts_of(int nseq, int gs, double gpu, double cpu)
+{
+	counts n = { 0 };
+	n.nmb = (nseq + gs - 1) / gs;
+	for (int k = 0; k < n.nmb; k++) {
+		split p = split_of(SL_MIN(gs, nseq - k * gs), gpu, cpu);
+		n.dev += p.dev;
+		n.host += p.host;
+		n.disk += p.disk;
+		n.maxhost = SL_MAX(n.maxhost, p.host);
+		n.maxdisk = SL_MAX(n.maxdisk, p.disk);
+	}
+	return n;
+}
+
 typedef struct kv_stage kv_stage;
 struct sl_kv_tiers;
 
@@ -103,27 +125,19 @@ void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t 
 		gs = nseq;
 	const size_t sb = (size_t)c->hidden * cap * es;
 	out->seq_bytes = sb;
-	const int nmb = (nseq + gs - 1) / gs;
-	int ndev = 0, nhost = 0, maxdisk = 0, maxhost = 0;
-	for (int k = 0; k < nmb; k++) {
-		split p = split_of(SL_MIN(gs, nseq - k * gs), gpu_percent, cpu_percent);
-		ndev += p.dev;
-		nhost += p.host;
-		maxdisk = SL_MAX(maxdisk, p.disk);
-		maxhost = SL_MAX(maxhost, p.host);
-	}
+	const counts n = counts_of(nseq, gs, gpu_percent, cpu_percent);
 	const size_t L = (size_t)c->n_layer;
-	const size_t seg = align_page(2 * (size_t)maxdisk * sb);
-	out->device = 2 * L * ndev * sb;
-	if (ndev < nseq) {
+	const size_t seg = align_page(2 * (size_t)n.maxdisk * sb);
+	out->device = 2 * L * n.dev * sb;
+	if (n.dev < nseq) {
 		/* staging of the largest micro-batch's off-device part */
-		size_t stage = align_page(2 * (size_t)maxhost * sb) + seg;
+		size_t stage = align_page(2 * (size_t)n.maxhost * sb) + seg;
 		out->device += NSTAGE * stage;
 		if (!dev_is_host)
 			out->host += NSTAGE * seg + (size_t)gs * c->n_head * cap * sizeof(int32_t);
 	}
-	out->host += 2 * L * nhost * sb;
-	out->disk = L * nmb * seg;
+	out->host += 2 * L * n.host * sb;
+	out->disk = L * n.nmb * seg;
 }
 
 /* ---- allocation ------------------------------------------------------- */
@@ -167,7 +181,7 @@ static void tiers_free(sl_model *m, sl_kv *kv)
 	kv->tiers = NULL;
 }
 
-static int tiers_create(sl_model *m, sl_kv *kv, int ndev_total)
+static int tiers_create(sl_model *m, sl_kv *kv)
 {
 	sl_backend *be = m->be;
 	const sl_backend_ops *o = be->ops;
@@ -180,16 +194,11 @@ static int tiers_create(sl_model *m, sl_kv *kv, int ndev_total)
 	const size_t es = kv->f32 ? 4 : 2;
 	T->full = split_of(gs, m->cache_gpu_percent, m->cache_cpu_percent);
 	T->nseq0 = nseq;
-	T->nmb = (nseq + gs - 1) / gs;
+	const counts n = counts_of(nseq, gs, m->cache_gpu_percent, m->cache_cpu_percent);
+	T->nmb = n.nmb;
 	T->sb = (size_t)c->hidden * kv->cap * es;
-	T->nhost = nseq - ndev_total;
-	int maxdisk = 0, maxhost = 0;
-	for (int k = 0; k < T->nmb; k++) {
-		split p = split_of(SL_MIN(gs, nseq - k * gs), m->cache_gpu_percent, m->cache_cpu_percent);
-		maxdisk = SL_MAX(maxdisk, p.disk);
-		maxhost = SL_MAX(maxhost, p.host);
-		T->nhost -= p.disk;
-	}
+	T->nhost = n.host;
+	const int maxdisk = n.maxdisk, maxhost = n.maxhost;
 	const size_t L = (size_t)c->n_layer;
 	int rc = 0;
 	if (T->nhost > 0) {
@@ -274,15 +283,6 @@ fail:
 	return rc;
 }
 
-/* Sequences on the device in all, for nseq in micro-batches of gs. */
-static int device_seqs(const sl_model *m, int nseq, int gs)
-{
-	int n = 0;
-	for (int s0 = 0; s0 < nseq; s0 += gs)
-		n += split_of(SL_MIN(gs, nseq - s0), m->cache_gpu_percent, m->cache_cpu_percent).dev;
-	return n;
-}
-
 /* A cache of cap slots; extra more device bytes at the end of its block
  * (H2O's), so that the device part is one allocation. */
 static int kv_create(sl_model *m, int nseq, int cap, size_t extra, sl_kv **out)
@@ -298,7 +298,7 @@ static int kv_create(sl_model *m, int nseq, int cap, size_t extra, sl_kv **out)
 	kv->cap = cap;
 	kv->n_layer = c->n_layer;
 	kv->f32 = m->kv_f32;
-	kv->gs = (m->micro > 0 && m->micro < nseq) ? m->micro : nseq;
+	kv->gs = sl_kv_group(m->micro, nseq);
 	kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
 	kv->v = calloc((size_t)c->n_layer, sizeof *kv->v);
 	kv->len = calloc((size_t)nseq, sizeof *kv->len);
@@ -307,7 +307,7 @@ static int kv_create(sl_model *m, int nseq, int cap, size_t extra, sl_kv **out)
 		sl_kv_free(m, kv);
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
-	const int ndev = device_seqs(m, nseq, kv->gs);
+	const int ndev = counts_of(nseq, kv->gs, m->cache_gpu_percent, m->cache_cpu_percent).dev;
 	const size_t per = (size_t)ndev * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
 	kv->bytes = 2 * per * c->n_layer + extra;
 	if (kv->bytes) {
@@ -323,7 +323,7 @@ static int kv_create(sl_model *m, int nseq, int cap, size_t extra, sl_kv **out)
 		kv->v[l] = (char *)kv->block + (2 * (size_t)l + 1) * per;
 	}
 	if (ndev < nseq) {
-		int rc = tiers_create(m, kv, ndev);
+		int rc = tiers_create(m, kv);
 		if (rc < 0) {
 			sl_kv_free(m, kv);
 			return rc;
@@ -375,7 +375,7 @@ int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
 	/* a budget of 0 is allowed: each step then sees only its own token */
 	int b = sl_kv_h2o_budget(&probe, max_prompt, &heavy, &recent);
 	const int cap = SL_MIN(max_len, b + 1);
-	const int gs = (m->micro > 0 && m->micro < nseq) ? m->micro : nseq;
+	const int gs = sl_kv_group(m->micro, nseq);
 	const size_t es = m->kv_f32 ? 4 : 2;
 	const sl_opt_config *c = &m->cfg;
 	const size_t extra = sl_kv_h2o_extra(c, nseq, gs, cap, max_prompt, es);
@@ -834,7 +834,7 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
 }
 
 int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
-			 const sl_attn_args *a, int nseq_all)
+			 const sl_attn_args *a)
 {
 	sl_kv_tiers *T = kv->tiers;
 	sl_backend *be = m->be, *hb = T->host_be;
@@ -843,7 +843,7 @@ int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
 	const size_t rows = (size_t)n * nh * a->hd * sizeof(float);
 	const size_t per = (size_t)n * nh * kv->cap;
 	const size_t sc = (size_t)p->seq * nh * kv->cap;
-	float *ev = kv->h2o && kv->evicted ? kv->evicted + ((size_t)l * nseq_all + p->seq) * nh : NULL;
+	float *ev = kv->h2o && kv->evicted ? kv->evicted + ((size_t)l * kv->nseq + p->seq) * nh : NULL;
 	/* the step's q, k, v rows (and H2O state) to the host */
 	SL_TRY(o->copy_d2h(be, m->q, T->hq, a->q, rows));
 	SL_TRY(o->copy_d2h(be, m->q, T->hk, a->k_new, rows));

@@ -63,9 +63,9 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
  * attention a describes, for host-tier part p, on a CPU backend over the
  * part's home copy: q, k_new and v_new (and under H2O the part's scores,
  * positions and evicted sums) to pinned host buffers, the output (and H2O
- * state) back on the compute queue.  nseq_all: the cache's sequences. */
+ * state) back on the compute queue. */
 int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
-			 const sl_attn_args *a, int nseq_all);
+			 const sl_attn_args *a);
 
 /* After a forward pass: every write-back of it complete. */
 int sl_kv_pass_end(sl_model *m, sl_kv *kv);
@@ -79,6 +79,13 @@ typedef struct sl_kv_sizes {
 } sl_kv_sizes;
 void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es,
 		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out);
+
+/* Sequences per micro-batch: the policy's micro (gpu_batch_size) when it
+ * splits a block of nseq, else the whole block. */
+static inline int sl_kv_group(int micro, int nseq)
+{
+	return micro > 0 && micro < nseq ? micro : nseq;
+}
 
 /* H2O sizing: the slots of a cache for prompts of up to max_prompt tokens,
  * the device bytes beyond K and V (scores, positions, prompt scratch,

@@ -177,7 +177,7 @@ size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_ro
 	size_t extra = 0;
 	if (hh > 0 || rr > 0) {
 		cap = sl_kv_h2o_slots(hh, rr, max_prompt, cap);
-		extra = sl_kv_h2o_extra(c, max_seq, micro > 0 && micro < max_seq ? micro : max_seq, cap,
+		extra = sl_kv_h2o_extra(c, max_seq, sl_kv_group(micro, max_seq), cap,
 					max_prompt, es);
 	}
 	sl_kv_sizes kz;
@@ -192,7 +192,7 @@ void sl_model_job_bytes(const sl_model *m, int nseq, int max_prompt, int max_len
 {
 	const sl_opt_config *c = &m->cfg;
 	const size_t es = m->kv_f32 ? 4 : 2;
-	const int gs = m->micro > 0 && m->micro < nseq ? m->micro : nseq;
+	const int gs = sl_kv_group(m->micro, nseq);
 	int cap = max_len;
 	size_t extra = 0;
 	if (m->hh_ratio > 0 || m->recent_ratio > 0) {
@@ -333,7 +333,7 @@ static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, in
 			   .out = m->ab + ro, .k_cache = p->k, .v_cache = p->v, .kv_f32 = kv->f32,
 			   .npad = npad ? npad + p->seq : NULL, .len = kv->len + p->seq };
 	if (!prefill && p->tier == SL_TIER_HOST && m->cpu_cache_compute && !o->dev_is_host)
-		return sl_kv_host_attention(m, kv, l, p, &a, kv->nseq);
+		return sl_kv_host_attention(m, kv, l, p, &a);
 	if (kv->h2o)
 		return h2o_attention(m, kv, l, p->seq, p->count, &a, prefill, t);
 	return prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a);
