@@ -94,7 +94,8 @@ struct sl_kv_tiers {
 	int nseq0;       /* sequences placed (a block may run fewer) */
 	int nmb;         /* micro-batches */
 	size_t sb;       /* one sequence's K (or V) of one layer */
-	char *host;      /* pinned homes: [layer][K|V][host index] */
+	size_t ss;       /* H2O: its scores (or positions) of one layer; 0: dense */
+	char *host;      /* pinned homes: [layer][K|V|S|P][host index] */
 	size_t host_bytes;
 	int nhost;       /* host-tier sequences in all */
 	sl_disk_store *disk;
@@ -107,36 +108,58 @@ struct sl_kv_tiers {
 	double busy_seen;  /* the store's busy time already counted */
 	size_t pos_bytes;
 	/* cpu_cache_compute where the device is not host memory: pinned q,
-	 * k_new, v_new, out rows of a micro-batch, and its H2O scores,
-	 * positions and evicted sums, for attention on the host */
-	float *hq, *hk, *hv, *ho, *hscore, *hevicted;
-	int32_t *hpos;
+	 * k_new, v_new, out rows of a micro-batch, and its H2O evicted sums,
+	 * for attention on the host */
+	float *hq, *hk, *hv, *ho, *hevicted;
 	void *ccc;
 	size_t ccc_bytes;
 	sl_backend *host_be; /* the CPU backend that runs it */
 	sl_queue *host_q;
 };
 
-void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es,
+/* One sequence's block of one layer in any tier: K and V of sb bytes
+ * each, then H2O's scores and positions of ss bytes each (ss 0: dense). */
+static size_t unit_bytes(size_t sb, size_t ss)
+{
+	return 2 * (sb + ss);
+}
+
+/* Where a group of n sequences laid out [K x n][V x n][S x n][P x n]
+ * (a stage's host part, a disk segment) holds sequence j's part. */
+enum { PART_K, PART_V, PART_S, PART_P };
+static size_t grp_off(size_t n, size_t sb, size_t ss, int part, size_t j)
+{
+	switch (part) {
+	case PART_K: return j * sb;
+	case PART_V: return (n + j) * sb;
+	case PART_S: return 2 * n * sb + j * ss;
+	default: return 2 * n * sb + (n + j) * ss;
+	}
+}
+
+void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es, bool h2o,
 		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out)
 {
 	memset(out, 0, sizeof *out);
 	if (gs <= 0 || gs > nseq)
 		gs = nseq;
 	const size_t sb = (size_t)c->hidden * cap * es;
+	const size_t ss = h2o ? (size_t)c->n_head * cap * 4 : 0;
+	const size_t ub = unit_bytes(sb, ss);
 	out->seq_bytes = sb;
+	out->state_bytes = ss;
 	const counts n = counts_of(nseq, gs, gpu_percent, cpu_percent);
 	const size_t L = (size_t)c->n_layer;
-	const size_t seg = align_page(2 * (size_t)n.maxdisk * sb);
-	out->device = 2 * L * n.dev * sb;
+	const size_t seg = align_page((size_t)n.maxdisk * ub);
+	out->device = L * n.dev * ub;
 	if (n.dev < nseq) {
 		/* staging of the largest micro-batch's off-device part */
-		size_t stage = align_page(2 * (size_t)n.maxhost * sb) + seg;
+		size_t stage = align_page((size_t)n.maxhost * ub) + seg;
 		out->device += NSTAGE * stage;
 		if (!dev_is_host)
-			out->host += NSTAGE * seg + (size_t)gs * c->n_head * cap * sizeof(int32_t);
+			out->host += NSTAGE * seg + (h2o ? (size_t)gs * ss : 0);
 	}
-	out->host += 2 * L * n.host * sb;
+	out->host += L * n.host * ub;
 	out->disk = L * n.nmb * seg;
 }
 
@@ -197,18 +220,19 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 	const counts n = counts_of(nseq, gs, m->cache_gpu_percent, m->cache_cpu_percent);
 	T->nmb = n.nmb;
 	T->sb = (size_t)c->hidden * kv->cap * es;
+	T->ss = kv->h2o ? (size_t)c->n_head * kv->cap * 4 : 0;
 	T->nhost = n.host;
 	const int maxdisk = n.maxdisk, maxhost = n.maxhost;
-	const size_t L = (size_t)c->n_layer;
+	const size_t L = (size_t)c->n_layer, ub = unit_bytes(T->sb, T->ss);
 	int rc = 0;
 	if (T->nhost > 0) {
-		T->host_bytes = 2 * L * T->nhost * T->sb;
+		T->host_bytes = L * T->nhost * ub;
 		if ((rc = sl_host_alloc(be, T->host_bytes, "KV cache (host tier)", (void **)&T->host)) < 0) {
 			T->host_bytes = 0;
 			goto fail;
 		}
 	}
-	T->seg_bytes = align_page(2 * (size_t)maxdisk * T->sb);
+	T->seg_bytes = align_page((size_t)maxdisk * ub);
 	if (maxdisk > 0) {
 		if (!m->offload_dir) {
 			rc = sl_err(SL_EINVAL, "a KV cache placed on disk needs --offload-dir DIR");
@@ -230,7 +254,7 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 	}
 	if ((rc = o->queue_create(be, &T->cq)) < 0)
 		goto fail;
-	T->stage_disk_off = align_page(2 * (size_t)maxhost * T->sb);
+	T->stage_disk_off = align_page((size_t)maxhost * ub);
 	T->stage_bytes = T->stage_disk_off + T->seg_bytes;
 	for (int i = 0; i < NSTAGE; i++) {
 		kv_stage *st = &T->st[i];
@@ -251,8 +275,7 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 	if (m->cpu_cache_compute && !o->dev_is_host && T->nhost > 0) {
 		/* attention over the host tier runs on a CPU backend beside the device */
 		const size_t rows = (size_t)gs * c->hidden * sizeof(float);
-		const size_t per = (size_t)gs * c->n_head * kv->cap;
-		T->ccc_bytes = 4 * rows + per * 8 + (size_t)gs * c->n_head * 4;
+		T->ccc_bytes = 4 * rows + (size_t)gs * c->n_head * 4;
 		if ((rc = sl_host_alloc(be, T->ccc_bytes, "cpu_cache_compute buffers", &T->ccc)) < 0) {
 			T->ccc_bytes = 0;
 			goto fail;
@@ -262,16 +285,14 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 		T->hk = (float *)(q + rows);
 		T->hv = (float *)(q + 2 * rows);
 		T->ho = (float *)(q + 3 * rows);
-		T->hscore = (float *)(q + 4 * rows);
-		T->hpos = (int32_t *)(q + 4 * rows + per * 4);
-		T->hevicted = (float *)(q + 4 * rows + per * 8);
+		T->hevicted = (float *)(q + 4 * rows);
 		if ((rc = sl_backend_create("cpu", 0, &T->host_be)) < 0 ||
 		    (rc = T->host_be->ops->queue_create(T->host_be, &T->host_q)) < 0)
 			goto fail;
 	}
-	if (!o->dev_is_host) {
-		/* H2O: the new row's slot per head is read from the positions */
-		T->pos_bytes = (size_t)gs * c->n_head * kv->cap * sizeof(int32_t);
+	if (!o->dev_is_host && kv->h2o) {
+		/* the new row's slot per head is read from the positions */
+		T->pos_bytes = (size_t)gs * T->ss;
 		if ((rc = sl_host_alloc(be, T->pos_bytes, "KV position readback", (void **)&T->pos_host)) < 0) {
 			T->pos_bytes = 0;
 			goto fail;
@@ -283,9 +304,11 @@ fail:
 	return rc;
 }
 
-/* A cache of cap slots; extra more device bytes at the end of its block
- * (H2O's), so that the device part is one allocation. */
-static int kv_create(sl_model *m, int nseq, int cap, size_t extra, sl_kv **out)
+/* A cache of cap slots (h2o: with scores and positions); extra more device
+ * bytes at the end of its block (H2O's scratch), so that the device part
+ * is one allocation: [layer][K|V] of the device-tier sequences, then under
+ * H2O [layer][scores|positions] of them, then the extra. */
+static int kv_create(sl_model *m, int nseq, int cap, bool h2o, size_t extra, sl_kv **out)
 {
 	*out = NULL;
 	const sl_opt_config *c = &m->cfg;
@@ -298,29 +321,39 @@ static int kv_create(sl_model *m, int nseq, int cap, size_t extra, sl_kv **out)
 	kv->cap = cap;
 	kv->n_layer = c->n_layer;
 	kv->f32 = m->kv_f32;
+	kv->h2o = h2o;
 	kv->gs = sl_kv_group(m->micro, nseq);
 	kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
 	kv->v = calloc((size_t)c->n_layer, sizeof *kv->v);
+	kv->score = calloc((size_t)c->n_layer, sizeof *kv->score);
+	kv->pos_slot = calloc((size_t)c->n_layer, sizeof *kv->pos_slot);
 	kv->len = calloc((size_t)nseq, sizeof *kv->len);
 	kv->pos = calloc((size_t)nseq, sizeof *kv->pos);
-	if (!kv->k || !kv->v || !kv->len || !kv->pos) {
+	if (!kv->k || !kv->v || !kv->score || !kv->pos_slot || !kv->len || !kv->pos) {
 		sl_kv_free(m, kv);
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
 	const int ndev = counts_of(nseq, kv->gs, m->cache_gpu_percent, m->cache_cpu_percent).dev;
 	const size_t per = (size_t)ndev * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
-	kv->bytes = 2 * per * c->n_layer + extra;
+	const size_t sper = h2o ? (size_t)ndev * c->n_head * cap * 4 : 0;
+	const size_t L = (size_t)c->n_layer;
+	kv->bytes = 2 * (per + sper) * L + extra;
 	if (kv->bytes) {
-		int rc = sl_dev_alloc(m->be, kv->bytes, extra ? "KV cache (H2O)" : "KV cache", &kv->block);
+		int rc = sl_dev_alloc(m->be, kv->bytes, h2o ? "KV cache (H2O)" : "KV cache", &kv->block);
 		if (rc < 0) {
 			kv->bytes = 0;
 			sl_kv_free(m, kv);
 			return rc;
 		}
 	}
-	for (int l = 0; l < c->n_layer; l++) {
-		kv->k[l] = (char *)kv->block + (2 * (size_t)l) * per;
-		kv->v[l] = (char *)kv->block + (2 * (size_t)l + 1) * per;
+	char *b = kv->block;
+	for (size_t l = 0; l < L; l++) {
+		kv->k[l] = b + 2 * l * per;
+		kv->v[l] = b + (2 * l + 1) * per;
+		if (h2o) {
+			kv->score[l] = (float *)(b + 2 * L * per + 2 * l * sper);
+			kv->pos_slot[l] = (int32_t *)(b + 2 * L * per + (2 * l + 1) * sper);
+		}
 	}
 	if (ndev < nseq) {
 		int rc = tiers_create(m, kv);
@@ -335,7 +368,7 @@ static int kv_create(sl_model *m, int nseq, int cap, size_t extra, sl_kv **out)
 
 int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out)
 {
-	return kv_create(m, nseq, cap, 0, out);
+	return kv_create(m, nseq, cap, false, 0, out);
 }
 
 /* Slots of an H2O cache for prompts of up to max_prompt tokens. */
@@ -344,12 +377,10 @@ int sl_kv_h2o_slots(double hh, double rr, int max_prompt, int max_len)
 	return SL_MIN(max_len, (int)floor(hh * max_prompt) + (int)floor(rr * max_prompt) + 1);
 }
 
-size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int cap, int max_prompt,
-		       size_t es)
+size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int max_prompt, size_t es)
 {
-	const size_t per = (size_t)nseq * c->n_head * cap;
 	const size_t sc = (size_t)gs * c->n_head * max_prompt; /* one micro-batch */
-	return c->n_layer * per * 8 + 2 * sc * (c->hidden / c->n_head) * es + sc * 4 +
+	return 2 * sc * (c->hidden / c->n_head) * es + sc * 4 +
 	       (size_t)c->n_layer * nseq * c->n_head * 4 + 1024;
 }
 
@@ -378,10 +409,9 @@ int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
 	const int gs = sl_kv_group(m->micro, nseq);
 	const size_t es = m->kv_f32 ? 4 : 2;
 	const sl_opt_config *c = &m->cfg;
-	const size_t extra = sl_kv_h2o_extra(c, nseq, gs, cap, max_prompt, es);
-	SL_TRY(kv_create(m, nseq, cap, extra, out));
+	const size_t extra = sl_kv_h2o_extra(c, nseq, gs, max_prompt, es);
+	SL_TRY(kv_create(m, nseq, cap, true, extra, out));
 	sl_kv *kv = *out;
-	kv->h2o = true;
 	kv->hh_ratio = m->hh_ratio;
 	kv->recent_ratio = m->recent_ratio;
 	kv->fixed_heavy = m->h2o_heavy;
@@ -389,23 +419,14 @@ int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
 	kv->scratch_cap = max_prompt;
 	kv->heavy = calloc((size_t)nseq, sizeof *kv->heavy);
 	kv->recent = calloc((size_t)nseq, sizeof *kv->recent);
-	kv->score = calloc((size_t)c->n_layer, sizeof *kv->score);
-	kv->pos_slot = calloc((size_t)c->n_layer, sizeof *kv->pos_slot);
-	if (!kv->heavy || !kv->recent || !kv->score || !kv->pos_slot) {
+	if (!kv->heavy || !kv->recent) {
 		sl_kv_free(m, kv);
 		*out = NULL;
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
-	/* after K and V in the device block: scores, positions, the scratch */
-	const size_t per = (size_t)nseq * c->n_head * cap;
+	/* after the tiers' part of the device block: the scratch */
 	const size_t sc = (size_t)gs * c->n_head * max_prompt;
 	char *p = (char *)kv->block + (kv->bytes - extra);
-	for (int l = 0; l < c->n_layer; l++) {
-		kv->score[l] = (float *)p;
-		p += per * 4;
-		kv->pos_slot[l] = (int32_t *)p;
-		p += per * 4;
-	}
 	kv->scratch_k = p;
 	p += sc * c->hidden / c->n_head * es;
 	kv->scratch_v = p;
@@ -447,27 +468,51 @@ static int rows_of(const sl_kv *kv, int s, bool prefill, const int *npad, int t)
 	return SL_MIN(kv->len[s], kv->heavy[s] + kv->recent[s]);
 }
 
-/* The parts of micro-batch [s0, s0 + g) and where each one's K and V are
- * on the device for this step (stage: the staging area, may be NULL when
+/* Host home of part (PART_K..PART_P) of sequence index hi (within the
+ * host tier) in layer l: layer by layer, [K|V|S|P] of every host-tier
+ * sequence. */
+static char *host_home(const sl_kv_tiers *T, int l, size_t hi, int part)
+{
+	return T->host + (size_t)l * T->nhost * unit_bytes(T->sb, T->ss) +
+	       grp_off((size_t)T->nhost, T->sb, T->ss, part, hi);
+}
+
+/* A part of n sequences whose group [K x n][V x n][S x n][P x n] starts at
+ * base (a stage's host or disk part). */
+static void part_in_group(sl_kv_part *q, const sl_kv_tiers *T, char *base, int n)
+{
+	q->k = base;
+	q->v = base + grp_off((size_t)n, T->sb, T->ss, PART_V, 0);
+	q->score = T->ss ? (float *)(base + grp_off((size_t)n, T->sb, T->ss, PART_S, 0)) : NULL;
+	q->pos = T->ss ? (int32_t *)(base + grp_off((size_t)n, T->sb, T->ss, PART_P, 0)) : NULL;
+}
+
+/* The parts of micro-batch [s0, s0 + g) and where each one's K and V (and
+ * H2O state) are for this step (stage: the staging area, may be NULL when
  * everything is on the device). */
 static int parts_of(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
 		    const kv_stage *stage, sl_kv_part *parts)
 {
 	const sl_kv_tiers *T = kv->tiers;
 	const size_t sb = (size_t)m->cfg.hidden * kv->cap * (kv->f32 ? 4 : 2);
-	if (!T) {
-		parts[0] = (sl_kv_part){ .seq = s0, .count = g, .k = (char *)kv->k[l] + s0 * sb,
-					 .v = (char *)kv->v[l] + s0 * sb, .tier = SL_TIER_DEVICE };
-		return 1;
-	}
+	const size_t sn = (size_t)m->cfg.n_head * kv->cap; /* state entries per sequence */
+	/* the device-tier sequences from device index di */
+	size_t di = (size_t)s0;
+	int ndev = g;
+	split b = { 0 }, p = { .dev = g };
 	const int mb = s0 / kv->gs;
-	split b, p;
-	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
+	if (T) {
+		mb_split(m, kv, T->nseq0, mb, g, &b, &p);
+		di = (size_t)mb * T->full.dev;
+		ndev = p.dev;
+	}
 	int n = 0;
-	if (p.dev) {
-		const size_t di = (size_t)mb * T->full.dev;
-		parts[n++] = (sl_kv_part){ .seq = s0, .count = p.dev, .k = (char *)kv->k[l] + di * sb,
-					   .v = (char *)kv->v[l] + di * sb, .tier = SL_TIER_DEVICE };
+	if (ndev) {
+		parts[n++] = (sl_kv_part){ .seq = s0, .count = ndev, .k = (char *)kv->k[l] + di * sb,
+					   .v = (char *)kv->v[l] + di * sb,
+					   .score = kv->h2o ? kv->score[l] + di * sn : NULL,
+					   .pos = kv->h2o ? kv->pos_slot[l] + di * sn : NULL,
+					   .tier = SL_TIER_DEVICE };
 	}
 	if (p.host) {
 		sl_kv_part *q = &parts[n++];
@@ -476,12 +521,12 @@ static int parts_of(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
 		q->tier = SL_TIER_HOST;
 		if (m->cpu_cache_compute && !prefill) { /* in place, at home */
 			const size_t hi = (size_t)mb * T->full.host;
-			const size_t lay = 2 * (size_t)l * T->nhost * sb;
-			q->k = T->host + lay + hi * sb;
-			q->v = T->host + lay + (T->nhost + hi) * sb;
+			q->k = host_home(T, l, hi, PART_K);
+			q->v = host_home(T, l, hi, PART_V);
+			q->score = T->ss ? (float *)host_home(T, l, hi, PART_S) : NULL;
+			q->pos = T->ss ? (int32_t *)host_home(T, l, hi, PART_P) : NULL;
 		} else {
-			q->k = stage->buf;
-			q->v = stage->buf + (size_t)b.host * sb;
+			part_in_group(q, T, stage->buf, b.host);
 		}
 	}
 	if (p.disk) {
@@ -489,16 +534,9 @@ static int parts_of(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
 		q->seq = s0 + p.dev + p.host;
 		q->count = p.disk;
 		q->tier = SL_TIER_DISK;
-		q->k = stage->buf + T->stage_disk_off;
-		q->v = stage->buf + T->stage_disk_off + (size_t)b.disk * sb;
+		part_in_group(q, T, stage->buf + T->stage_disk_off, b.disk);
 	}
 	return n;
-}
-
-/* Host home of sequence index hi (within the host tier) in layer l. */
-static char *host_home(const sl_kv_tiers *T, int l, size_t hi, bool v)
-{
-	return T->host + (2 * (size_t)l + v) * T->nhost * T->sb + hi * T->sb;
 }
 
 static uint64_t seg_off(const sl_kv_tiers *T, int l, int mb)
@@ -563,14 +601,20 @@ static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g
 	const size_t slot_bytes = T->sb / kv->cap; /* every head's row of a token */
 	SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
 	if (p.host && !m->cpu_cache_compute) {
+		const size_t hi0 = (size_t)mb * T->full.host;
 		for (int j = 0; j < p.host; j++) {
 			const int s = s0 + p.dev + j;
-			const size_t hi = (size_t)mb * T->full.host + j;
-			for (int v = 0; v < 2; v++)
-				SL_TRY(copy_rows(be, T->cq, true, st->buf + ((size_t)v * b.host + j) * T->sb,
-						 host_home(T, l, hi, v), slot_bytes, kv->len[s],
+			for (int v = PART_K; v <= PART_V; v++)
+				SL_TRY(copy_rows(be, T->cq, true,
+						 st->buf + grp_off((size_t)b.host, T->sb, T->ss, v, (size_t)j),
+						 host_home(T, l, hi0 + j, v), slot_bytes, kv->len[s],
 						 &m->kv_stats.h2d_bytes));
 		}
+		/* H2O: the scores and positions whole, one range each */
+		for (int x = PART_S; T->ss && x <= PART_P; x++)
+			SL_TRY(copy_rows(be, T->cq, true,
+					 st->buf + grp_off((size_t)b.host, T->sb, T->ss, x, 0),
+					 host_home(T, l, hi0, x), T->ss, p.host, &m->kv_stats.h2d_bytes));
 	}
 	if (p.disk) {
 		void *dst = st->buf + T->stage_disk_off;
@@ -581,7 +625,7 @@ static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g
 			dst = st->bounce;
 		}
 		/* the micro-batch's part of the segment (what its prefill wrote) */
-		const size_t n = align_page(2 * (size_t)b.disk * T->sb);
+		const size_t n = align_page((size_t)b.disk * unit_bytes(T->sb, T->ss));
 		SL_TRY(sl_disk_read(T->disk, seg_off(T, l, mb), dst, n, &st->rticket));
 		st->read_pending = true;
 		st->read_bytes = n;
@@ -716,12 +760,13 @@ static int write_pages(sl_model *m, sl_kv *kv, kv_stage *st, int mb, size_t *off
 }
 
 /* The slot each head of sequence s put this step's token in: slot len[s],
- * unless H2O moved it into an evicted token's slot (or evicted it). */
-static int new_slot(const sl_kv *kv, const int32_t *pos, int s, int h, int nh)
+ * unless H2O (pos: the sequence's positions, (n_head, cap)) moved it into
+ * an evicted token's slot (or evicted it). */
+static int new_slot(const sl_kv *kv, const int32_t *pos, int s, int h)
 {
 	if (!kv->h2o)
 		return kv->len[s];
-	const int32_t *p = pos + ((size_t)s * nh + h) * kv->cap;
+	const int32_t *p = pos + (size_t)h * kv->cap;
 	for (int j = 0; j < kv->cap; j++)
 		if (p[j] == kv->pos[s])
 			return j;
@@ -736,7 +781,7 @@ static int new_ranges(const sl_kv *kv, const int32_t *pos, int s, int nh, size_t
 {
 	int n = 0;
 	for (int h = 0; h < nh; h++) {
-		const int slot = new_slot(kv, pos, s, h, nh);
+		const int slot = new_slot(kv, pos, s, h);
 		if (slot < 0)
 			continue;
 		const size_t o = ((size_t)slot * nh + h) * hrow;
@@ -764,66 +809,86 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
 	split b, p;
 	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
 	const size_t slot_bytes = T->sb / kv->cap, hrow = slot_bytes / nh;
+	const size_t sn = (size_t)nh * kv->cap, hi0 = (size_t)mb * T->full.host;
 	size_t roff[SL_KV_MAX_HEADS], rlen[SL_KV_MAX_HEADS];
 	if (nh > SL_KV_MAX_HEADS)
 		return sl_err(SL_EUNSUPPORTED, "%d attention heads (at most %d)", nh, SL_KV_MAX_HEADS);
 	const bool host_part = p.host && !(m->cpu_cache_compute && !prefill);
 	if (!host_part && !p.disk)
 		return 0;
-	/* H2O decode: where each head put the new token */
-	const int32_t *pos = NULL;
+	char *hbase = st->buf, *dbase = st->buf + T->stage_disk_off;
+	/* H2O decode: where each head put the new token, from the staged
+	 * positions (host part, then disk part) */
+	const int32_t *hpos = NULL, *dpos = NULL;
 	if (kv->h2o && !prefill) {
-		const int32_t *dpos = kv->pos_slot[l] + (size_t)s0 * nh * kv->cap;
+		const int32_t *sh = (const int32_t *)(hbase + grp_off((size_t)b.host, T->sb, T->ss, PART_P, 0));
+		const int32_t *sd = (const int32_t *)(dbase + grp_off((size_t)b.disk, T->sb, T->ss, PART_P, 0));
 		if (o->dev_is_host) {
 			SL_TRY(o->event_sync(be, st->done_ev));
-			pos = dpos - (size_t)s0 * nh * kv->cap;
+			hpos = sh;
+			dpos = sd;
 		} else {
 			SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
-			SL_TRY(o->copy_d2h(be, T->cq, T->pos_host, dpos,
-					   (size_t)g * nh * kv->cap * sizeof(int32_t)));
+			int32_t *ph = T->pos_host, *pd = T->pos_host + (host_part ? (size_t)p.host * sn : 0);
+			if (host_part)
+				SL_TRY(copy_rows(be, T->cq, false, (char *)ph, (const char *)sh, T->ss, p.host,
+						 &m->kv_stats.d2h_bytes));
+			if (p.disk)
+				SL_TRY(copy_rows(be, T->cq, false, (char *)pd, (const char *)sd, T->ss, p.disk,
+						 &m->kv_stats.d2h_bytes));
+			hpos = ph;
+			dpos = pd;
 			SL_TRY(o->queue_sync(be, T->cq));
-			pos = T->pos_host - (size_t)s0 * nh * kv->cap;
 		}
 	}
 	if (host_part) {
 		SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
 		for (int j = 0; j < p.host; j++) {
 			const int s = s0 + p.dev + j;
-			const size_t hi = (size_t)mb * T->full.host + j;
-			for (int v = 0; v < 2; v++) {
-				char *home = host_home(T, l, hi, v);
-				char *dev = st->buf + ((size_t)v * b.host + j) * T->sb;
+			int n = prefill ? 0 : new_ranges(kv, hpos ? hpos + j * sn : NULL, s, nh, hrow, roff, rlen);
+			for (int v = PART_K; v <= PART_V; v++) {
+				char *home = host_home(T, l, hi0 + j, v);
+				char *dev = hbase + grp_off((size_t)b.host, T->sb, T->ss, v, (size_t)j);
 				if (prefill) {
 					SL_TRY(copy_rows(be, T->cq, false, home, dev, slot_bytes,
 							 rows_of(kv, s, true, npad, t), &m->kv_stats.d2h_bytes));
 					continue;
 				}
-				int n = new_ranges(kv, pos, s, nh, hrow, roff, rlen);
 				for (int r = 0; r < n; r++) {
 					SL_TRY(o->copy_d2h(be, T->cq, home + roff[r], dev + roff[r], rlen[r]));
 					m->kv_stats.d2h_bytes += rlen[r];
 				}
 			}
 		}
+		/* H2O: every kept score changed; the scores and positions whole */
+		for (int x = PART_S; T->ss && x <= PART_P; x++)
+			SL_TRY(copy_rows(be, T->cq, false, host_home(T, l, hi0, x),
+					 hbase + grp_off((size_t)b.host, T->sb, T->ss, x, 0), T->ss, p.host,
+					 &m->kv_stats.d2h_bytes));
 	}
 	if (p.disk) {
 		if (prefill) {
-			size_t off0 = 0, len0 = 2 * (size_t)b.disk * T->sb;
+			size_t off0 = 0, len0 = (size_t)b.disk * unit_bytes(T->sb, T->ss);
 			SL_TRY(write_pages(m, kv, st, mb, &off0, &len0, 1));
 		} else {
-			size_t *offs = malloc(sizeof *offs * (size_t)p.disk * nh * 4);
+			const size_t most = (size_t)p.disk * nh * 2 + 2;
+			size_t *offs = malloc(sizeof *offs * most * 2);
 			if (!offs)
 				return sl_err(SL_ENOMEM, "out of memory");
-			size_t *lens = offs + (size_t)p.disk * nh * 2;
+			size_t *lens = offs + most;
 			int cnt = 0;
 			for (int j = 0; j < p.disk; j++) {
 				const int s = s0 + p.dev + p.host + j;
-				int n = new_ranges(kv, pos, s, nh, hrow, roff, rlen);
-				for (int v = 0; v < 2; v++)
+				int n = new_ranges(kv, dpos ? dpos + j * sn : NULL, s, nh, hrow, roff, rlen);
+				for (int v = PART_K; v <= PART_V; v++)
 					for (int r = 0; r < n; r++) {
-						offs[cnt] = ((size_t)v * b.disk + j) * T->sb + roff[r];
+						offs[cnt] = grp_off((size_t)b.disk, T->sb, T->ss, v, (size_t)j) + roff[r];
 						lens[cnt++] = rlen[r];
 					}
+			}
+			for (int x = PART_S; T->ss && x <= PART_P; x++) {
+				offs[cnt] = grp_off((size_t)b.disk, T->sb, T->ss, x, 0);
+				lens[cnt++] = (size_t)p.disk * T->ss;
 			}
 			int rc = write_pages(m, kv, st, mb, offs, lens, cnt);
 			free(offs);
@@ -841,19 +906,14 @@ int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
 	const sl_backend_ops *o = be->ops;
 	const int nh = a->nh, n = p->count;
 	const size_t rows = (size_t)n * nh * a->hd * sizeof(float);
-	const size_t per = (size_t)n * nh * kv->cap;
-	const size_t sc = (size_t)p->seq * nh * kv->cap;
 	float *ev = kv->h2o && kv->evicted ? kv->evicted + ((size_t)l * kv->nseq + p->seq) * nh : NULL;
-	/* the step's q, k, v rows (and H2O state) to the host */
+	/* the step's q, k, v rows (and H2O's evicted sums) to the host; the
+	 * scores and positions are at home with the cache */
 	SL_TRY(o->copy_d2h(be, m->q, T->hq, a->q, rows));
 	SL_TRY(o->copy_d2h(be, m->q, T->hk, a->k_new, rows));
 	SL_TRY(o->copy_d2h(be, m->q, T->hv, a->v_new, rows));
-	if (kv->h2o) {
-		SL_TRY(o->copy_d2h(be, m->q, T->hscore, kv->score[l] + sc, per * 4));
-		SL_TRY(o->copy_d2h(be, m->q, T->hpos, kv->pos_slot[l] + sc, per * 4));
-		if (ev)
-			SL_TRY(o->copy_d2h(be, m->q, T->hevicted, ev, (size_t)n * nh * 4));
-	}
+	if (ev)
+		SL_TRY(o->copy_d2h(be, m->q, T->hevicted, ev, (size_t)n * nh * 4));
 	double t0 = sl_now();
 	SL_TRY(o->queue_sync(be, m->q));
 	m->kv_stats.stall_s += sl_now() - t0;
@@ -863,12 +923,12 @@ int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
 	h.k_new = T->hk;
 	h.v_new = T->hv;
 	h.out = T->ho;
-	h.score = kv->h2o ? T->hscore : NULL;
+	h.score = p->score;
 	SL_TRY(hb->ops->attn_decode(hb, T->host_q, &h));
 	if (kv->h2o) {
 		sl_h2o_args e = { .nseq = n, .nh = nh, .hd = a->hd, .kv_f32 = kv->f32,
-				  .k_cache = p->k, .v_cache = p->v, .score = T->hscore,
-				  .pos = T->hpos, .cap = kv->cap, .len = kv->len + p->seq,
+				  .k_cache = p->k, .v_cache = p->v, .score = p->score,
+				  .pos = p->pos, .cap = kv->cap, .len = kv->len + p->seq,
 				  .cur = kv->pos + p->seq, .heavy = kv->heavy + p->seq,
 				  .recent = kv->recent + p->seq, .evicted = ev ? T->hevicted : NULL };
 		SL_TRY(hb->ops->h2o_evict(hb, T->host_q, &e));
@@ -877,12 +937,8 @@ int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
 	/* the output (and H2O state) back, ahead of the layer's next op */
 	SL_TRY(o->copy_h2d(be, m->q, a->out, T->ho, rows));
 	m->kv_stats.h2d_bytes += rows;
-	if (kv->h2o) {
-		SL_TRY(o->copy_h2d(be, m->q, kv->score[l] + sc, T->hscore, per * 4));
-		SL_TRY(o->copy_h2d(be, m->q, kv->pos_slot[l] + sc, T->hpos, per * 4));
-		if (ev)
-			SL_TRY(o->copy_h2d(be, m->q, ev, T->hevicted, (size_t)n * nh * 4));
-	}
+	if (ev)
+		SL_TRY(o->copy_h2d(be, m->q, ev, T->hevicted, (size_t)n * nh * 4));
 	return 0;
 }
 

@@ -31,8 +31,11 @@
  * staging as usual.
  *
  * H2O's per-slot scores and positions (8 bytes per slot and head, 1/32 of
- * an fp16 cache at head_dim 64) and its prompt scratch stay on the device
- * for every sequence.
+ * an fp16 cache at head_dim 64) live with their sequence's K and V: a
+ * sequence's block of one layer is then K, V, scores, positions, in every
+ * tier, and a step loads and writes back the scores and positions whole
+ * (every kept token's score grows each step).  The prompt scratch (one
+ * micro-batch) and the evicted sums stay on the device.
  */
 #ifndef SL_KVCACHE_H
 #define SL_KVCACHE_H
@@ -44,6 +47,8 @@
 typedef struct sl_kv_part {
 	int seq, count;
 	void *k, *v;
+	float *score;  /* H2O: (count, n_head, cap); NULL for a dense cache */
+	int32_t *pos;  /* H2O: (count, n_head, cap) */
 	int tier; /* enum sl_tier */
 } sl_kv_part;
 
@@ -61,9 +66,9 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
 
 /* cpu_cache_compute where the device is not host memory: the decode
  * attention a describes, for host-tier part p, on a CPU backend over the
- * part's home copy: q, k_new and v_new (and under H2O the part's scores,
- * positions and evicted sums) to pinned host buffers, the output (and H2O
- * state) back on the compute queue. */
+ * part's home copy (H2O's scores and positions included): q, k_new and
+ * v_new (and under H2O the evicted sums) to pinned host buffers, the
+ * output (and the sums) back on the compute queue. */
 int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
 			 const sl_attn_args *a);
 
@@ -71,13 +76,16 @@ int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
 int sl_kv_pass_end(sl_model *m, sl_kv *kv);
 
 /* Bytes the split places in each tier for nseq sequences in micro-batches
- * of gs with cap slots: device homes plus staging, host homes (plus
- * bounce buffers where the device is not host memory), disk. */
+ * of gs with cap slots (h2o: with scores and positions): device homes
+ * plus staging, host homes (plus bounce buffers where the device is not
+ * host memory), disk.  H2O's scratch and evicted sums are
+ * sl_kv_h2o_extra's. */
 typedef struct sl_kv_sizes {
 	size_t device, host, disk;
-	size_t seq_bytes; /* one sequence's K (or V) of one layer */
+	size_t seq_bytes;   /* one sequence's K (or V) of one layer */
+	size_t state_bytes; /* H2O: its scores (or positions) of one layer */
 } sl_kv_sizes;
-void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es,
+void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es, bool h2o,
 		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out);
 
 /* Sequences per micro-batch: the policy's micro (gpu_batch_size) when it
@@ -88,12 +96,11 @@ static inline int sl_kv_group(int micro, int nseq)
 }
 
 /* H2O sizing: the slots of a cache for prompts of up to max_prompt tokens,
- * the device bytes beyond K and V (scores, positions, prompt scratch,
- * evicted sums; the scratch holds one micro-batch of gs), and one
- * sequence's budget for a prompt. */
+ * the device bytes beyond the tiers' (the prompt scratch of one
+ * micro-batch of gs, and the evicted sums), and one sequence's budget for
+ * a prompt. */
 int sl_kv_h2o_slots(double hh, double rr, int max_prompt, int max_len);
-size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int cap, int max_prompt,
-		       size_t es);
+size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int max_prompt, size_t es);
 int sl_kv_h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent);
 
 #endif

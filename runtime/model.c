@@ -177,12 +177,11 @@ size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_ro
 	size_t extra = 0;
 	if (hh > 0 || rr > 0) {
 		cap = sl_kv_h2o_slots(hh, rr, max_prompt, cap);
-		extra = sl_kv_h2o_extra(c, max_seq, sl_kv_group(micro, max_seq), cap,
-					max_prompt, es);
+		extra = sl_kv_h2o_extra(c, max_seq, sl_kv_group(micro, max_seq), max_prompt, es);
 	}
 	sl_kv_sizes kz;
-	sl_kv_tier_sizes(c, max_seq, micro, cap, es, cache_gpu_percent, 100 - cache_gpu_percent,
-			 true, &kz);
+	sl_kv_tier_sizes(c, max_seq, micro, cap, es, hh > 0 || rr > 0, cache_gpu_percent,
+			 100 - cache_gpu_percent, true, &kz);
 	return sl_weights_global_bytes(c) + 2 * stage + kz.device + extra +
 	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro);
 }
@@ -197,11 +196,11 @@ void sl_model_job_bytes(const sl_model *m, int nseq, int max_prompt, int max_len
 	size_t extra = 0;
 	if (m->hh_ratio > 0 || m->recent_ratio > 0) {
 		cap = sl_kv_h2o_slots(m->hh_ratio, m->recent_ratio, max_prompt, max_len);
-		extra = sl_kv_h2o_extra(c, nseq, gs, cap, max_prompt, es);
+		extra = sl_kv_h2o_extra(c, nseq, gs, max_prompt, es);
 	}
 	sl_kv_sizes kz;
-	sl_kv_tier_sizes(c, nseq, gs, cap, es, m->cache_gpu_percent, m->cache_cpu_percent,
-			 m->be->ops->dev_is_host, &kz);
+	sl_kv_tier_sizes(c, nseq, gs, cap, es, extra > 0, m->cache_gpu_percent,
+			 m->cache_cpu_percent, m->be->ops->dev_is_host, &kz);
 	*dev = ws_bytes(c, nseq, SL_MAX(nseq * max_prompt, nseq), m->micro) + kz.device + extra;
 	*host = kz.host;
 }
@@ -278,17 +277,17 @@ static int embed(sl_model *m, int rows)
  * every score grown by this step's probability, then one eviction when
  * over budget.
  */
-static int h2o_attention(sl_model *m, sl_kv *kv, int l, int s0, int g, sl_attn_args *a,
+static int h2o_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p, sl_attn_args *a,
 			 bool prefill, int t)
 {
 	const sl_backend_ops *o = m->be->ops;
 	const sl_opt_config *c = &m->cfg;
 	const int nh = c->n_head, hd = sl_opt_head_dim(c);
+	const int s0 = p->seq, g = p->count;
 	const size_t es = kv->f32 ? 4 : 2;
-	const size_t slots = (size_t)s0 * nh * kv->cap;
 	sl_h2o_args h = { .nseq = g, .nh = nh, .hd = hd, .kv_f32 = kv->f32,
 			  .k_cache = a->k_cache, .v_cache = a->v_cache,
-			  .score = kv->score[l] + slots, .pos = kv->pos_slot[l] + slots,
+			  .score = p->score, .pos = p->pos,
 			  .cap = kv->cap, .heavy = kv->heavy + s0, .recent = kv->recent + s0,
 			  .evicted = kv->evicted + ((size_t)l * kv->nseq + s0) * nh };
 	if (prefill) {
@@ -335,7 +334,7 @@ static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, in
 	if (!prefill && p->tier == SL_TIER_HOST && m->cpu_cache_compute && !o->dev_is_host)
 		return sl_kv_host_attention(m, kv, l, p, &a);
 	if (kv->h2o)
-		return h2o_attention(m, kv, l, p->seq, p->count, &a, prefill, t);
+		return h2o_attention(m, kv, l, p, &a, prefill, t);
 	return prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a);
 }
 

@@ -96,8 +96,10 @@ typedef struct sl_kv {
 	double hh_ratio, recent_ratio;
 	int fixed_heavy, fixed_recent; /* >= 0: counts instead of ratios */
 	int *heavy, *recent;           /* host (nseq), set by the prefill */
-	float **score;                 /* per layer, device (nseq, n_head, cap) */
-	int32_t **pos_slot;            /* per layer, device (nseq, n_head, cap) */
+	float **score;                 /* per layer, device (ndev, n_head, cap): the
+					  device-tier sequences (kvcache.h: the rest
+					  live with their K and V) */
+	int32_t **pos_slot;            /* per layer, device (ndev, n_head, cap) */
 	void *scratch_k, *scratch_v;   /* device, one micro-batch (gs, n_head, scratch_cap, head_dim) */
 	float *scratch_score;          /* device (gs, n_head, scratch_cap) */
 	int scratch_cap;
