@@ -112,9 +112,16 @@ fail:
 
 static void release_ws(sl_model *m)
 {
+	if (m->acq) /* no store still reading a buffer or writing the host rows */
+		m->be->ops->queue_sync(m->be, m->acq);
 	sl_dev_free(m->be, m->ws, m->ws_bytes);
 	m->ws = NULL;
 	m->ws_bytes = 0;
+	if (m->act_host && m->h) {
+		sl_host_free(m->be, m->h, m->h_host_bytes);
+		m->h = NULL;
+		m->h_host_bytes = 0;
+	}
 	free(m->ids_host);
 	free(m->pos_host);
 	m->ids_host = m->pos_host = NULL;
@@ -131,6 +138,14 @@ void sl_model_free(sl_model *m)
 	if (!m)
 		return;
 	release_ws(m);
+	for (int i = 0; i < 2; i++) {
+		if (m->a_ready[i])
+			m->be->ops->event_free(m->be, m->a_ready[i]);
+		if (m->a_done[i])
+			m->be->ops->event_free(m->be, m->a_done[i]);
+	}
+	if (m->acq)
+		m->be->ops->queue_free(m->be, m->acq);
 	sl_weights_free(m->be, &m->w);
 	sl_disk_close(m->disk);
 	free(m->offload_dir);
@@ -148,24 +163,33 @@ static int group_rows(int micro, int max_seq, int max_rows)
 	return (int)(((long)max_rows * micro + max_seq - 1) / max_seq);
 }
 
-static void ws_sizes(const sl_opt_config *c, int max_seq, int max_rows, int micro, size_t *sizes)
+/* Floats of each device buffer: h (act_host: the two step buffers), x,
+ * qb, kb, vb, ab, fb, logits. */
+static void ws_sizes(const sl_opt_config *c, int max_seq, int max_rows, int micro, bool act_host,
+		     size_t *sizes)
 {
 	const size_t r = (size_t)max_rows, h = (size_t)c->hidden;
 	const size_t g = (size_t)group_rows(micro, max_seq, max_rows);
 	const size_t gx = SL_MAX(g, (size_t)max_seq); /* also the head's rows */
 	const size_t wide = (size_t)SL_MAX(c->hidden, c->embed_dim);
-	size_t v[] = { r * h, gx * wide, gx * wide, g * h, g * h, g * h, g * (size_t)c->ffn,
-		       (size_t)max_seq * c->vocab };
+	size_t v[] = { act_host ? 2 * gx * h : r * h, gx * wide, gx * wide, g * h, g * h, g * h,
+		       g * (size_t)c->ffn, (size_t)max_seq * c->vocab };
 	memcpy(sizes, v, sizeof v);
 }
 
-static size_t ws_bytes(const sl_opt_config *c, int max_seq, int max_rows, int micro)
+static size_t ws_bytes(const sl_opt_config *c, int max_seq, int max_rows, int micro, bool act_host)
 {
 	size_t sizes[8], total = 0;
-	ws_sizes(c, max_seq, max_rows, micro, sizes);
+	ws_sizes(c, max_seq, max_rows, micro, act_host, sizes);
 	for (size_t i = 0; i < 8; i++)
 		total += (sizes[i] * sizeof(float) + 255) & ~(size_t)255;
 	return total;
+}
+
+/* act_host: the pinned host bytes of the residual stream. */
+static size_t act_host_bytes(const sl_opt_config *c, int max_rows, bool act_host)
+{
+	return act_host ? (size_t)max_rows * c->hidden * sizeof(float) : 0;
 }
 
 size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
@@ -183,7 +207,7 @@ size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_ro
 	sl_kv_tier_sizes(c, max_seq, micro, cap, es, hh > 0 || rr > 0, cache_gpu_percent,
 			 100 - cache_gpu_percent, true, &kz);
 	return sl_weights_global_bytes(c) + 2 * stage + kz.device + extra +
-	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro);
+	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro, false);
 }
 
 void sl_model_job_bytes(const sl_model *m, int nseq, int max_prompt, int max_len, size_t *dev,
@@ -201,8 +225,9 @@ void sl_model_job_bytes(const sl_model *m, int nseq, int max_prompt, int max_len
 	sl_kv_sizes kz;
 	sl_kv_tier_sizes(c, nseq, gs, cap, es, extra > 0, m->cache_gpu_percent,
 			 m->cache_cpu_percent, m->be->ops->dev_is_host, &kz);
-	*dev = ws_bytes(c, nseq, SL_MAX(nseq * max_prompt, nseq), m->micro) + kz.device + extra;
-	*host = kz.host;
+	const int rows = SL_MAX(nseq * max_prompt, nseq);
+	*dev = ws_bytes(c, nseq, rows, m->micro, m->act_host) + kz.device + extra;
+	*host = kz.host + act_host_bytes(c, rows, m->act_host);
 }
 
 int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
@@ -215,9 +240,10 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	const sl_opt_config *c = &m->cfg;
 	const size_t r = (size_t)max_rows;
 	size_t sizes[8];
-	ws_sizes(c, max_seq, max_rows, m->micro, sizes);
-	float **ptrs[] = { &m->h, &m->x, &m->qb, &m->kb, &m->vb, &m->ab, &m->fb, &m->logits };
-	size_t total = ws_bytes(c, max_seq, max_rows, m->micro);
+	ws_sizes(c, max_seq, max_rows, m->micro, m->act_host, sizes);
+	float *hdev = NULL;
+	float **ptrs[] = { &hdev, &m->x, &m->qb, &m->kb, &m->vb, &m->ab, &m->fb, &m->logits };
+	size_t total = ws_bytes(c, max_seq, max_rows, m->micro, m->act_host);
 	int rc = sl_dev_alloc(m->be, total, "activation workspace", &m->ws);
 	if (rc < 0)
 		return rc;
@@ -226,6 +252,33 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	for (size_t i = 0; i < SL_ARRAY_LEN(sizes); i++) {
 		*ptrs[i] = (float *)p;
 		p += (sizes[i] * sizeof(float) + 255) & ~(size_t)255;
+	}
+	if (!m->act_host) {
+		m->h = hdev;
+	} else {
+		const sl_backend_ops *o = m->be->ops;
+		m->abuf[0] = hdev;
+		m->abuf[1] = hdev + sizes[0] / 2;
+		m->abuf_s0[0] = m->abuf_s0[1] = -1;
+		const size_t hb = act_host_bytes(c, max_rows, true);
+		if ((rc = sl_host_alloc(m->be, hb, "activations (host)", (void **)&m->h)) < 0) {
+			m->h = NULL;
+			release_ws(m);
+			return rc;
+		}
+		m->h_host_bytes = hb;
+		for (int i = 0; i < 2 && rc == 0; i++) {
+			if (!m->a_ready[i])
+				rc = o->event_create(m->be, &m->a_ready[i]);
+			if (rc == 0 && !m->a_done[i])
+				rc = o->event_create(m->be, &m->a_done[i]);
+		}
+		if (rc == 0 && !m->acq)
+			rc = o->queue_create(m->be, &m->acq);
+		if (rc < 0) {
+			release_ws(m);
+			return rc;
+		}
 	}
 	m->ids_host = malloc(r * sizeof(int32_t));
 	m->pos_host = malloc(r * sizeof(int32_t));
@@ -247,26 +300,108 @@ static int linear(sl_model *m, int rows, const float *x, int ldx, const sl_half 
 	return sl_gemm(m->be, m->q, &g);
 }
 
-/* Embeddings for `rows` rows whose token ids and positions are in
- * m->ids_host / m->pos_host (positions already offset by 2). */
-static int embed(sl_model *m, int rows)
+/* Embeddings of rows [r0, r0 + rows) into out (device, rows x hidden),
+ * whose token ids and positions are in m->ids_host / m->pos_host
+ * (positions already offset by 2). */
+static int embed_rows(sl_model *m, int r0, int rows, float *out)
 {
 	const sl_opt_config *c = &m->cfg;
 	const sl_backend_ops *o = m->be->ops;
 	if (c->embed_dim == c->hidden) {
-		SL_TRY(o->embed(m->be, m->q, rows, c->hidden, m->w.embed_tokens, m->ids_host, m->h, false));
+		SL_TRY(o->embed(m->be, m->q, rows, c->hidden, m->w.embed_tokens, m->ids_host + r0, out,
+				false));
 	} else {
 		/* project_in through x, a micro-batch's rows at a time */
 		const int step = SL_MAX(1, SL_MIN(m->group_rows, m->max_rows));
-		for (int r0 = 0; r0 < rows; r0 += step) {
-			const int n = SL_MIN(step, rows - r0);
-			SL_TRY(o->embed(m->be, m->q, n, c->embed_dim, m->w.embed_tokens, m->ids_host + r0,
-					m->x, false));
+		for (int i = 0; i < rows; i += step) {
+			const int n = SL_MIN(step, rows - i);
+			SL_TRY(o->embed(m->be, m->q, n, c->embed_dim, m->w.embed_tokens,
+					m->ids_host + r0 + i, m->x, false));
 			SL_TRY(linear(m, n, m->x, c->embed_dim, m->w.project_in, NULL, c->hidden,
-				      c->embed_dim, m->h + (size_t)r0 * c->hidden, c->hidden, 1.0f, 0));
+				      c->embed_dim, out + (size_t)i * c->hidden, c->hidden, 1.0f, 0));
 		}
 	}
-	return o->embed(m->be, m->q, rows, c->hidden, m->w.embed_pos, m->pos_host, m->h, true);
+	return o->embed(m->be, m->q, rows, c->hidden, m->w.embed_pos, m->pos_host + r0, out, true);
+}
+
+/* Embeddings of the block's `rows` rows into the residual stream: in place
+ * on the device, or (act_host) through a step buffer to the host rows. */
+static int embed(sl_model *m, int rows)
+{
+	const sl_backend_ops *o = m->be->ops;
+	const size_t h = (size_t)m->cfg.hidden;
+	if (!m->act_host)
+		return embed_rows(m, 0, rows, m->h);
+	const int step = SL_MAX(m->group_rows, m->max_seq); /* a step buffer's rows */
+	for (int r0 = 0; r0 < rows; r0 += step) {
+		const int n = SL_MIN(step, rows - r0);
+		SL_TRY(embed_rows(m, r0, n, m->abuf[0]));
+		SL_TRY(o->copy_d2h(m->be, m->q, m->h + r0 * h, m->abuf[0], n * h * sizeof(float)));
+		m->act_d2h_bytes += n * h * sizeof(float);
+	}
+	m->abuf_s0[0] = m->abuf_s0[1] = -1;
+	/* the first step's load (on the copy queue) reads these rows */
+	return o->queue_sync(m->be, m->q);
+}
+
+/*
+ * act_host: the residual rows of the g sequences from s0 (t rows each) on
+ * the device for a step.  The previous step may have left them in its
+ * buffer (same rows), or the step before prefetched them; else they are
+ * loaded now.  With overlap, the next step's rows (next_s0 >= 0, when
+ * they differ) are prefetched into the other buffer; the copy queue's
+ * order puts that load after the store of the buffer's last rows.
+ */
+static int act_load(sl_model *m, int i, int s0, int g, int t)
+{
+	const sl_backend_ops *o = m->be->ops;
+	const size_t n = (size_t)g * t * m->cfg.hidden;
+	SL_TRY(o->queue_wait(m->be, m->acq, m->a_done[i]));
+	SL_TRY(o->copy_h2d(m->be, m->acq, m->abuf[i], m->h + (size_t)s0 * t * m->cfg.hidden,
+			   n * sizeof(float)));
+	m->abuf_s0[i] = s0;
+	m->act_h2d_bytes += n * sizeof(float);
+	return o->event_record(m->be, m->a_ready[i], m->acq);
+}
+
+static int act_begin(sl_model *m, int s0, int g, int t, int next_s0, int next_g, float **hg)
+{
+	const sl_backend_ops *o = m->be->ops;
+	if (!m->act_host) {
+		*hg = m->h + (size_t)s0 * t * m->cfg.hidden;
+		return 0;
+	}
+	int i = m->abuf_s0[m->acur] == s0 ? m->acur : m->abuf_s0[m->acur ^ 1] == s0 ? m->acur ^ 1 : -1;
+	if (i < 0) {
+		i = m->acur ^ 1;
+		SL_TRY(act_load(m, i, s0, g, t));
+	}
+	m->acur = i;
+	if (m->overlap && next_s0 >= 0 && next_s0 != s0 && m->abuf_s0[i ^ 1] != next_s0)
+		SL_TRY(act_load(m, i ^ 1, next_s0, next_g, t));
+	SL_TRY(o->queue_wait(m->be, m->q, m->a_ready[i]));
+	*hg = m->abuf[i];
+	return 0;
+}
+
+/* act_host: after the step's work is issued, store its rows back to the
+ * host unless the next step works on the same rows (next_s0 == s0). */
+static int act_end(sl_model *m, int s0, int g, int t, int next_s0)
+{
+	const sl_backend_ops *o = m->be->ops;
+	if (!m->act_host)
+		return 0;
+	const int i = m->acur;
+	SL_TRY(o->event_record(m->be, m->a_done[i], m->q));
+	if (next_s0 == s0)
+		return 0;
+	const size_t n = (size_t)g * t * m->cfg.hidden;
+	SL_TRY(o->queue_wait(m->be, m->acq, m->a_done[i]));
+	SL_TRY(o->copy_d2h(m->be, m->acq, m->h + (size_t)s0 * t * m->cfg.hidden, m->abuf[i],
+			   n * sizeof(float)));
+	m->act_d2h_bytes += n * sizeof(float);
+	m->abuf_s0[i] = -1;
+	return 0;
 }
 
 /*
@@ -338,17 +473,17 @@ static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, in
 	return prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a);
 }
 
-/* The attention half of decoder layer l for the g sequences from s0
- * (rows s0 * t onwards), over the cache parts of this step. */
-static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, int s0, int g,
-		      int t, const int *npad, bool prefill, const sl_kv_part *parts, int nparts)
+/* The attention half of decoder layer l for the g sequences from s0,
+ * whose residual rows are hg, over the cache parts of this step. */
+static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, float *hg, int s0,
+		      int g, int t, const int *npad, bool prefill, const sl_kv_part *parts,
+		      int nparts)
 {
 	const sl_opt_config *c = &m->cfg;
 	const sl_backend_ops *o = m->be->ops;
 	const int h = c->hidden;
 	const int rows = g * t;
 	const float scale = 1.0f / sqrtf((float)sl_opt_head_dim(c));
-	float *hg = m->h + (size_t)s0 * t * h;
 	const float *xin = hg;
 	if (c->pre_ln) {
 		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, c->ln_eps, m->x, h));
@@ -365,14 +500,14 @@ static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, in
 	return 0;
 }
 
-/* The MLP half of decoder layer l for the g sequences from s0. */
-static int mlp_block(sl_model *m, const sl_opt_layer_w *w, int s0, int g, int t)
+/* The MLP half of decoder layer l for g sequences whose residual rows are
+ * hg. */
+static int mlp_block(sl_model *m, const sl_opt_layer_w *w, float *hg, int g, int t)
 {
 	const sl_opt_config *c = &m->cfg;
 	const sl_backend_ops *o = m->be->ops;
 	const int h = c->hidden, f = c->ffn;
 	const int rows = g * t;
-	float *hg = m->h + (size_t)s0 * t * h;
 	const float *xin = hg;
 	if (c->pre_ln) {
 		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, c->ln_eps, m->x, h));
@@ -416,16 +551,30 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 			int nparts;
 			SL_TRY(sl_kv_step_begin(m, kv, l, s0, g, prefill, nl, ns, SL_MIN(gs, nseq - ns),
 						parts, &nparts));
-			SL_TRY(attn_block(m, kv, l, &wv, s0, g, t, npad, prefill, parts, nparts));
+			/* the rows of the step after this one: with sep_layer the
+			 * MLPs follow the last attention */
+			const int as = m->sep_layer && ns == 0 ? 0 : nl < 0 ? -1 : ns;
+			float *hg;
+			SL_TRY(act_begin(m, s0, g, t, as, SL_MIN(gs, nseq - SL_MAX(as, 0)), &hg));
+			SL_TRY(attn_block(m, kv, l, &wv, hg, s0, g, t, npad, prefill, parts, nparts));
 			SL_TRY(sl_kv_step_end(m, kv, l, s0, g, prefill, npad, t));
 			if (!m->sep_layer)
-				SL_TRY(mlp_block(m, &wv, s0, g, t));
+				SL_TRY(mlp_block(m, &wv, hg, g, t));
+			SL_TRY(act_end(m, s0, g, t, as));
 		}
 		if (m->sep_layer)
-			for (int s0 = 0; s0 < nseq; s0 += gs)
-				SL_TRY(mlp_block(m, &wv, s0, SL_MIN(gs, nseq - s0), t));
+			for (int s0 = 0; s0 < nseq; s0 += gs) {
+				const int g = SL_MIN(gs, nseq - s0);
+				int as = s0 + gs < nseq ? s0 + gs : l + 1 < c->n_layer ? 0 : -1;
+				float *hg;
+				SL_TRY(act_begin(m, s0, g, t, as, SL_MIN(gs, nseq - SL_MAX(as, 0)), &hg));
+				SL_TRY(mlp_block(m, &wv, hg, g, t));
+				SL_TRY(act_end(m, s0, g, t, as));
+			}
 		SL_TRY(sl_weights_release(m->be, m->q, &m->w, l));
 	}
+	if (m->act_host) /* every row back on the host */
+		SL_TRY(m->be->ops->queue_sync(m->be, m->acq));
 	return sl_kv_pass_end(m, kv);
 }
 
@@ -455,6 +604,26 @@ static int head(sl_model *m, int count, const float *hrows, int ld_rows)
 		xe = m->qb;
 	}
 	return linear(m, count, xe, e, m->w.lm_head, NULL, c->vocab, e, m->logits, c->vocab, 1.0f, 0);
+}
+
+/* The head over count residual rows first, first + stride, ... of the
+ * block (act_host: gathered from the host into a step buffer first). */
+static int head_rows(sl_model *m, int count, size_t first, size_t stride)
+{
+	const sl_backend_ops *o = m->be->ops;
+	const size_t h = (size_t)m->cfg.hidden;
+	if (!m->act_host)
+		return head(m, count, m->h + first * h, (int)(stride * h));
+	if (stride == 1) {
+		SL_TRY(o->copy_h2d(m->be, m->q, m->abuf[0], m->h + first * h, count * h * sizeof(float)));
+	} else {
+		for (int i = 0; i < count; i++)
+			SL_TRY(o->copy_h2d(m->be, m->q, m->abuf[0] + i * h, m->h + (first + i * stride) * h,
+					   h * sizeof(float)));
+	}
+	m->act_h2d_bytes += count * h * sizeof(float);
+	m->abuf_s0[0] = -1;
+	return head(m, count, m->abuf[0], (int)h);
 }
 
 int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad, int t,
@@ -509,14 +678,14 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 		const size_t v = (size_t)c->vocab;
 		for (int r0 = 0; r0 < rows; r0 += m->max_seq) {
 			const int cnt = SL_MIN(m->max_seq, rows - r0);
-			SL_TRY(head(m, cnt, m->h + (size_t)r0 * c->hidden, c->hidden));
+			SL_TRY(head_rows(m, cnt, (size_t)r0, 1));
 			SL_TRY(m->be->ops->copy_d2h(m->be, m->q, all_logits + (size_t)r0 * v, m->logits,
 						    (size_t)cnt * v * sizeof(float)));
 		}
 		SL_TRY(m->be->ops->queue_sync(m->be, m->q));
 	}
 	/* the last row of each sequence is real (left padding) */
-	return head(m, nseq, m->h + (size_t)(t - 1) * c->hidden, t * c->hidden);
+	return head_rows(m, nseq, (size_t)(t - 1), (size_t)t);
 }
 
 int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids)
@@ -544,7 +713,7 @@ int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids)
 			kv->len[s] = SL_MIN(kv->len[s], kv->heavy[s] + kv->recent[s]);
 		kv->pos[s]++;
 	}
-	return head(m, nseq, m->h, c->hidden);
+	return head_rows(m, nseq, 0, 1);
 }
 
 void sl_model_stats_reset(sl_model *m)
@@ -552,6 +721,7 @@ void sl_model_stats_reset(sl_model *m)
 	memset(&m->w.stats, 0, sizeof m->w.stats);
 	const size_t kv_disk = m->kv_stats.disk_bytes;
 	memset(&m->kv_stats, 0, sizeof m->kv_stats);
+	m->act_h2d_bytes = m->act_d2h_bytes = 0;
 	m->kv_stats.disk_bytes = kv_disk;
 	memset(&m->base, 0, sizeof m->base);
 	if (m->disk) {
@@ -584,8 +754,8 @@ void sl_model_stats(sl_model *m, double wall_s, sl_offload_stats *out)
 	out->compute_s = wall_s - out->stall_s;
 	out->io_s = SL_MIN(wall_s, busy);
 	out->disk_read_gbps = out->io_s > 0 ? out->disk_read_bytes / out->io_s / 1e9 : 0;
-	out->h2d_bytes = m->w.stats.h2d_bytes + k->h2d_bytes;
-	out->d2h_bytes = k->d2h_bytes;
+	out->h2d_bytes = m->w.stats.h2d_bytes + k->h2d_bytes + m->act_h2d_bytes;
+	out->d2h_bytes = k->d2h_bytes + m->act_d2h_bytes;
 	out->peak_device = m->be->dev_peak;
 	out->peak_host = m->be->host_peak;
 }

@@ -53,6 +53,21 @@ typedef struct sl_model {
 	int micro;      /* sequences per micro-batch (0: the whole block) */
 	int group_rows; /* rows the per-micro-batch buffers hold */
 	float *h, *x, *qb, *kb, *vb, *ab, *fb;
+	/* act_host (FlexGen's act_cpu_percent 100): the residual stream of the
+	 * whole block (h) lives in pinned host memory; a step brings its
+	 * micro-batch's rows into one of two device buffers (abuf, each of
+	 * the larger of a micro-batch's rows and max_seq rows) on a copy
+	 * queue, prefetching the next step's with overlap, and stores them
+	 * back when the next step moves to other rows.  Set before the first
+	 * forward. */
+	bool act_host;
+	float *abuf[2];
+	int abuf_s0[2]; /* the first sequence whose rows a buffer holds; -1: none */
+	int acur;       /* the buffer of the step in progress */
+	size_t h_host_bytes;
+	sl_queue *acq;
+	sl_event *a_ready[2], *a_done[2];
+	uint64_t act_h2d_bytes, act_d2h_bytes; /* what act_host moved */
 	float *logits; /* (max_seq, vocab) */
 	void *ws;
 	size_t ws_bytes;

@@ -263,7 +263,7 @@ END_TEST
 typedef struct grid_pol {
 	double wg, wc, cg, cc;
 	int micro; /* 0: the whole block */
-	bool overlap, ccc, sep;
+	bool overlap, ccc, sep, act; /* act: activations in host memory */
 } grid_pol;
 
 typedef struct grid_out {
@@ -301,6 +301,7 @@ static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem
 	m->cache_cpu_percent = p->cc;
 	m->cpu_cache_compute = p->ccc;
 	m->sep_layer = p->sep;
+	m->act_host = p->act;
 	if (h2o)
 		m->hh_ratio = m->recent_ratio = 0.2;
 	int t = 0;
@@ -348,8 +349,9 @@ static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem
 static const double w_places[][2] = { { 100, 0 }, { 0, 100 }, { 0, 0 }, { 30, 30 } };
 static const double c_places[][2] = { { 100, 0 }, { 0, 100 }, { 0, 0 }, { 34, 33 }, { 0, 50 } };
 static const int micros[] = { 0, 1, 3 };
-static const bool flags[][3] = { /* overlap, cpu_cache_compute, sep_layer */
-	{ true, false, true }, { false, false, false }, { true, true, false }, { false, true, true }
+static const bool flags[][4] = { /* overlap, cpu_cache_compute, sep_layer, activations on host */
+	{ true, false, true, true }, { false, false, false, false }, { true, true, false, true },
+	{ false, true, true, false }
 };
 #define N_GRID (4 * 5 * 3 * 4)
 
@@ -365,6 +367,7 @@ static grid_pol grid_at(int i)
 	p.overlap = flags[f][0];
 	p.ccc = flags[f][1];
 	p.sep = flags[f][2];
+	p.act = flags[f][3];
 	return p;
 }
 
@@ -386,15 +389,17 @@ static void assert_same(const grid_out *ref, const grid_out *o, const char *what
 
 static void describe(const grid_pol *p, bool h2o, char *buf, size_t n)
 {
-	snprintf(buf, n, "%sweights %g/%g cache %g/%g micro %d%s%s%s", h2o ? "H2O " : "", p->wg,
+	snprintf(buf, n, "%sweights %g/%g cache %g/%g micro %d%s%s%s%s", h2o ? "H2O " : "", p->wg,
 		 p->wc, p->cg, p->cc, p->micro, p->overlap ? " overlap" : "",
-		 p->ccc ? " cpu_cache_compute" : "", p->sep ? " sep_layer" : "");
+		 p->ccc ? " cpu_cache_compute" : "", p->sep ? " sep_layer" : "",
+		 p->act ? " activations on host" : "");
 }
 
 /*
  * Placement invariance over the grid (the offload issue's acceptance):
  * weights on device / CPU / disk / mixed x the cache on device / CPU / disk
- * / two mixes x micro-batches x overlap, cpu_cache_compute and sep_layer:
+ * / two mixes x micro-batches x overlap, cpu_cache_compute, sep_layer and
+ * activations in host memory (half the grid each):
  * bit-identical prefill logits and tokens, dense and with H2O.  And the
  * budgets: each policy runs within a device and a host budget equal to its
  * own measured peaks, is refused one byte below (so every byte of the
@@ -404,7 +409,7 @@ static void describe(const grid_pol *p, bool h2o, char *buf, size_t n)
 START_TEST(test_grid)
 {
 	const bool h2o = _i == 1;
-	grid_pol base = { 100, 0, 100, 0, 0, true, false, false };
+	grid_pol base = { 100, 0, 100, 0, 0, true, false, false, false };
 	grid_out ref, o;
 	ck_assert_msg(grid_run(&base, h2o, 0, 0, &ref) == 0, "%s", sl_errmsg());
 	if (h2o) { /* the H2O cache evicts here: its tokens are not the dense ones */

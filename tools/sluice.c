@@ -149,10 +149,13 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	if (rc < 0)
 		return rc;
 	/* what this engine places today: weights and the KV cache in any
-	 * tier; activations on the device */
-	if (p->act_gpu_percent < 100 || p->compress_weight || p->compress_cache)
+	 * tier; activations on the device or in pinned host memory */
+	if (p->act_gpu_percent < 100 && p->act_cpu_percent < 100)
 		return sl_err(SL_EUNSUPPORTED,
-			      "this build keeps activations on the device (act_gpu_percent 100) and does not compress: set act_gpu_percent 100, compress_weight and compress_cache false");
+			      "activations on disk are not supported: set act_gpu_percent 100 (device) or act_cpu_percent 100 (pinned CPU memory)");
+	if (p->compress_weight || p->compress_cache)
+		return sl_err(SL_EUNSUPPORTED,
+			      "this build does not compress: set compress_weight and compress_cache false");
 	rc = sl_backend_create(o->backend, threads, be);
 	if (rc < 0)
 		return rc;
@@ -172,6 +175,7 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	(*m)->cache_cpu_percent = p->cache_cpu_percent;
 	(*m)->cpu_cache_compute = p->cpu_cache_compute;
 	(*m)->sep_layer = p->sep_layer;
+	(*m)->act_host = p->act_cpu_percent >= 100;
 	(*m)->micro = o->policy_given ? p->gpu_batch_size : 0;
 	(*m)->hh_ratio = p->hh_ratio;
 	(*m)->recent_ratio = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0;
@@ -821,7 +825,8 @@ static int cmd_bench(int argc, char **argv)
 		printf("{\"system\":\"sluice\",\"version\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
 		       "\"threads\":%d,\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,"
 		       "\"w_gpu_percent\":%g,\"w_cpu_percent\":%g,\"cache_gpu_percent\":%g,"
-		       "\"cache_cpu_percent\":%g,\"cpu_cache_compute\":%s,\"overlap\":%s,"
+		       "\"cache_cpu_percent\":%g,\"act_gpu_percent\":%g,\"act_cpu_percent\":%g,"
+		       "\"cpu_cache_compute\":%s,\"overlap\":%s,"
 		       "\"prefill_s\":%.6f,\"decode_s\":%.6f,\"wall_s\":%.6f,\"throughput_tok_s\":%.4f,"
 		       "\"compute_s\":%.6f,\"io_s\":%.6f,\"stall_s\":%.6f,"
 		       "\"prefill_compute_s\":%.6f,\"prefill_io_s\":%.6f,\"decode_compute_s\":%.6f,"
@@ -834,7 +839,8 @@ static int cmd_bench(int argc, char **argv)
 		       "\"peak_device_bytes\":%zu,\"blas_core\":\"%s\"}\n",
 		       SL_VERSION, cfg->name, be->ops->name, threads, plen, glen, batch,
 		       co.policy.w_gpu_percent, co.policy.w_cpu_percent, co.policy.cache_gpu_percent,
-		       co.policy.cache_cpu_percent, co.policy.cpu_cache_compute ? "true" : "false",
+		       co.policy.cache_cpu_percent, co.policy.act_gpu_percent, co.policy.act_cpu_percent,
+		       co.policy.cpu_cache_compute ? "true" : "false",
 		       co.policy.overlap ? "true" : "false", prefill_s, decode_s, wall, tput, compute_s,
 		       io_s, stall_s, fp.compute_s, fp.io_s, fd.compute_s, fd.io_s, bound_s,
 		       (double)f.h2d_bytes, (double)f.d2h_bytes, disk_bytes, disk_gbps, probe_gbps,
@@ -854,12 +860,13 @@ static int cmd_bench(int argc, char **argv)
 		printf("  device peak     %10.1f MiB;  host peak %.1f MiB\n", be->dev_peak / 1048576.0,
 		       be->host_peak / 1048576.0);
 		const sl_policy *pp = &co.policy;
-		if (m->w.streamed || pp->cache_gpu_percent < 100) {
+		if (m->w.streamed || pp->cache_gpu_percent < 100 || m->act_host) {
 			printf("  weights         %g%% device, %g%% host, the rest on disk; overlap %s\n",
 			       pp->w_gpu_percent, pp->w_cpu_percent, pp->overlap ? "on" : "off");
 			printf("  KV cache        %g%% device, %g%% host, the rest on disk%s\n",
 			       pp->cache_gpu_percent, pp->cache_cpu_percent,
 			       pp->cpu_cache_compute ? "; attention over the host tier in place" : "");
+			printf("  activations     on the %s\n", m->act_host ? "host" : "device");
 			printf("  compute         %10.3f s\n  stall           %10.3f s  (waiting for weights or cache)\n",
 			       compute_s, stall_s);
 			if (f.h2d_bytes || f.d2h_bytes)
