@@ -285,8 +285,8 @@ benches=(
 	# memory, the largest batch each cache lets fit, dense against H2O 20%
 	"opt-6.7b_16G_dense|$bdir/sluice bench --backend cuda --dummy opt-6.7b --prompt-len 512 --gen-len 32 --batch max --gpu-batch-size 32 --percent 100 0 0 100 100 0 --gpu-mem 16G --cpu-mem 24G --json"
 	"opt-6.7b_16G_h2o20|$bdir/sluice bench --backend cuda --dummy opt-6.7b --prompt-len 512 --gen-len 32 --batch max --gpu-batch-size 32 --percent 100 0 0 100 100 0 --gpu-mem 16G --cpu-mem 24G --hh-ratio 0.1 --json"
-	"opt-30b_16G_dense|$bdir/sluice bench --backend cuda --dummy opt-30b --prompt-len 512 --gen-len 32 --batch max --gpu-batch-size 32 --percent 20 80 0 100 100 0 --gpu-mem 16G --cpu-mem 90G --json"
-	"opt-30b_16G_h2o20|$bdir/sluice bench --backend cuda --dummy opt-30b --prompt-len 512 --gen-len 32 --batch max --gpu-batch-size 32 --percent 20 80 0 100 100 0 --gpu-mem 16G --cpu-mem 90G --hh-ratio 0.1 --json"
+	"opt-30b_16G_dense|$bdir/sluice bench --backend cuda --dummy opt-30b --prompt-len 512 --gen-len 32 --batch max --gpu-batch-size 32 --percent 20 80 0 100 0 100 --gpu-mem 16G --cpu-mem 90G --json"
+	"opt-30b_16G_h2o20|$bdir/sluice bench --backend cuda --dummy opt-30b --prompt-len 512 --gen-len 32 --batch max --gpu-batch-size 32 --percent 20 80 0 100 0 100 --gpu-mem 16G --cpu-mem 90G --hh-ratio 0.1 --json"
 )
 # ===================================================================================
 mkdir -p "$out/.bench"
