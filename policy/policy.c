@@ -59,7 +59,7 @@ static const pfield fields[] = {
 	BOOL_F(overlap, 1,
 	       "Overlapped schedule: load the next layer's weights and cache while computing this one."),
 	BOOL_F(sep_layer, 1,
-	       "Attention and MLP are separate schedule steps: the attention of every micro-batch runs before the layer's MLPs (weights still stage a whole layer at a time in this version)."),
+	       "Attention and MLP are separate schedule steps: the attention of every micro-batch runs before the layer's MLPs, and streamed weights stage half a layer at a time (the MLP half loads while the attention runs)."),
 	BOOL_F(pin_weight, 1,
 	       "CPU-resident weights in page-locked memory: faster copies, more locked RAM (this version always pins them)."),
 	BOOL_F(cpu_cache_compute, 0,

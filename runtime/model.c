@@ -33,7 +33,7 @@ static void store_key(const sl_model_params *p, const sl_opt_config *c, char *ke
 			 realpath(p->dir, real) ? real : p->dir, mt);
 	}
 	snprintf(key, n,
-		 "sluice weights v1; model %s: layers %d heads %d hidden %d ffn %d vocab %d embed %d pos %d; %s; fp16; placement gpu %.6g%% cpu %.6g%%",
+		 "sluice weights v2; model %s: layers %d heads %d hidden %d ffn %d vocab %d embed %d pos %d; %s; fp16; placement gpu %.6g%% cpu %.6g%%",
 		 c->name, c->n_layer, c->n_head, c->hidden, c->ffn, c->vocab, c->embed_dim, c->max_pos,
 		 src, p->w_gpu_percent, p->w_cpu_percent);
 }
@@ -56,6 +56,7 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 	m->h2o_heavy = m->h2o_recent = -1;
 	m->cache_gpu_percent = 100;
 	m->overlap = p->overlap;
+	m->sep_layer = p->sep_layer;
 	if (p->offload_dir && !(m->offload_dir = strdup(p->offload_dir))) {
 		free(m);
 		return sl_err(SL_ENOMEM, "out of memory");
@@ -75,7 +76,7 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 		goto fail;
 	}
 	sl_weight_place place = { .gpu_percent = p->w_gpu_percent, .cpu_percent = p->w_cpu_percent,
-				  .overlap = p->overlap };
+				  .overlap = p->overlap, .halves = p->sep_layer };
 	if (p->w_gpu_percent + p->w_cpu_percent < 100.0) {
 		if (!p->offload_dir) {
 			rc = sl_err(SL_EINVAL, "weights placed on disk need --offload-dir DIR");
@@ -537,9 +538,12 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 	if (m->micro > 0 && m->micro < gs)
 		return sl_err(SL_EINVAL, "the KV cache was placed for micro-batches of %d, not %d",
 			      kv->gs, m->micro);
+	/* weights streamed by halves run the separate-layer schedule */
+	const bool halves = m->w.halves, sep = m->sep_layer || halves;
 	for (int l = 0; l < c->n_layer; l++) {
 		sl_opt_layer_w wv;
-		SL_TRY(sl_weights_acquire(m->be, m->q, &m->w, l, &wv));
+		SL_TRY(sl_weights_acquire(m->be, m->q, &m->w, l, halves ? SL_UNIT_ATTN : SL_UNIT_LAYER,
+					  &wv));
 		for (int s0 = 0; s0 < nseq; s0 += gs) {
 			const int g = SL_MIN(gs, nseq - s0);
 			int nl = l, ns = s0 + gs;
@@ -553,16 +557,20 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 						parts, &nparts));
 			/* the rows of the step after this one: with sep_layer the
 			 * MLPs follow the last attention */
-			const int as = m->sep_layer && ns == 0 ? 0 : nl < 0 ? -1 : ns;
+			const int as = sep && ns == 0 ? 0 : nl < 0 ? -1 : ns;
 			float *hg;
 			SL_TRY(act_begin(m, s0, g, t, as, SL_MIN(gs, nseq - SL_MAX(as, 0)), &hg));
 			SL_TRY(attn_block(m, kv, l, &wv, hg, s0, g, t, npad, prefill, parts, nparts));
 			SL_TRY(sl_kv_step_end(m, kv, l, s0, g, prefill, npad, t));
-			if (!m->sep_layer)
+			if (!sep)
 				SL_TRY(mlp_block(m, &wv, hg, g, t));
 			SL_TRY(act_end(m, s0, g, t, as));
 		}
-		if (m->sep_layer)
+		if (halves) { /* the MLP half loaded while the attention ran */
+			SL_TRY(sl_weights_release(m->be, m->q, &m->w, l, SL_UNIT_ATTN));
+			SL_TRY(sl_weights_acquire(m->be, m->q, &m->w, l, SL_UNIT_MLP, &wv));
+		}
+		if (sep)
 			for (int s0 = 0; s0 < nseq; s0 += gs) {
 				const int g = SL_MIN(gs, nseq - s0);
 				int as = s0 + gs < nseq ? s0 + gs : l + 1 < c->n_layer ? 0 : -1;
@@ -571,7 +579,7 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 				SL_TRY(mlp_block(m, &wv, hg, g, t));
 				SL_TRY(act_end(m, s0, g, t, as));
 			}
-		SL_TRY(sl_weights_release(m->be, m->q, &m->w, l));
+		SL_TRY(sl_weights_release(m->be, m->q, &m->w, l, halves ? SL_UNIT_MLP : SL_UNIT_LAYER));
 	}
 	if (m->act_host) /* every row back on the host */
 		SL_TRY(m->be->ops->queue_sync(m->be, m->acq));

@@ -85,7 +85,8 @@ typedef struct sl_model {
 	double cache_gpu_percent, cache_cpu_percent;
 	bool cpu_cache_compute; /* decode attention over host-tier caches in place */
 	bool overlap;           /* prefetch the next step's cache */
-	bool sep_layer;         /* attention of every micro-batch, then every MLP */
+	bool sep_layer;         /* attention of every micro-batch, then every MLP (set at
+				   open; weights streamed by halves always run so) */
 	char *offload_dir;
 	sl_kv_stats kv_stats;
 	struct {
@@ -131,6 +132,8 @@ typedef struct sl_model_params {
 	double w_gpu_percent, w_cpu_percent; /* the rest on disk */
 	const char *offload_dir;     /* the disk store's folder (weights on disk) */
 	bool overlap;                /* prefetch the next layer's weights (and cache) */
+	bool sep_layer;              /* attention and MLP as separate schedule steps; streamed
+					weights stage by half layers */
 } sl_model_params;
 
 /* Open with the weights placed across device, pinned host and disk. */

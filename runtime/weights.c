@@ -44,6 +44,12 @@ static const tdesc layer_tensors[] = {
 };
 #undef L
 
+/* The tensors of each unit (enum sl_unit): [first, end) of layer_tensors;
+ * the attention half is everything before fc1. */
+#define ATTN_TENSORS 10
+static const int unit_first[3] = { 0, ATTN_TENSORS, 0 };
+static const int unit_end[3] = { ATTN_TENSORS, SL_LAYER_TENSORS, SL_LAYER_TENSORS };
+
 #define G(f) offsetof(sl_opt_weights, f)
 enum { G_PROJ = 1, G_FINAL = 2 }; /* conditions */
 static const struct {
@@ -227,7 +233,11 @@ size_t sl_weights_layer_bytes(const sl_opt_config *c)
 	return n;
 }
 
-/* FlexGen's rule: tiers by byte midpoint, ordered [disk, cpu, device]. */
+/* FlexGen's rule: tiers by byte midpoint, ordered [disk, cpu, device].
+ * Within each tier the tensors keep their order, so each half's tensors
+ * are one range of its tier's home; the MLP half's disk tensors start on
+ * a page, so either half is one O_DIRECT read (the layout does not depend
+ * on how the weights are streamed). */
 static void place_layer(const sl_opt_config *c, const sl_weight_place *p, sl_opt_weights *w)
 {
 	double gpu = p ? p->gpu_percent : 100.0, cpu = p ? p->cpu_percent : 0.0;
@@ -243,20 +253,37 @@ static void place_layer(const sl_opt_config *c, const sl_weight_place *p, sl_opt
 		cum += nb;
 		enum sl_tier t = mid < disk ? SL_TIER_DISK : mid < disk + cpu ? SL_TIER_HOST : SL_TIER_DEVICE;
 		w->tier[i] = (unsigned char)t;
+		if (i == ATTN_TENSORS) { /* the MLP half begins */
+			w->host_off[SL_UNIT_MLP] = w->host_bytes;
+			w->disk_bytes = align4k(w->disk_bytes);
+			w->disk_off[SL_UNIT_MLP] = w->disk_bytes;
+		}
 		size_t *home = t == SL_TIER_DISK ? &w->disk_bytes : t == SL_TIER_HOST ? &w->host_bytes
 										   : &w->dev_bytes;
 		w->home_off[i] = *home;
 		*home += align64(nb);
 	}
-	/* a staging slot holds the host tensors, then (page aligned, for
-	 * O_DIRECT) the disk tensors, each at its home offset */
-	w->stage_host_part = align4k(w->host_bytes);
+	const size_t attn_disk = w->disk_off[SL_UNIT_MLP]; /* page aligned */
 	w->disk_bytes = align4k(w->disk_bytes);
-	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++)
-		w->stage_off[i] = w->tier[i] == SL_TIER_HOST ? w->home_off[i]
-				  : w->tier[i] == SL_TIER_DISK ? w->stage_host_part + w->home_off[i]
-							       : 0;
-	w->stage_bytes = w->stage_host_part + w->disk_bytes;
+	w->host_off[SL_UNIT_ATTN] = w->disk_off[SL_UNIT_ATTN] = 0;
+	w->host_off[SL_UNIT_LAYER] = w->disk_off[SL_UNIT_LAYER] = 0;
+	w->host_len[SL_UNIT_ATTN] = w->host_off[SL_UNIT_MLP];
+	w->host_len[SL_UNIT_MLP] = w->host_bytes - w->host_off[SL_UNIT_MLP];
+	w->host_len[SL_UNIT_LAYER] = w->host_bytes;
+	w->disk_len[SL_UNIT_ATTN] = attn_disk;
+	w->disk_len[SL_UNIT_MLP] = w->disk_bytes - attn_disk;
+	w->disk_len[SL_UNIT_LAYER] = w->disk_bytes;
+	/* a slot holds the unit's host tensors, then (page aligned, for
+	 * O_DIRECT) its disk tensors, each at its offset within the unit */
+	w->halves = p && p->halves;
+	w->stage_bytes = w->bounce_bytes = 0;
+	for (int u = 0; u < 3; u++) {
+		w->stage_disk[u] = align4k(w->host_len[u]);
+		if ((u == SL_UNIT_LAYER) != w->halves) {
+			w->stage_bytes = SL_MAX(w->stage_bytes, w->stage_disk[u] + w->disk_len[u]);
+			w->bounce_bytes = SL_MAX(w->bounce_bytes, w->disk_len[u]);
+		}
+	}
 	w->streamed = w->host_bytes + w->disk_bytes > 0;
 }
 
@@ -277,14 +304,18 @@ size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double 
 	return tmp.disk_bytes;
 }
 
-/* Pointers of layer l's tensors: home for device ones, slot for the rest. */
-static void layer_view(const sl_opt_weights *w, const sl_opt_layer_w *lw, void *slot,
+/* Pointers of layer l's tensors: home for device ones, the slot holding
+ * unit u for the unit's other ones (NULL: none), NULL for the rest. */
+static void layer_view(const sl_opt_weights *w, const sl_opt_layer_w *lw, void *slot, int u,
 		       sl_opt_layer_w *view)
 {
 	*view = *lw;
-	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++) {
+	for (int i = 0; i < SL_LAYER_TENSORS; i++) {
+		const bool in = slot && i >= unit_first[u] && i < unit_end[u];
 		char *base = w->tier[i] == SL_TIER_DEVICE ? (char *)lw->block + w->home_off[i]
-			     : slot ? (char *)slot + w->stage_off[i] : NULL;
+			     : !in ? NULL
+			     : w->tier[i] == SL_TIER_HOST ? (char *)slot + (w->home_off[i] - w->host_off[u])
+			     : (char *)slot + w->stage_disk[u] + (w->home_off[i] - w->disk_off[u]);
 		*(sl_half **)((char *)view + layer_tensors[i].off) = (sl_half *)base;
 	}
 }
@@ -294,6 +325,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 {
 	memset(w, 0, sizeof *w);
 	w->slot[0].layer = w->slot[1].layer = -1;
+	w->slot[0].unit = w->slot[1].unit = -1;
 	w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
 	if (!w->layers)
 		return sl_err(SL_ENOMEM, "out of memory");
@@ -406,7 +438,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 				rc = sl_disk_wait(w->disk, ticket);
 			w->stats.disk_write_bytes += w->disk_bytes;
 		}
-		layer_view(w, lw, NULL, lw); /* device pointers; others set per acquire */
+		layer_view(w, lw, NULL, SL_UNIT_LAYER, lw); /* device pointers; others set per acquire */
 	}
 	if (!rc && write_disk)
 		rc = sl_disk_mark_complete(w->disk);
@@ -415,8 +447,8 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 	/* staging slots for the streamed tensors */
 	for (int k = 0; k < 2 && !rc && w->streamed; k++) {
 		rc = sl_dev_alloc(b, w->stage_bytes, "weight staging", &w->slot[k].buf);
-		if (!rc && w->disk_bytes && !b->ops->dev_is_host)
-			rc = sl_host_alloc(b, w->disk_bytes, "disk bounce buffer", &w->slot[k].bounce);
+		if (!rc && w->bounce_bytes && !b->ops->dev_is_host)
+			rc = sl_host_alloc(b, w->bounce_bytes, "disk bounce buffer", &w->slot[k].bounce);
 		if (!rc)
 			rc = b->ops->event_create(b, &w->slot[k].free_ev);
 		if (!rc)
@@ -432,20 +464,21 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 	return 0;
 }
 
-/* Issue the loads of layer l into slot k (host part by copy, disk part by
- * an asynchronous read). */
-static int start_load(sl_backend *b, sl_opt_weights *w, int k, int l)
+/* Issue the loads of unit u of layer l into slot k (host part by copy,
+ * disk part by an asynchronous read). */
+static int start_load(sl_backend *b, sl_opt_weights *w, int k, int l, int u)
 {
 	sl_weight_slot *s = &w->slot[k];
 	const sl_opt_layer_w *lw = &w->layers[l];
 	/* not before the compute queue is done with what the slot holds */
 	SL_TRY(b->ops->queue_wait(b, w->copy_q, s->free_ev));
-	if (w->host_bytes) {
-		SL_TRY(b->ops->copy_h2d(b, w->copy_q, s->buf, lw->host, w->host_bytes));
-		w->stats.h2d_bytes += w->host_bytes;
+	if (w->host_len[u]) {
+		SL_TRY(b->ops->copy_h2d(b, w->copy_q, s->buf, (char *)lw->host + w->host_off[u],
+					w->host_len[u]));
+		w->stats.h2d_bytes += w->host_len[u];
 	}
-	if (w->disk_bytes) {
-		void *dst = (char *)s->buf + w->stage_host_part;
+	if (w->disk_len[u]) {
+		void *dst = (char *)s->buf + w->stage_disk[u];
 		if (!b->ops->dev_is_host) {
 			/* the bounce buffer's last copy to the device must be done */
 			SL_TRY(b->ops->event_sync(b, s->ready_ev));
@@ -454,11 +487,13 @@ static int start_load(sl_backend *b, sl_opt_weights *w, int k, int l)
 			/* the disk writes into device memory: compute must be done */
 			SL_TRY(b->ops->event_sync(b, s->free_ev));
 		}
-		SL_TRY(sl_disk_read(w->disk, lw->disk_off, dst, w->disk_bytes, &s->ticket));
+		SL_TRY(sl_disk_read(w->disk, lw->disk_off + w->disk_off[u], dst, w->disk_len[u],
+				    &s->ticket));
 		s->disk_pending = true;
-		w->stats.disk_read_bytes += w->disk_bytes;
+		w->stats.disk_read_bytes += w->disk_len[u];
 	}
 	s->layer = l;
+	s->unit = u;
 	w->stats.loads++;
 	return 0;
 }
@@ -474,42 +509,59 @@ static int finish_load(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int 
 		s->disk_pending = false;
 		SL_TRY(rc);
 		if (!b->ops->dev_is_host)
-			SL_TRY(b->ops->copy_h2d(b, w->copy_q, (char *)s->buf + w->stage_host_part, s->bounce,
-						w->disk_bytes));
+			SL_TRY(b->ops->copy_h2d(b, w->copy_q, (char *)s->buf + w->stage_disk[s->unit],
+						s->bounce, w->disk_len[s->unit]));
 	}
 	SL_TRY(b->ops->event_record(b, s->ready_ev, w->copy_q));
 	return b->ops->queue_wait(b, compute, s->ready_ev);
 }
 
-int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l,
+static int slot_holding(const sl_opt_weights *w, int l, int u)
+{
+	for (int k = 0; k < 2; k++)
+		if (w->slot[k].layer == l && w->slot[k].unit == u)
+			return k;
+	return -1;
+}
+
+int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l, int u,
 		       sl_opt_layer_w *view)
 {
 	if (!w->streamed) {
 		*view = w->layers[l];
 		return 0;
 	}
-	int k = w->slot[0].layer == l ? 0 : w->slot[1].layer == l ? 1 : -1;
-	if (k < 0) { /* not prefetched (first layer, or no overlap) */
-		k = l % 2;
+	if ((u == SL_UNIT_LAYER) == w->halves)
+		return sl_err(SL_EINVAL, "weights streamed %s are acquired %s", w->halves ? "by halves" : "whole",
+			      w->halves ? "by halves" : "whole");
+	/* the units in schedule order: index 2l + u by halves, else l */
+	const int idx = w->halves ? 2 * l + u : l;
+	int k = slot_holding(w, l, u);
+	if (k < 0) { /* not prefetched (first unit, or no overlap) */
+		k = idx % 2;
 		double t0 = sl_now();
-		SL_TRY(start_load(b, w, k, l));
+		SL_TRY(start_load(b, w, k, l, u));
 		w->stats.stall_s += sl_now() - t0;
 	}
 	SL_TRY(finish_load(b, compute, w, k));
-	layer_view(w, &w->layers[l], w->slot[k].buf, view);
-	if (w->overlap && w->n_layer > 1) {
-		int next = (l + 1) % w->n_layer;
-		if (w->slot[!k].layer != next)
-			SL_TRY(start_load(b, w, !k, next));
+	layer_view(w, &w->layers[l], w->slot[k].buf, u, view);
+	const int units = w->halves ? 2 * w->n_layer : w->n_layer;
+	if (w->overlap && units > 1) {
+		const int next = (idx + 1) % units;
+		const int nl = w->halves ? next / 2 : next, nu = w->halves ? next % 2 : SL_UNIT_LAYER;
+		if (slot_holding(w, nl, nu) < 0)
+			SL_TRY(start_load(b, w, !k, nl, nu));
 	}
 	return 0;
 }
 
-int sl_weights_release(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l)
+int sl_weights_release(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l, int u)
 {
 	if (!w->streamed)
 		return 0;
-	int k = w->slot[0].layer == l ? 0 : 1;
+	int k = slot_holding(w, l, u);
+	if (k < 0)
+		return sl_err(SL_EINVAL, "weights of layer %d released but not acquired", l);
 	SL_TRY(b->ops->event_record(b, w->slot[k].free_ev, compute));
 	if (!w->overlap)
 		w->slot[k].layer = -1; /* load again next time: nothing kept ahead */
@@ -540,7 +592,7 @@ void sl_weights_free(sl_backend *b, sl_opt_weights *w)
 		if (w->slot[k].disk_pending)
 			sl_disk_wait(w->disk, w->slot[k].ticket);
 		sl_dev_free(b, w->slot[k].buf, w->stage_bytes);
-		sl_host_free(b, w->slot[k].bounce, w->disk_bytes);
+		sl_host_free(b, w->slot[k].bounce, w->bounce_bytes);
 		if (w->slot[k].free_ev)
 			b->ops->event_free(b, w->slot[k].free_ev);
 		if (w->slot[k].ready_ev)

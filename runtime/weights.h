@@ -37,16 +37,26 @@ typedef struct sl_weight_place {
 	double gpu_percent, cpu_percent; /* disk holds the rest */
 	sl_disk_store *disk;             /* borrowed; needed when the disk share is not 0 */
 	bool disk_ready;                 /* the store already holds these weights */
-	bool overlap;                    /* load layer l+1 while layer l computes */
+	bool overlap;                    /* load the next unit while this one computes */
+	bool halves;                     /* stream by half layers (sep_layer) */
 } sl_weight_place;
 
 #define SL_LAYER_TENSORS 16
 
-/* A staging slot: one layer's streamed tensors on the device. */
+/* What one acquire brings: a layer's attention half (its projections and
+ * self_attn_layer_norm), its MLP half (fc1, fc2, final_layer_norm), or the
+ * whole layer.  Weights streamed by halves (sl_weight_place.halves) stage
+ * one half at a time, so a staging slot holds the larger half's streamed
+ * tensors instead of the layer's, and the MLP half loads while the
+ * attention half computes. */
+enum sl_unit { SL_UNIT_ATTN, SL_UNIT_MLP, SL_UNIT_LAYER };
+
+/* A staging slot: one unit's streamed tensors on the device. */
 typedef struct sl_weight_slot {
 	void *buf;        /* device, stage_bytes */
 	void *bounce;     /* pinned, disk part (backends whose device is not host) */
 	int layer;        /* held, or -1 */
+	int unit;         /* enum sl_unit held */
 	bool disk_pending;
 	uint64_t ticket;
 	sl_event *free_ev, *ready_ev;
@@ -75,10 +85,15 @@ typedef struct sl_opt_weights {
 	/* placement, the same for every layer */
 	unsigned char tier[SL_LAYER_TENSORS];
 	size_t home_off[SL_LAYER_TENSORS];  /* offset in its tier's layer block */
-	size_t stage_off[SL_LAYER_TENSORS]; /* offset in a staging slot */
-	size_t dev_bytes, host_bytes, disk_bytes, stage_bytes; /* per layer */
-	size_t stage_host_part; /* host tensors occupy [0, this) of a slot */
+	size_t dev_bytes, host_bytes, disk_bytes; /* per layer */
+	/* per unit: its host tensors' range of the host home, its disk
+	 * tensors' range of the disk segment (page aligned), and where its
+	 * disk part starts in a slot (after its host part, page aligned) */
+	size_t host_off[3], host_len[3], disk_off[3], disk_len[3], stage_disk[3];
+	size_t stage_bytes;     /* a slot: the largest unit streamed */
+	size_t bounce_bytes;    /* the largest unit's disk part */
 	bool streamed;          /* some tensors live off the device */
+	bool halves;            /* streamed by half layers */
 	bool overlap;
 	sl_disk_store *disk;
 	sl_queue *copy_q;
@@ -106,15 +121,19 @@ size_t sl_weights_global_bytes(const sl_opt_config *c);
 size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent);
 
 /*
- * The weights of layer l in device memory, as pointers in *view: the
- * device-tier tensors at home, the others in a staging slot loaded from the
- * host tier and the disk.  With overlap, acquiring layer l starts loading
- * layer l + 1 (wrapping to 0) into the other slot.  compute is the queue
- * that will read them; release(l) after the layer's work is issued there.
+ * The weights of unit u (enum sl_unit) of layer l in device memory, as
+ * pointers in *view (the unit's tensors; the others' pointers are only
+ * valid when they live on the device): the device-tier tensors at home,
+ * the others in a staging slot loaded from the host tier and the disk.
+ * Weights streamed by halves are acquired by halves, the others whole.
+ * With overlap, acquiring a unit starts loading the next one (the MLP half
+ * after the attention half, then the next layer, wrapping to layer 0) into
+ * the other slot.  compute is the queue that will read them; release after
+ * the unit's work is issued there.
  */
-int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l,
+int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l, int u,
 		       sl_opt_layer_w *view);
-int sl_weights_release(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l);
+int sl_weights_release(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l, int u);
 
 void sl_weights_free(sl_backend *b, sl_opt_weights *w);
 

@@ -34,7 +34,11 @@ typedef struct out {
 	sl_kv_stats kv;
 } out;
 
-static void run(double cg, double cc, bool ccc, bool h2o, int micro, bool act, out *o)
+enum { ACT_HOST = 1, WEIGHTS_DISK_SEP = 2 };
+
+/* flags: activations in host memory; the weights on disk, streamed by
+ * half layers (sep_layer) through the pinned bounce buffers */
+static void run(double cg, double cc, bool ccc, bool h2o, int micro, unsigned flags, out *o)
 {
 	char dir[600];
 	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
@@ -42,14 +46,15 @@ static void run(double cg, double cc, bool ccc, bool h2o, int micro, bool act, o
 	ck_assert_msg(sl_backend_create("cuda", 1, &be) == 0, "%s", sl_errmsg());
 	ck_assert(!be->ops->dev_is_host);
 	sl_model *m = NULL;
-	sl_model_params mp = { .dir = dir, .w_gpu_percent = 100, .offload_dir = offdir,
-			       .overlap = true };
+	const bool wdisk = flags & WEIGHTS_DISK_SEP;
+	sl_model_params mp = { .dir = dir, .w_gpu_percent = wdisk ? 0 : 100, .offload_dir = offdir,
+			       .overlap = true, .sep_layer = wdisk };
 	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
 	m->cache_gpu_percent = cg;
 	m->cache_cpu_percent = cc;
 	m->cpu_cache_compute = ccc;
 	m->micro = micro;
-	m->act_host = act;
+	m->act_host = flags & ACT_HOST;
 	if (h2o)
 		m->hh_ratio = m->recent_ratio = 0.2;
 	int t = 0;
@@ -86,27 +91,27 @@ START_TEST(test_host_attention)
 	const bool h2o = _i == 1;
 	sl_test_prompts(fixtures_dir, "opt-pre", &np, plen, prompts);
 	out dev, host, ccc, mixed, disk;
-	run(100, 0, false, h2o, 0, false, &dev);
-	run(0, 100, false, h2o, 0, false, &host);
-	run(0, 100, true, h2o, 0, false, &ccc);
-	run(0, 0, false, h2o, 2, false, &disk); /* through the pinned bounce buffers */
+	run(100, 0, false, h2o, 0, 0, &dev);
+	run(0, 100, false, h2o, 0, 0, &host);
+	run(0, 100, true, h2o, 0, 0, &ccc);
+	run(0, 0, false, h2o, 2, 0, &disk); /* through the pinned bounce buffers */
 	same(&dev, &host, h2o ? "H2O, cache on the host" : "cache on the host");
 	same(&dev, &disk, h2o ? "H2O, cache on disk" : "cache on disk");
 	ck_assert(disk.kv.disk_read_bytes > 0 && disk.kv.disk_write_bytes > 0);
 	same(&dev, &ccc, h2o ? "H2O, cpu_cache_compute" : "cpu_cache_compute");
 	/* micro-batches of 2, each one on the device and one on the host */
-	run(50, 50, true, h2o, 2, false, &mixed);
+	run(50, 50, true, h2o, 2, 0, &mixed);
 	same(&dev, &mixed, h2o ? "H2O, half on the host, cpu_cache_compute" :
 				 "half on the host, cpu_cache_compute");
 	/* activations in pinned host memory, through the copy queue: in one
 	 * micro-batch (the rows stay on the device for the whole pass) and in
 	 * micro-batches of 2 (each step's rows loaded, prefetched, stored) */
 	out act1, act2;
-	run(100, 0, false, h2o, 0, true, &act1);
+	run(100, 0, false, h2o, 0, ACT_HOST, &act1);
 	same(&dev, &act1, h2o ? "H2O, activations on the host" : "activations on the host");
-	run(0, 100, false, h2o, 2, true, &act2);
-	same(&dev, &act2, h2o ? "H2O, activations and cache on the host, micro-batches of 2" :
-				"activations and cache on the host, micro-batches of 2");
+	run(0, 100, false, h2o, 2, ACT_HOST | WEIGHTS_DISK_SEP, &act2);
+	same(&dev, &act2, h2o ? "H2O, activations and cache on the host, weights on disk by halves" :
+				"activations and cache on the host, weights on disk by halves");
 	/* the cache (and H2O's scores and positions) stays put: what crosses
 	 * is a step's rows, not the cache */
 	ck_assert_msg(ccc.kv.h2d_bytes * 2 < host.kv.h2d_bytes,

@@ -167,14 +167,17 @@ START_TEST(test_placement_invariance)
 END_TEST
 
 /* Device peak of one short prefill of dummy OPT-125m (12 layers, so two
- * staging slots are far less than all the layers). */
-static int dummy_peak(double gpu, size_t budget, size_t *peak)
+ * staging slots are far less than all the layers), with the weights not on
+ * the device in host memory (cpu) or on disk, staged whole or by halves
+ * (sep); the weights' statistics in *ws when not NULL. */
+static int dummy_peak_ex(double gpu, double cpu, bool sep, size_t budget, size_t *peak,
+			 sl_weight_stats *ws)
 {
 	sl_backend *be = NULL;
 	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
 	sl_backend_set_dev_limit(be, budget);
-	sl_model_params mp = { .dummy = "opt-125m", .w_gpu_percent = gpu, .offload_dir = storedir,
-			       .overlap = true };
+	sl_model_params mp = { .dummy = "opt-125m", .w_gpu_percent = gpu, .w_cpu_percent = cpu,
+			       .offload_dir = storedir, .overlap = true, .sep_layer = sep };
 	sl_model *m = NULL;
 	int rc = sl_model_open_ex(be, &mp, &m);
 	if (!rc) {
@@ -184,12 +187,19 @@ static int dummy_peak(double gpu, size_t budget, size_t *peak)
 		rc = sl_kv_create(m, 1, 4, &kv);
 		if (!rc)
 			rc = sl_model_prefill(m, kv, ids, &npad, 4, NULL);
+		if (ws)
+			*ws = m->w.stats;
 		sl_kv_free(m, kv);
 		sl_model_free(m);
 	}
 	*peak = be->dev_peak;
 	sl_backend_free(be);
 	return rc;
+}
+
+static int dummy_peak(double gpu, size_t budget, size_t *peak)
+{
+	return dummy_peak_ex(gpu, 0, false, budget, peak, NULL);
 }
 
 /* Micro-batches (the zig-zag order) change no result: every row is
@@ -231,6 +241,53 @@ START_TEST(test_device_budget)
 	ck_assert_uint_le(peak, budget);
 	ck_assert_int_eq(dummy_peak(100, budget, &peak), SL_EBUDGET);
 	ck_assert_msg(strstr(sl_errmsg(), "device memory budget exceeded"), "%s", sl_errmsg());
+}
+END_TEST
+
+/* With sep_layer, streamed weights stage half a layer at a time: each of
+ * the two slots holds the larger half's streamed tensors instead of the
+ * whole layer's, so the device peak falls by twice the difference, to the
+ * byte; the disk reads the same bytes (each half one page-aligned read). */
+static size_t a64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
+static size_t a4k(size_t n)
+{
+	return (n + 4095) & ~(size_t)4095;
+}
+
+START_TEST(test_half_layers)
+{
+	const size_t h = 768, f = 3072; /* opt-125m */
+	const size_t attn = 4 * a64(h * h * 2) + 4 * a64(h * 2) + 2 * a64(h * 2);
+	const size_t mlp = a64(f * h * 2) + a64(h * f * 2) + a64(f * 2) + a64(h * 2) + 2 * a64(h * 2);
+	size_t whole, half;
+	sl_weight_stats sw, sh;
+	/* host tier */
+	ck_assert_int_eq(dummy_peak_ex(0, 100, false, 0, &whole, &sw), 0);
+	ck_assert_int_eq(dummy_peak_ex(0, 100, true, 0, &half, &sh), 0);
+	ck_assert_msg(whole - half == 2 * (a4k(attn + mlp) - a4k(SL_MAX(attn, mlp))),
+		      "host tier: device peak %zu whole, %zu by halves; expected a difference of %zu",
+		      whole, half, 2 * (a4k(attn + mlp) - a4k(SL_MAX(attn, mlp))));
+	/* 12 layers, whole or by halves, and the wrapping prefetch of the
+	 * next pass's first unit (layer 0, or its attention half) */
+	ck_assert_int_eq(sw.loads, 13);
+	ck_assert_int_eq(sh.loads, 25);
+	ck_assert_uint_eq(sw.h2d_bytes, 13 * (attn + mlp));
+	ck_assert_uint_eq(sh.h2d_bytes, 12 * (attn + mlp) + attn);
+	/* disk tier (a fresh store per layout) */
+	snprintf(storedir, sizeof storedir, "%s/halves-w", offdir);
+	ck_assert_int_eq(mkdir(storedir, 0755), 0);
+	ck_assert_int_eq(dummy_peak_ex(0, 0, false, 0, &whole, &sw), 0);
+	/* the same store serves both: its layout does not depend on sep_layer */
+	ck_assert_int_eq(dummy_peak_ex(0, 0, true, 0, &half, &sh), 0);
+	ck_assert_uint_eq(sh.disk_write_bytes, 0);
+	ck_assert_uint_eq(sw.disk_read_bytes, 13 * a4k(a4k(attn) + mlp));
+	ck_assert_uint_eq(sh.disk_read_bytes, 12 * a4k(a4k(attn) + mlp) + a4k(attn));
+	ck_assert_uint_lt(half, whole);
+	snprintf(storedir, sizeof storedir, "%s", offdir);
 }
 END_TEST
 
@@ -289,7 +346,7 @@ static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem
 	snprintf(storedir, sizeof storedir, "%s/w%g-%g", offdir, p->wg, p->wc);
 	mkdir(storedir, 0755);
 	sl_model_params mp = { .dir = dir, .w_gpu_percent = p->wg, .w_cpu_percent = p->wc,
-			       .offload_dir = storedir, .overlap = p->overlap };
+			       .offload_dir = storedir, .overlap = p->overlap, .sep_layer = p->sep };
 	sl_model *m = NULL;
 	int rc = sl_model_open_ex(be, &mp, &m);
 	if (rc < 0) {
@@ -300,7 +357,6 @@ static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem
 	m->cache_gpu_percent = p->cg;
 	m->cache_cpu_percent = p->cc;
 	m->cpu_cache_compute = p->ccc;
-	m->sep_layer = p->sep;
 	m->act_host = p->act;
 	if (h2o)
 		m->hh_ratio = m->recent_ratio = 0.2;
@@ -493,6 +549,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_micro_batches);
 	tcase_add_test(tc, test_device_budget);
 	tcase_add_test(tc, test_store_refused_for_another_layout);
+	tcase_add_test(tc, test_half_layers);
 	suite_add_tcase(s, tc);
 	TCase *tg = tcase_create("grid");
 	tcase_add_checked_fixture(tg, make_offdir, rm_offdir);

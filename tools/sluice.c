@@ -163,7 +163,8 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	sl_backend_set_host_limit(*be, o->cpu_mem);
 	sl_model_params mp = { .dir = o->model_dir, .dummy = o->dummy,
 			       .w_gpu_percent = p->w_gpu_percent, .w_cpu_percent = p->w_cpu_percent,
-			       .offload_dir = o->offload_dir, .overlap = p->overlap };
+			       .offload_dir = o->offload_dir, .overlap = p->overlap,
+			       .sep_layer = p->sep_layer };
 	rc = sl_model_open_ex(*be, &mp, m);
 	if (rc < 0) {
 		sl_backend_free(*be);
@@ -174,7 +175,6 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	(*m)->cache_gpu_percent = p->cache_gpu_percent;
 	(*m)->cache_cpu_percent = p->cache_cpu_percent;
 	(*m)->cpu_cache_compute = p->cpu_cache_compute;
-	(*m)->sep_layer = p->sep_layer;
 	(*m)->act_host = p->act_cpu_percent >= 100;
 	(*m)->micro = o->policy_given ? p->gpu_batch_size : 0;
 	(*m)->hh_ratio = p->hh_ratio;
