@@ -276,13 +276,12 @@ static void place_layer(const sl_opt_config *c, const sl_weight_place *p, sl_opt
 	/* a slot holds the unit's host tensors, then (page aligned, for
 	 * O_DIRECT) its disk tensors, each at its offset within the unit */
 	w->halves = p && p->halves;
-	w->stage_bytes = w->bounce_bytes = 0;
-	for (int u = 0; u < 3; u++) {
+	for (int u = 0; u < 3; u++)
 		w->stage_disk[u] = align4k(w->host_len[u]);
-		if ((u == SL_UNIT_LAYER) != w->halves) {
-			w->stage_bytes = SL_MAX(w->stage_bytes, w->stage_disk[u] + w->disk_len[u]);
-			w->bounce_bytes = SL_MAX(w->bounce_bytes, w->disk_len[u]);
-		}
+	for (int k = 0; k < 2; k++) { /* by halves slot k holds unit k */
+		const int u = w->halves ? k : SL_UNIT_LAYER;
+		w->slot[k].bytes = w->stage_disk[u] + w->disk_len[u];
+		w->slot[k].bounce_bytes = w->disk_len[u];
 	}
 	w->streamed = w->host_bytes + w->disk_bytes > 0;
 }
@@ -446,9 +445,10 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 
 	/* staging slots for the streamed tensors */
 	for (int k = 0; k < 2 && !rc && w->streamed; k++) {
-		rc = sl_dev_alloc(b, w->stage_bytes, "weight staging", &w->slot[k].buf);
-		if (!rc && w->bounce_bytes && !b->ops->dev_is_host)
-			rc = sl_host_alloc(b, w->bounce_bytes, "disk bounce buffer", &w->slot[k].bounce);
+		rc = sl_dev_alloc(b, w->slot[k].bytes, "weight staging", &w->slot[k].buf);
+		if (!rc && w->slot[k].bounce_bytes && !b->ops->dev_is_host)
+			rc = sl_host_alloc(b, w->slot[k].bounce_bytes, "disk bounce buffer",
+					   &w->slot[k].bounce);
 		if (!rc)
 			rc = b->ops->event_create(b, &w->slot[k].free_ev);
 		if (!rc)
@@ -464,20 +464,23 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 	return 0;
 }
 
-/* Issue the loads of unit u of layer l into slot k (host part by copy,
- * disk part by an asynchronous read). */
-static int start_load(sl_backend *b, sl_opt_weights *w, int k, int l, int u)
+/* Issue the loads of unit u of layer l into slot k: the host part by copy
+ * (LOAD_HOST), the disk part by an asynchronous read (LOAD_DISK). */
+enum { LOAD_HOST = 1, LOAD_DISK = 2 };
+static int start_load(sl_backend *b, sl_opt_weights *w, int k, int l, int u, int parts)
 {
 	sl_weight_slot *s = &w->slot[k];
 	const sl_opt_layer_w *lw = &w->layers[l];
-	/* not before the compute queue is done with what the slot holds */
-	SL_TRY(b->ops->queue_wait(b, w->copy_q, s->free_ev));
-	if (w->host_len[u]) {
+	s->layer = l;
+	s->unit = u;
+	if ((parts & LOAD_HOST) && w->host_len[u]) {
+		/* not before the compute queue is done with what the slot holds */
+		SL_TRY(b->ops->queue_wait(b, w->copy_q, s->free_ev));
 		SL_TRY(b->ops->copy_h2d(b, w->copy_q, s->buf, (char *)lw->host + w->host_off[u],
 					w->host_len[u]));
 		w->stats.h2d_bytes += w->host_len[u];
 	}
-	if (w->disk_len[u]) {
+	if ((parts & LOAD_DISK) && w->disk_len[u]) {
 		void *dst = (char *)s->buf + w->stage_disk[u];
 		if (!b->ops->dev_is_host) {
 			/* the bounce buffer's last copy to the device must be done */
@@ -492,9 +495,6 @@ static int start_load(sl_backend *b, sl_opt_weights *w, int k, int l, int u)
 		s->disk_pending = true;
 		w->stats.disk_read_bytes += w->disk_len[u];
 	}
-	s->layer = l;
-	s->unit = u;
-	w->stats.loads++;
 	return 0;
 }
 
@@ -540,18 +540,26 @@ int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int 
 	if (k < 0) { /* not prefetched (first unit, or no overlap) */
 		k = idx % 2;
 		double t0 = sl_now();
-		SL_TRY(start_load(b, w, k, l, u));
+		SL_TRY(start_load(b, w, k, l, u, LOAD_HOST | LOAD_DISK));
+		w->stats.loads++;
 		w->stats.stall_s += sl_now() - t0;
 	}
-	SL_TRY(finish_load(b, compute, w, k));
-	layer_view(w, &w->layers[l], w->slot[k].buf, u, view);
+	/* the next unit into the other slot (free: its unit was released
+	 * before this acquire).  Its disk read is queued before waiting for
+	 * this unit's, so the disk never drains between units; its host
+	 * copies follow this unit's ready event on the copy queue. */
 	const int units = w->halves ? 2 * w->n_layer : w->n_layer;
-	if (w->overlap && units > 1) {
-		const int next = (idx + 1) % units;
-		const int nl = w->halves ? next / 2 : next, nu = w->halves ? next % 2 : SL_UNIT_LAYER;
-		if (slot_holding(w, nl, nu) < 0)
-			SL_TRY(start_load(b, w, !k, nl, nu));
+	const int next = (idx + 1) % units;
+	const int nl = w->halves ? next / 2 : next, nu = w->halves ? next % 2 : SL_UNIT_LAYER;
+	const bool pre = w->overlap && units > 1 && slot_holding(w, nl, nu) < 0;
+	if (pre) {
+		SL_TRY(start_load(b, w, !k, nl, nu, LOAD_DISK));
+		w->stats.loads++;
 	}
+	SL_TRY(finish_load(b, compute, w, k));
+	if (pre)
+		SL_TRY(start_load(b, w, !k, nl, nu, LOAD_HOST));
+	layer_view(w, &w->layers[l], w->slot[k].buf, u, view);
 	return 0;
 }
 
@@ -591,8 +599,8 @@ void sl_weights_free(sl_backend *b, sl_opt_weights *w)
 	for (int k = 0; k < 2; k++) {
 		if (w->slot[k].disk_pending)
 			sl_disk_wait(w->disk, w->slot[k].ticket);
-		sl_dev_free(b, w->slot[k].buf, w->stage_bytes);
-		sl_host_free(b, w->slot[k].bounce, w->bounce_bytes);
+		sl_dev_free(b, w->slot[k].buf, w->slot[k].bytes);
+		sl_host_free(b, w->slot[k].bounce, w->slot[k].bounce_bytes);
 		if (w->slot[k].free_ev)
 			b->ops->event_free(b, w->slot[k].free_ev);
 		if (w->slot[k].ready_ev)

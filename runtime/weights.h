@@ -50,11 +50,16 @@ typedef struct sl_weight_place {
  * tensors instead of the layer's, and the MLP half loads while the
  * attention half computes. */
 enum sl_unit { SL_UNIT_ATTN, SL_UNIT_MLP, SL_UNIT_LAYER };
+/* The units alternate attention, MLP, attention, ..., so a slot per kind
+ * still double-buffers: the MLP half loads while the attention computes
+ * and the next attention half while the MLP computes, and the two slots
+ * together hold one layer's streamed bytes instead of two. */
 
 /* A staging slot: one unit's streamed tensors on the device. */
 typedef struct sl_weight_slot {
-	void *buf;        /* device, stage_bytes */
+	void *buf;        /* device, bytes */
 	void *bounce;     /* pinned, disk part (backends whose device is not host) */
+	size_t bytes, bounce_bytes;
 	int layer;        /* held, or -1 */
 	int unit;         /* enum sl_unit held */
 	bool disk_pending;
@@ -90,14 +95,14 @@ typedef struct sl_opt_weights {
 	 * tensors' range of the disk segment (page aligned), and where its
 	 * disk part starts in a slot (after its host part, page aligned) */
 	size_t host_off[3], host_len[3], disk_off[3], disk_len[3], stage_disk[3];
-	size_t stage_bytes;     /* a slot: the largest unit streamed */
-	size_t bounce_bytes;    /* the largest unit's disk part */
+
 	bool streamed;          /* some tensors live off the device */
 	bool halves;            /* streamed by half layers */
 	bool overlap;
 	sl_disk_store *disk;
 	sl_queue *copy_q;
-	sl_weight_slot slot[2];
+	sl_weight_slot slot[2]; /* by halves, slot 0 holds attention halves and
+				   slot 1 MLP halves, each sized for its half */
 	sl_weight_stats stats;
 } sl_opt_weights;
 

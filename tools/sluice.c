@@ -826,7 +826,7 @@ static int cmd_bench(int argc, char **argv)
 		       "\"threads\":%d,\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,"
 		       "\"w_gpu_percent\":%g,\"w_cpu_percent\":%g,\"cache_gpu_percent\":%g,"
 		       "\"cache_cpu_percent\":%g,\"act_gpu_percent\":%g,\"act_cpu_percent\":%g,"
-		       "\"cpu_cache_compute\":%s,\"overlap\":%s,"
+		       "\"cpu_cache_compute\":%s,\"overlap\":%s,\"sep_layer\":%s,"
 		       "\"prefill_s\":%.6f,\"decode_s\":%.6f,\"wall_s\":%.6f,\"throughput_tok_s\":%.4f,"
 		       "\"compute_s\":%.6f,\"io_s\":%.6f,\"stall_s\":%.6f,"
 		       "\"prefill_compute_s\":%.6f,\"prefill_io_s\":%.6f,\"decode_compute_s\":%.6f,"
@@ -841,7 +841,7 @@ static int cmd_bench(int argc, char **argv)
 		       co.policy.w_gpu_percent, co.policy.w_cpu_percent, co.policy.cache_gpu_percent,
 		       co.policy.cache_cpu_percent, co.policy.act_gpu_percent, co.policy.act_cpu_percent,
 		       co.policy.cpu_cache_compute ? "true" : "false",
-		       co.policy.overlap ? "true" : "false", prefill_s, decode_s, wall, tput, compute_s,
+		       co.policy.overlap ? "true" : "false", co.policy.sep_layer ? "true" : "false", prefill_s, decode_s, wall, tput, compute_s,
 		       io_s, stall_s, fp.compute_s, fp.io_s, fd.compute_s, fd.io_s, bound_s,
 		       (double)f.h2d_bytes, (double)f.d2h_bytes, disk_bytes, disk_gbps, probe_gbps,
 		       (double)f.disk_write_bytes, pf_gflops, dc_gbps, mem_gbps,
