@@ -76,7 +76,7 @@ static void mb_split(const sl_model *m, const sl_kv *kv, int nseq0, int mb, int 
 }
 
 struct kv_stage {
-	char *buf;       /* device: [K host][V host] | page | [K disk][V disk] */
+	char *buf;       /* device: host part [K|V|S|P] | page | disk part [K|V|S|P] */
 	void *bounce;    /* pinned disk segment (device not host memory) */
 	int l, s0;       /* what it holds, or l = -1 */
 	bool prefill;

@@ -118,7 +118,7 @@ static void release_ws(sl_model *m)
 	sl_dev_free(m->be, m->ws, m->ws_bytes);
 	m->ws = NULL;
 	m->ws_bytes = 0;
-	if (m->act_host && m->h) {
+	if (m->h_host_bytes) { /* act_host: h is pinned host memory, not workspace */
 		sl_host_free(m->be, m->h, m->h_host_bytes);
 		m->h = NULL;
 		m->h_host_bytes = 0;

@@ -532,8 +532,8 @@ int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int 
 		return 0;
 	}
 	if ((u == SL_UNIT_LAYER) == w->halves)
-		return sl_err(SL_EINVAL, "weights streamed %s are acquired %s", w->halves ? "by halves" : "whole",
-			      w->halves ? "by halves" : "whole");
+		return sl_err(SL_EINVAL, "weights streamed %s cannot be acquired %s",
+			      w->halves ? "by halves" : "whole", w->halves ? "whole" : "by halves");
 	/* the units in schedule order: index 2l + u by halves, else l */
 	const int idx = w->halves ? 2 * l + u : l;
 	int k = slot_holding(w, l, u);
