@@ -164,8 +164,9 @@ static int group_rows(int micro, int max_seq, int max_rows)
 	return (int)(((long)max_rows * micro + max_seq - 1) / max_seq);
 }
 
-/* Floats of each device buffer: h (act_host: the two step buffers), x,
- * qb, kb, vb, ab, fb, logits. */
+/* Floats of each device buffer: h (act_host: the step buffers: two, or one
+ * when a micro-batch is the whole block and its rows stay put), x, qb, kb,
+ * vb, ab, fb, logits. */
 static void ws_sizes(const sl_opt_config *c, int max_seq, int max_rows, int micro, bool act_host,
 		     size_t *sizes)
 {
@@ -173,7 +174,8 @@ static void ws_sizes(const sl_opt_config *c, int max_seq, int max_rows, int micr
 	const size_t g = (size_t)group_rows(micro, max_seq, max_rows);
 	const size_t gx = SL_MAX(g, (size_t)max_seq); /* also the head's rows */
 	const size_t wide = (size_t)SL_MAX(c->hidden, c->embed_dim);
-	size_t v[] = { act_host ? 2 * gx * h : r * h, gx * wide, gx * wide, g * h, g * h, g * h,
+	const size_t nbuf = g >= r ? 1 : 2;
+	size_t v[] = { act_host ? nbuf * gx * h : r * h, gx * wide, gx * wide, g * h, g * h, g * h,
 		       g * (size_t)c->ffn, (size_t)max_seq * c->vocab };
 	memcpy(sizes, v, sizeof v);
 }
@@ -258,8 +260,12 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 		m->h = hdev;
 	} else {
 		const sl_backend_ops *o = m->be->ops;
+		/* one buffer when the block is one micro-batch: every step then
+		 * keeps its rows, and both names lead to it */
+		const size_t gx = SL_MAX((size_t)group_rows(m->micro, max_seq, max_rows),
+					 (size_t)max_seq);
 		m->abuf[0] = hdev;
-		m->abuf[1] = hdev + sizes[0] / 2;
+		m->abuf[1] = sizes[0] > gx * c->hidden ? hdev + gx * c->hidden : hdev;
 		m->abuf_s0[0] = m->abuf_s0[1] = -1;
 		const size_t hb = act_host_bytes(c, max_rows, true);
 		if ((rc = sl_host_alloc(m->be, hb, "activations (host)", (void **)&m->h)) < 0) {
