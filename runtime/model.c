@@ -197,7 +197,7 @@ static size_t act_host_bytes(const sl_opt_config *c, int max_rows, bool act_host
 
 size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
 				 bool kv_f32, int micro, double hh, double rr, int max_prompt,
-				 double cache_gpu_percent)
+				 double cache_gpu_percent, bool act_host)
 {
 	const size_t es = kv_f32 ? 4 : 2;
 	size_t stage = (sl_weights_layer_bytes(c) + 2 * 4096) & ~(size_t)4095;
@@ -210,7 +210,7 @@ size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_ro
 	sl_kv_tier_sizes(c, max_seq, micro, cap, es, hh > 0 || rr > 0, cache_gpu_percent,
 			 100 - cache_gpu_percent, true, &kz);
 	return sl_weights_global_bytes(c) + 2 * stage + kz.device + extra +
-	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro, false);
+	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro, act_host);
 }
 
 void sl_model_job_bytes(const sl_model *m, int nseq, int max_prompt, int max_len, size_t *dev,

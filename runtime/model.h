@@ -160,11 +160,12 @@ void sl_model_release(sl_model *m);
 
 /* The least device memory a job of max_seq sequences, max_rows rows per
  * forward and cap cache slots can run in: every decoder layer's weights off
- * the device (two staging slots), the rest as sl_model_reserve and
- * sl_kv_create size it.  Used to say what budget would work. */
+ * the device (two staging slots of a whole layer), the activations where
+ * act_host puts them, the rest as sl_model_reserve and sl_kv_create size
+ * it.  Used to say what budget would work. */
 size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
 				 bool kv_f32, int micro, double hh, double rr, int max_prompt,
-				 double cache_gpu_percent);
+				 double cache_gpu_percent, bool act_host);
 
 /* A KV cache of cap slots for nseq sequences (dense). */
 int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out);

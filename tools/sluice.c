@@ -359,7 +359,7 @@ static size_t min_bytes(const common_opts *o, const sl_opt_config *cfg, int nseq
 	const double rr = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0;
 	return sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32,
 					 o->policy_given ? p->gpu_batch_size : 0, p->hh_ratio, rr,
-					 max_prompt, 0);
+					 max_prompt, 0, p->act_cpu_percent >= 100);
 }
 
 static int check_budget(const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
