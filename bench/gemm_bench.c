@@ -16,6 +16,7 @@
  */
 #include "backend.h"
 #include "sl_config.h"
+#include "sl_json.h"
 #if SL_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #include <cublas_v2.h>
@@ -264,16 +265,34 @@ int main(int argc, char **argv)
 		cb >> 20, h2d, d2h);
 
 	if (json) {
-		printf("{\"gpu\": \"%s\", \"sm_count\": %d, \"cublas_peak_tflops\": %.2f, ", prop.name,
-		       prop.multiProcessorCount, peak);
-		printf("\"h2d_gbs\": %.2f, \"d2h_gbs\": %.2f, \"copy_bytes\": %zu, \"ops\": [", h2d, d2h,
-		       cb);
-		for (size_t i = 0; i < SL_ARRAY_LEN(shapes); i++)
-			printf("%s{\"what\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"ms\": %.4f, "
-			       "\"tflops\": %.2f, \"weight_gbs\": %.1f}",
-			       i ? ", " : "", shapes[i].what, shapes[i].m, shapes[i].n, shapes[i].k,
-			       res[i].ms, res[i].tflops, res[i].weight_gbs);
-		printf("]}\n");
+		sl_jerr e = { 0 };
+		json_t *j = json_object(), *ops = json_array();
+		sl_jset(j, "gpu", json_string(prop.name), &e);
+		sl_jset(j, "sm_count", json_integer(prop.multiProcessorCount), &e);
+		sl_jset_real(j, "cublas_peak_tflops", peak, &e);
+		sl_jset_real(j, "h2d_gbs", h2d, &e);
+		sl_jset_real(j, "d2h_gbs", d2h, &e);
+		sl_jset(j, "copy_bytes", json_integer((json_int_t)cb), &e);
+		for (size_t i = 0; i < SL_ARRAY_LEN(shapes); i++) {
+			json_t *op = json_object();
+			sl_jset(op, "what", json_string(shapes[i].what), &e);
+			sl_jset(op, "m", json_integer(shapes[i].m), &e);
+			sl_jset(op, "n", json_integer(shapes[i].n), &e);
+			sl_jset(op, "k", json_integer(shapes[i].k), &e);
+			sl_jset_real(op, "ms", res[i].ms, &e);
+			sl_jset_real(op, "tflops", res[i].tflops, &e);
+			sl_jset_real(op, "weight_gbs", res[i].weight_gbs, &e);
+			sl_jappend(ops, op, "ops", &e);
+		}
+		sl_jset(j, "ops", ops, &e);
+		int rc = sl_jcheck(&e, "gemm_bench --json");
+		if (!rc)
+			rc = sl_jwrite_line(j, stdout, "gemm_bench --json: standard output");
+		json_decref(j);
+		if (rc < 0) {
+			fprintf(stderr, "gemm_bench: %s\n", sl_errmsg());
+			return 1;
+		}
 	}
 	b->ops->queue_free(b, q);
 	sl_backend_free(b);

@@ -5,6 +5,7 @@
 #include "disk_store.h"
 #include "sl_common.h"
 #include "sl_config.h"
+#include "sl_json.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -379,9 +380,13 @@ out:
 
 /* ---- JSON ---------------------------------------------------------------------------- */
 
-static json_t *rate(double v)
+/* A measured rate, or null where it was not measured. */
+static void set_rate(json_t *j, const char *key, double v, sl_jerr *e)
 {
-	return v > 0 ? json_real(v) : json_null();
+	if (v > 0)
+		sl_jset_real(j, key, v, e);
+	else
+		sl_jset(j, key, json_null(), e);
 }
 
 static json_t *node_or_null(int n)
@@ -389,63 +394,86 @@ static json_t *node_or_null(int n)
 	return n >= 0 ? json_integer(n) : json_null();
 }
 
-static json_t *shape(int m, int n, int k)
+static json_t *shape(int m, int n, int k, sl_jerr *e)
 {
-	return m > 0 ? json_pack("{s:i, s:i, s:i}", "m", m, "n", n, "k", k) : json_null();
+	if (m <= 0)
+		return json_null();
+	json_t *s = json_object();
+	sl_jset(s, "m", json_integer(m), e);
+	sl_jset(s, "n", json_integer(n), e);
+	sl_jset(s, "k", json_integer(k), e);
+	return s;
 }
 
-static json_t *profile_json(const sl_profile *p)
+static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 {
 	const sl_topo_info *t = &p->topo;
 	json_t *nodes = json_array();
-	for (int i = 0; i < SL_MIN(t->nnodes, SL_TOPO_MAX_NODES); i++)
-		json_array_append_new(nodes, json_pack("{s:i, s:I, s:i, s:i, s:s}", "node", t->node[i].os_index,
-						       "memory_bytes", (json_int_t)t->node[i].memory_bytes,
-						       "cores", t->node[i].cores, "pus", t->node[i].pus, "cpus",
-						       t->node[i].cpus));
-	json_t *topo = json_pack("{s:b, s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:o}", "hwloc", t->loaded, "packages",
-				 t->packages, "cores", t->cores, "pus", t->pus, "numa_node_count", t->nnodes,
-				 "numa_nodes", nodes, "binding", t->binding, "binding_pus", t->binding_pus,
-				 "binding_node", node_or_null(t->binding_node));
-	json_t *gpu = p->have_gpu ? json_pack("{s:s, s:s, s:I, s:o}", "name", p->gpu.name, "pci_bus_id",
-					      p->gpu.pci_bus_id, "memory_bytes", (json_int_t)p->gpu.memory_bytes,
-					      "numa_node", node_or_null(p->gpu.numa_node))
-				  : json_null();
+	for (int i = 0; i < SL_MIN(t->nnodes, SL_TOPO_MAX_NODES); i++) {
+		json_t *n = json_object();
+		sl_jset(n, "node", json_integer(t->node[i].os_index), e);
+		sl_jset(n, "memory_bytes", json_integer((json_int_t)t->node[i].memory_bytes), e);
+		sl_jset(n, "cores", json_integer(t->node[i].cores), e);
+		sl_jset(n, "pus", json_integer(t->node[i].pus), e);
+		sl_jset(n, "cpus", json_string(t->node[i].cpus), e);
+		sl_jappend(nodes, n, "numa_nodes", e);
+	}
+	json_t *topo = json_object();
+	sl_jset(topo, "hwloc", json_boolean(t->loaded), e);
+	sl_jset(topo, "packages", json_integer(t->packages), e);
+	sl_jset(topo, "cores", json_integer(t->cores), e);
+	sl_jset(topo, "pus", json_integer(t->pus), e);
+	sl_jset(topo, "numa_node_count", json_integer(t->nnodes), e);
+	sl_jset(topo, "numa_nodes", nodes, e);
+	sl_jset(topo, "binding", json_string(t->binding), e);
+	sl_jset(topo, "binding_pus", json_integer(t->binding_pus), e);
+	sl_jset(topo, "binding_node", node_or_null(t->binding_node), e);
+	json_t *gpu = json_null();
+	if (p->have_gpu) {
+		gpu = json_object();
+		sl_jset(gpu, "name", json_string(p->gpu.name), e);
+		sl_jset(gpu, "pci_bus_id", json_string(p->gpu.pci_bus_id), e);
+		sl_jset(gpu, "memory_bytes", json_integer((json_int_t)p->gpu.memory_bytes), e);
+		sl_jset(gpu, "numa_node", node_or_null(p->gpu.numa_node), e);
+	}
 	json_t *j = json_object();
-	json_object_set_new(j, "format", json_string("sluice-profile"));
-	json_object_set_new(j, "format_version", json_integer(1));
-	json_object_set_new(j, "sluice_version", json_string(SL_VERSION));
-	json_object_set_new(j, "quick", json_boolean(p->quick));
-	json_object_set_new(j, "backend", json_string(p->backend ? p->backend : ""));
-	json_object_set_new(j, "topology", topo);
-	json_object_set_new(j, "gpu", gpu);
-	json_object_set_new(j, "pinned_numa_node", node_or_null(p->pinned_node));
-	json_object_set_new(j, "io_numa_node", node_or_null(p->io_node));
-	json_object_set_new(j, "threads", json_integer(p->threads));
-	json_object_set_new(j, "mem_read_gbps", rate(p->mem_read_gbps));
-	json_object_set_new(j, "mem_read_bytes", json_integer((json_int_t)p->mem_bytes));
-	json_object_set_new(j, "cpu_gemm_gflops", rate(p->cpu_gemm_gflops));
-	json_object_set_new(j, "cpu_gemm_shape", shape(p->cpu_gemm_m, p->cpu_gemm_n, p->cpu_gemm_k));
-	json_object_set_new(j, "disk_read_gbps", rate(p->disk_read_gbps));
-	json_object_set_new(j, "disk_engine", p->disk_engine[0] ? json_string(p->disk_engine) : json_null());
-	json_object_set_new(j, "disk_probe_bytes", p->disk_bytes ? json_integer((json_int_t)p->disk_bytes)
-								 : json_null());
-	json_object_set_new(j, "offload_dir", p->offload_dir ? json_string(p->offload_dir) : json_null());
-	json_object_set_new(j, "h2d_gbps", rate(p->h2d_gbps));
-	json_object_set_new(j, "d2h_gbps", rate(p->d2h_gbps));
-	json_object_set_new(j, "copy_bytes", p->copy_bytes ? json_integer((json_int_t)p->copy_bytes) : json_null());
-	json_object_set_new(j, "gpu_gemm_tflops", rate(p->gpu_gemm_tflops));
-	json_object_set_new(j, "gpu_gemm_shape", shape(p->gpu_gemm_m, p->gpu_gemm_n, p->gpu_gemm_k));
-	json_object_set_new(j, "seconds", json_real(p->seconds));
+	sl_jset(j, "format", json_string("sluice-profile"), e);
+	sl_jset(j, "format_version", json_integer(1), e);
+	sl_jset(j, "sluice_version", json_string(SL_VERSION), e);
+	sl_jset(j, "quick", json_boolean(p->quick), e);
+	sl_jset(j, "backend", json_string(p->backend ? p->backend : ""), e);
+	sl_jset(j, "topology", topo, e);
+	sl_jset(j, "gpu", gpu, e);
+	sl_jset(j, "pinned_numa_node", node_or_null(p->pinned_node), e);
+	sl_jset(j, "io_numa_node", node_or_null(p->io_node), e);
+	sl_jset(j, "threads", json_integer(p->threads), e);
+	set_rate(j, "mem_read_gbps", p->mem_read_gbps, e);
+	sl_jset(j, "mem_read_bytes", json_integer((json_int_t)p->mem_bytes), e);
+	set_rate(j, "cpu_gemm_gflops", p->cpu_gemm_gflops, e);
+	sl_jset(j, "cpu_gemm_shape", shape(p->cpu_gemm_m, p->cpu_gemm_n, p->cpu_gemm_k, e), e);
+	set_rate(j, "disk_read_gbps", p->disk_read_gbps, e);
+	sl_jset(j, "disk_engine", p->disk_engine[0] ? json_string(p->disk_engine) : json_null(), e);
+	sl_jset(j, "disk_probe_bytes", p->disk_bytes ? json_integer((json_int_t)p->disk_bytes) : json_null(),
+		e);
+	sl_jset(j, "offload_dir", p->offload_dir ? json_string(p->offload_dir) : json_null(), e);
+	set_rate(j, "h2d_gbps", p->h2d_gbps, e);
+	set_rate(j, "d2h_gbps", p->d2h_gbps, e);
+	sl_jset(j, "copy_bytes", p->copy_bytes ? json_integer((json_int_t)p->copy_bytes) : json_null(), e);
+	set_rate(j, "gpu_gemm_tflops", p->gpu_gemm_tflops, e);
+	sl_jset(j, "gpu_gemm_shape", shape(p->gpu_gemm_m, p->gpu_gemm_n, p->gpu_gemm_k, e), e);
+	sl_jset_real(j, "seconds", p->seconds, e);
 	return j;
 }
 
 int sl_profile_save_json(const sl_profile *p, const char *path)
 {
 	char *tmp = tmp_path(path);
-	json_t *j = profile_json(p);
-	int rc = 0;
-	if (!tmp || !j) {
+	sl_jerr e = { 0 };
+	json_t *j = profile_json(p, &e);
+	int rc = sl_jcheck(&e, path);
+	if (rc < 0)
+		goto out;
+	if (!tmp) {
 		rc = sl_err(SL_ENOMEM, "%s: out of memory", path);
 		goto out;
 	}

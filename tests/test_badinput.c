@@ -11,11 +11,13 @@
 #include "jsonl.h"
 #include "model.h"
 #include "safetensors.h"
+#include "sl_json.h"
 
 #include "testutil.h"
 
 #include <check.h>
 #include <jansson.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -420,6 +422,35 @@ START_TEST(test_budget_too_small)
 }
 END_TEST
 
+/* JSON written with every setter checked: a value JSON cannot hold (NaN,
+ * infinity, text that is not UTF-8) or a failed set is an error naming the
+ * field, never a field silently missing. */
+START_TEST(test_json_setters)
+{
+	sl_jerr e = { 0 };
+	json_t *j = json_object(), *a = json_array();
+	sl_jset(j, "id", json_integer(3), &e);
+	sl_jset_real(j, "wall_s", 1.5, &e);
+	sl_jappend_real(a, -0.25, "logprobs", &e);
+	ck_assert_int_eq(sl_jcheck(&e, "out"), 0);
+	sl_jappend_real(a, NAN, "logprobs", &e);
+	sl_jset_real(j, "perplexity", INFINITY, &e); /* the first failure is the one named */
+	sl_jset(j, "logprobs", a, &e);
+	ck_assert_int_eq(json_array_size(a), 1);
+	ck_assert_int_eq(sl_jcheck(&e, "out"), SL_ERANGE);
+	ck_assert_msg(strstr(sl_errmsg(), "out: \"logprobs\" is nan"), "%s", sl_errmsg());
+	sl_jerr e2 = { 0 };
+	sl_jset(j, "text", json_string("bad \xff byte"), &e2); /* jansson: NULL */
+	sl_jset(j, "more", json_integer(1), &e2);
+	ck_assert_int_eq(sl_jcheck(&e2, "out"), SL_ENOMEM);
+	ck_assert_msg(strstr(sl_errmsg(), "\"text\""), "%s", sl_errmsg());
+	sl_jerr e3 = { 0 };
+	sl_jset(NULL, "x", json_integer(1), &e3); /* a failed json_object() */
+	ck_assert_int_eq(sl_jcheck(&e3, "out"), SL_ENOMEM);
+	json_decref(j);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -437,6 +468,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_good_jsonl);
 	tcase_add_test(tc, test_prompt_too_long);
 	tcase_add_test(tc, test_budget_too_small);
+	tcase_add_test(tc, test_json_setters);
 	suite_add_tcase(s, tc);
 	return sl_test_run(s);
 }
