@@ -213,6 +213,18 @@ static int sl_tok_lossy(const char *in, size_t n, char **out, size_t *olen)
 	return 0;
 }
 
+int sl_tokenizer_utf8_repair(const char *in, size_t n, char **out, size_t *olen)
+{
+	SL_TRY(sl_tok_lossy(in, n, out, olen));
+	if (*out)
+		return 0;
+	if (!(*out = malloc(n + 1)))
+		return sl_err(SL_ENOMEM, "out of memory");
+	memcpy(*out, in, n);
+	(*out)[n] = 0;
+	return 0;
+}
+
 /* ---- code point classes ---------------------------------------------------- */
 
 static const uint8_t sl_ascii_class[128] = {

@@ -131,6 +131,14 @@ int sl_tokenizer_token_bytes(const sl_tokenizer *t, int32_t id,
  */
 size_t sl_tokenizer_utf8_stable_len(const char *buf, size_t len);
 
+/*
+ * A malloc'd, NUL-terminated copy *out (*olen bytes) of in[0..n) with
+ * ill-formed UTF-8 replaced by U+FFFD, one per maximal subpart, as
+ * sl_tokenizer_decode does (HF's decode, Python's errors="replace"): the
+ * one repair for any text sluice writes as JSON.
+ */
+int sl_tokenizer_utf8_repair(const char *in, size_t n, char **out, size_t *olen);
+
 /* One more than the largest id in vocab.json. */
 int32_t sl_tokenizer_vocab_size(const sl_tokenizer *t);
 
