@@ -60,10 +60,12 @@ void sl_backend_set_dev_limit(sl_backend *b, size_t bytes)
 
 int sl_dev_account(sl_backend *b, size_t bytes, const char *what)
 {
-	if (b->dev_limit && b->dev_used + bytes > b->dev_limit)
+	if (b->dev_limit && b->dev_used + bytes > b->dev_limit) {
+		b->host_refused = false;
 		return sl_err(SL_EBUDGET,
 			      "device memory budget exceeded allocating %s: %zu bytes needed, %zu of %zu in use",
 			      what, bytes, b->dev_used, b->dev_limit);
+	}
 	b->dev_used += bytes;
 	if (b->dev_used > b->dev_peak)
 		b->dev_peak = b->dev_used;
@@ -104,10 +106,12 @@ void sl_backend_set_host_limit(sl_backend *b, size_t bytes)
 int sl_host_alloc(sl_backend *b, size_t bytes, const char *what, void **out)
 {
 	*out = NULL;
-	if (b->host_limit && b->host_used + bytes > b->host_limit)
+	if (b->host_limit && b->host_used + bytes > b->host_limit) {
+		b->host_refused = true;
 		return sl_err(SL_EBUDGET,
 			      "host memory budget exceeded allocating %s: %zu bytes needed, %zu of %zu in use",
 			      what, bytes, b->host_used, b->host_limit);
+	}
 	int rc = b->ops->host_alloc(b, bytes, out);
 	if (rc < 0)
 		return sl_err_prefix(rc, "allocating %zu bytes of pinned memory for %s", bytes, what);

@@ -240,6 +240,7 @@ struct sl_backend {
 	/* host-tier (pinned) accounting, kept by sl_host_alloc / sl_host_free */
 	size_t host_limit; /* 0: unlimited */
 	size_t host_used, host_peak;
+	bool host_refused; /* the last budget refusal was the host's (for messages) */
 	/* GEMM time and work, kept by backends whose ops run synchronously (the
 	 * CPU backend); zero elsewhere, where callers time with wall clocks */
 	double gemm_seconds, gemm_flop;

@@ -213,6 +213,37 @@ size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_ro
 	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro, act_host);
 }
 
+/* Whether a checkpoint stores lm_head (converted beside the globals). */
+static bool stored_head(const char *dir)
+{
+	sl_st_set *st = NULL;
+	if (!dir || sl_st_open_dir(dir, &st) < 0)
+		return false;
+	bool head = sl_st_find(st, "lm_head.weight") || sl_st_find(st, "model.lm_head.weight");
+	sl_st_close(st);
+	return head;
+}
+
+size_t sl_model_min_host_bytes(const sl_opt_config *c, const sl_model_params *p,
+			       const sl_job_shape *j, bool dev_is_host)
+{
+	const sl_weight_place wp = { .gpu_percent = p->w_gpu_percent, .cpu_percent = p->w_cpu_percent,
+				     .halves = p->sep_layer };
+	size_t resident, loading;
+	sl_weights_host_bytes(c, &wp, dev_is_host, stored_head(p->dir), &resident, &loading);
+	const size_t es = j->kv_f32 ? 4 : 2;
+	const bool h2o = j->hh > 0 || j->rr > 0;
+	const int gs = sl_kv_group(j->micro, j->max_seq);
+	const int cap = h2o ? sl_kv_h2o_slots(j->hh, j->rr, j->max_prompt, j->cap) : j->cap;
+	sl_kv_sizes kz;
+	sl_kv_tier_sizes(c, j->max_seq, gs, cap, es, h2o, j->cache_gpu_percent, j->cache_cpu_percent,
+			 dev_is_host, &kz);
+	size_t job = kz.host + act_host_bytes(c, SL_MAX(j->max_rows, j->max_seq), j->act_host);
+	if (j->cpu_cache_compute && !dev_is_host && j->cache_cpu_percent > 0) /* tiers_create's */
+		job += 4 * (size_t)gs * c->hidden * sizeof(float) + (size_t)gs * c->n_head * 4;
+	return SL_MAX(loading, resident + job);
+}
+
 void sl_model_job_bytes(const sl_model *m, int nseq, int max_prompt, int max_len, size_t *dev,
 			size_t *host)
 {

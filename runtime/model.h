@@ -167,6 +167,25 @@ size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_ro
 				 bool kv_f32, int micro, double hh, double rr, int max_prompt,
 				 double cache_gpu_percent, bool act_host);
 
+/* A job before anything is allocated: its block, its rows per forward,
+ * its cache slots (dense) and longest prompt, and where its cache and
+ * activations go; for sizing budgets. */
+typedef struct sl_job_shape {
+	int max_seq, max_rows, cap, max_prompt;
+	bool kv_f32;
+	int micro;        /* sequences per micro-batch (0: the block) */
+	double hh, rr;    /* H2O ratios (0, 0: dense) */
+	double cache_gpu_percent, cache_cpu_percent;
+	bool act_host, cpu_cache_compute;
+} sl_job_shape;
+
+/* The least pinned host memory (--cpu-mem) the model under p's placement
+ * and the job need: the weights' host tier with, while they load, their
+ * conversion buffer; then their disk bounce buffers, the KV cache's host
+ * tier and staging and the activations where the job puts them. */
+size_t sl_model_min_host_bytes(const sl_opt_config *c, const sl_model_params *p,
+			       const sl_job_shape *j, bool dev_is_host);
+
 /* A KV cache of cap slots for nseq sequences (dense). */
 int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out);
 

@@ -295,6 +295,28 @@ size_t sl_weights_global_bytes(const sl_opt_config *c)
 	return n;
 }
 
+/* The pinned buffer weights are converted in: a layer with its disk
+ * image, or the globals with a stored head. */
+static size_t conversion_bytes(const sl_opt_config *c, const sl_opt_weights *w, bool stored_head)
+{
+	const size_t head_bytes = align64((size_t)c->vocab * c->embed_dim * 2);
+	return SL_MAX(align4k(sl_weights_layer_bytes(c)) + w->disk_bytes,
+		      sl_weights_global_bytes(c) + (stored_head ? head_bytes : 0));
+}
+
+void sl_weights_host_bytes(const sl_opt_config *c, const sl_weight_place *p, bool dev_is_host,
+			   bool stored_head, size_t *resident, size_t *loading)
+{
+	sl_opt_weights tmp;
+	place_layer(c, p, &tmp);
+	const size_t homes = (size_t)c->n_layer * tmp.host_bytes;
+	size_t bounce = 0;
+	for (int k = 0; k < 2 && tmp.streamed && !dev_is_host; k++)
+		bounce += tmp.slot[k].bounce_bytes;
+	*resident = homes + bounce;
+	*loading = homes + conversion_bytes(c, &tmp, stored_head);
+}
+
 size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent)
 {
 	sl_opt_weights tmp;
@@ -338,10 +360,6 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 
 	/* sizes, then one staging buffer big enough for any block */
 	const size_t lbytes = sl_weights_layer_bytes(c);
-	size_t gbytes = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++)
-		if (global_present(c, global_tensors[i].cond))
-			gbytes += align64(tensor_elems(c, &global_tensors[i].d) * 2);
 	const size_t head_bytes = align64((size_t)c->vocab * c->embed_dim * 2);
 	const sl_st_tensor *head = NULL;
 	if (src->st) {
@@ -349,7 +367,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 		if (!head)
 			head = sl_st_find(src->st, "model.lm_head.weight");
 	}
-	size_t stage_bytes = SL_MAX(align4k(lbytes) + w->disk_bytes, gbytes + (head ? head_bytes : 0));
+	size_t stage_bytes = conversion_bytes(c, w, head != NULL);
 	void *stage = NULL;
 	int rc = sl_host_alloc(b, stage_bytes, "weight conversion", &stage);
 	if (rc < 0)

@@ -122,6 +122,12 @@ size_t sl_weights_layer_bytes(const sl_opt_config *c);
 /* The embeddings, positions, projections and final norm (always on the
  * device; a stored untied head adds vocab x embed halves). */
 size_t sl_weights_global_bytes(const sl_opt_config *c);
+/* The pinned host bytes of the weights under a placement: *resident the
+ * host tier and the disk bounce buffers (a backend whose device is not
+ * the host), *loading the peak while they load (the host tier and the
+ * conversion buffer; stored_head: the checkpoint stores lm_head). */
+void sl_weights_host_bytes(const sl_opt_config *c, const sl_weight_place *p, bool dev_is_host,
+			   bool stored_head, size_t *resident, size_t *loading);
 /* The disk segment of one layer (page aligned) under a placement. */
 size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent);
 
