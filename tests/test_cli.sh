@@ -149,7 +149,7 @@ expect_fail "foreign partial" "from another job" "" -- "${job[@]}" --batch-size 
 for k in 0 1 2; do
 	"$sluice" "${job[@]}" --batch-size 2 --shard "$k/3" --out "$tmp/sh.$k.jsonl" || bad "shard $k failed"
 done
-if python3 "$(dirname "$0")/../tools/merge_shards.py" --batch-size 2 "$tmp"/sh.{0,1,2}.jsonl >"$tmp/merged.jsonl" &&
+if python3 "$(dirname "$0")/../tools/merge_shards.py" --batch-size 2 --input "$tmp/job.jsonl" "$tmp"/sh.{0,1,2}.jsonl >"$tmp/merged.jsonl" &&
 	cmp -s "$tmp/merged.jsonl" "$tmp/ref.jsonl"; then ok; else bad "merged shards differ from the whole job"; fi
 
 # bad lines recorded with --skip-bad-lines; statistics file
@@ -344,6 +344,32 @@ expect_fail "profile: unwritable JSON" "$tmp/no/dir/p.json" "" -- profile --quic
 if HWLOC_XMLFILE="$fx/topology-2node.xml" HWLOC_THISSYSTEM=1 "$sluice" profile --quick --backend cpu >"$tmp/prof2.out" &&
 	grep -q '^machine .*2 packages, 2 cores, 2 PUs, 2 NUMA nodes' "$tmp/prof2.out" &&
 	grep -q '^numa 1 .*2.0 GiB, 1 cores' "$tmp/prof2.out"; then ok; else bad "profile on two nodes: $(cat "$tmp/prof2.out")"; fi
+
+# ---- merge_shards refuses a missing shard, shards out of order and a wrong
+# --batch-size before writing anything
+for k in 0 1 2 3; do
+	"$sluice" "${job[@]}" --batch-size 1 --shard "$k/4" --out "$tmp/m4.$k.jsonl" || bad "shard $k/4 failed"
+done
+merge=(python3 "$(dirname "$0")/../tools/merge_shards.py" --input "$tmp/job.jsonl")
+if "${merge[@]}" --batch-size 1 "$tmp"/m4.{0,1,2,3}.jsonl >"$tmp/m4.out" && cmp -s "$tmp/m4.out" "$tmp/ref.jsonl"; then
+	ok
+else
+	bad "merge of four shards"
+fi
+for args in "1 m4.0 m4.1 m4.3" "1 m4.1 m4.0 m4.2 m4.3" "1 m4.0 m4.2 m4.1 m4.3" "2 m4.0 m4.1 m4.2 m4.3"; do
+	set -- $args
+	bsz=$1
+	shift
+	files=()
+	for f in "$@"; do files+=("$tmp/$f.jsonl"); done
+	"${merge[@]}" --batch-size "$bsz" "${files[@]}" >"$tmp/m4.out" 2>"$tmp/stderr"
+	rc=$?
+	if [ $rc -ne 0 ] && [ ! -s "$tmp/m4.out" ] && [ "$(wc -l <"$tmp/stderr")" -eq 1 ]; then
+		ok
+	else
+		bad "merge_shards --batch-size $args: exit $rc, $(wc -l <"$tmp/m4.out") lines written: $(cat "$tmp/stderr")"
+	fi
+done
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

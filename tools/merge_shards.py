@@ -4,43 +4,100 @@
 Shard K holds blocks K, K+N, K+2N, ... of --batch-size lines each, so the
 merge takes --batch-size lines from shard 0, then from shard 1, ... in turn.
 
-    tools/merge_shards.py --batch-size 8 out.0.jsonl out.1.jsonl ... > out.jsonl
+    tools/merge_shards.py --batch-size 8 --input in.jsonl out.0.jsonl ... > out.jsonl
 
-Give the shard files in order K = 0 .. N-1.  Fails (exit 1) if a shard is
-missing lines or has lines left over, so a truncated shard is never merged
-silently.
+Give every shard file, in order K = 0 .. N-1, the job's --batch-size and
+its input.  Everything is checked before a line is written: each shard's
+line count against what shard K of N holds of the input, and every merged
+line's id against the input line it answers (its "id", or its 1-based line
+number), so a missing shard, shards out of order, a wrong --batch-size, a
+truncated shard or another job's output is refused (exit 1, one line on
+stderr) and nothing is written.
 """
 import argparse
+import json
 import sys
+
+
+def fail(msg):
+    sys.exit(f"merge_shards: {msg}")
+
+
+def input_ids(path):
+    """(line number, id) of each input line sluice reads: the id is the
+    line's "id", or its line number."""
+    ids = []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a byte-order mark, as sluice reads it
+            line = raw.rstrip(b"\r\n")
+            if not line.strip(b" \t"):
+                continue  # blank lines are skipped
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                obj = None  # a bad line (--skip-bad-lines) keeps its number
+            ids.append((n, obj["id"] if isinstance(obj, dict) and "id" in obj else n))
+    return ids
+
+
+def canon(v):
+    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+
+def shard_lines(path):
+    with open(path, "rb") as f:
+        lines = f.readlines()
+    if lines and not lines[-1].endswith(b"\n"):
+        fail(f"{path} ends with a partial line")
+    return lines
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch-size", type=int, required=True)
+    ap.add_argument("--input", required=True, help="the job's input JSON Lines")
     ap.add_argument("shards", nargs="+")
     a = ap.parse_args()
-    files = [open(p, "rb") for p in a.shards]
+    if a.batch_size < 1:
+        fail("--batch-size must be at least 1")
+    try:
+        want = input_ids(a.input)
+        shards = [shard_lines(p) for p in a.shards]
+    except OSError as e:
+        fail(str(e))
+    n, b = len(shards), a.batch_size
+    nblocks = (len(want) + b - 1) // b
+    # shard k holds blocks k, k + n, ...: check every count first
+    for k, lines in enumerate(shards):
+        expect = sum(min(b, len(want) - blk * b) for blk in range(k, nblocks, n))
+        if len(lines) != expect:
+            fail(f"{a.shards[k]} has {len(lines)} lines where shard {k} of {n} of "
+                 f"{a.input} (--batch-size {b}) has {expect}: a shard missing or "
+                 "out of order, another --batch-size, or an unfinished shard")
+    merged = []
+    pos = [0] * n
+    for blk in range(nblocks):
+        k = blk % n
+        count = min(b, len(want) - blk * b)
+        merged += [(k, i) for i in range(pos[k], pos[k] + count)]
+        pos[k] += count
+    for line_no, (k, i) in enumerate(merged):
+        try:
+            got = json.loads(shards[k][i])["id"]
+        except (ValueError, KeyError, TypeError):
+            fail(f"{a.shards[k]}:{i + 1}: not an output line of sluice")
+        n_in, id_in = want[line_no]
+        if canon(got) != canon(id_in):
+            fail(f"{a.shards[k]}:{i + 1}: id {canon(got)} where {a.input}:{n_in} "
+                 f"has id {canon(id_in)}: "
+                 "shards out of order, another --batch-size, or another job's output")
     out = sys.stdout.buffer
-    k = 0
-    while True:
-        first = files[k].readline()
-        if not first:
-            # block order is round robin: when shard k has no next block,
-            # no block follows at all
-            for j, f in enumerate(files):
-                if f.readline():
-                    sys.exit(f"merge_shards: {a.shards[j]} has lines after the job's last block")
-            return
-        line = first
-        for i in range(a.batch_size):
-            if i:
-                line = files[k].readline()
-                if not line:
-                    break  # the job's last, short block
-            if not line.endswith(b"\n"):
-                sys.exit(f"merge_shards: {a.shards[k]} ends with a partial line")
-            out.write(line)
-        k = (k + 1) % len(files)
+    for k, i in merged:
+        out.write(shards[k][i])
+    out.flush()
+
 
 if __name__ == "__main__":
     main()
