@@ -345,6 +345,40 @@ if HWLOC_XMLFILE="$fx/topology-2node.xml" HWLOC_THISSYSTEM=1 "$sluice" profile -
 	grep -q '^machine .*2 packages, 2 cores, 2 PUs, 2 NUMA nodes' "$tmp/prof2.out" &&
 	grep -q '^numa 1 .*2.0 GiB, 1 cores' "$tmp/prof2.out"; then ok; else bad "profile on two nodes: $(cat "$tmp/prof2.out")"; fi
 
+# ---- bench: --json is valid JSON whatever the checkpoint's name, and
+# says which CPU kernels ran; the table names the checkpoint; the decode
+# weight rate is the weights' bytes over the decode's wall time
+mkdir -p "$tmp/q\"uo\\te"
+cp "$fx/opt-pre/model.safetensors" "$tmp/q\"uo\\te/"
+python3 - "$fx/opt-pre/config.json" "$tmp/q\"uo\\te/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["_name_or_path"] = 'facebook/"opt"\\test'
+json.dump(c, open(sys.argv[2], "w"))
+PY
+qmodel="$tmp/q\"uo\\te"
+if OPENBLAS_L2_SIZE=1048576 "$sluice" bench --backend cpu --model "$qmodel" --prompt-len 8 --gen-len 4 --batch 2 --json >"$tmp/bq.json" &&
+	python3 -m json.tool "$tmp/bq.json" >/dev/null &&
+	python3 - "$tmp/bq.json" "$qmodel" <<'PY'; then ok; else bad "bench --json of a checkpoint named with a quote and a backslash: $(cat "$tmp/bq.json")"; fi
+import json, os, sys
+b = json.load(open(sys.argv[1]))
+assert b["model_name"] == 'facebook/"opt"\\test' and b["model"] == sys.argv[2], b
+assert b["blas_core"] and b["blas_config"].startswith("OpenBLAS"), b
+assert b["blas_env"] == {"OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"), "OPENBLAS_L2_SIZE": "1048576"}, b
+PY
+if "$sluice" bench --backend cpu --model "$qmodel" --prompt-len 8 --gen-len 4 --batch 2 >"$tmp/bq.txt" &&
+	grep -qF "model $qmodel on cpu" "$tmp/bq.txt" && grep -q "^  CPU kernels  *OpenBLAS" "$tmp/bq.txt"; then ok; else bad "bench table: $(cat "$tmp/bq.txt")"; fi
+mkdir -p "$tmp/boff"
+if "$sluice" bench --backend cpu --model "$fx/opt-pre" --prompt-len 8 --gen-len 6 --batch 2 --percent 0 0 100 0 100 0 \
+	--offload-dir "$tmp/boff" --json >"$tmp/bd.json" && python3 - "$tmp/bd.json" <<'PY'; then ok; else bad "bench decode_weight_gbps: $(cat "$tmp/bd.json")"; fi
+import json, sys
+b = json.load(open(sys.argv[1]))
+streamed = b["weight_bytes"] * (b["gen_len"] - 1)
+assert b["disk_read_bytes"] > 0
+assert abs(b["decode_weight_gbps"] * 1e9 * b["decode_s"] - streamed) <= 1e-6 * streamed, b
+assert b["decode_gemm_weight_gbps"] >= b["decode_weight_gbps"], b
+PY
+
 # ---- merge_shards refuses a missing shard, shards out of order and a wrong
 # --batch-size before writing anything
 for k in 0 1 2 3; do

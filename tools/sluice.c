@@ -12,6 +12,7 @@
 #include "policy.h"
 #include "profile.h"
 #include "sl_config.h"
+#include "sl_json.h"
 
 #include <cblas.h>
 #include <getopt.h>
@@ -625,6 +626,36 @@ static const char bench_help[] =
 	"  --seed S             prompt ids (default 1)\n"
 	"  --json               one JSON object on stdout instead of the table\n";
 
+/* A JSON string of any bytes (a path, a truncated name): ill-formed
+ * UTF-8 repaired, never a NULL that drops the field. */
+static json_t *json_text(const char *s)
+{
+	char *t = NULL;
+	size_t n = 0;
+	if (sl_tokenizer_utf8_repair(s, strlen(s), &t, &n) < 0)
+		return NULL;
+	json_t *j = json_stringn(t, n);
+	free(t);
+	return j;
+}
+
+/* Which CPU kernels run: OpenBLAS's build, the core it chose, and the
+ * variables that override its choice (read when the library loads). */
+typedef struct blas_info {
+	const char *config, *core, *coretype, *l2_size;
+} blas_info;
+
+static blas_info blas_kernels(void)
+{
+	blas_info b = { .config = openblas_get_config(), .core = openblas_get_corename(),
+			.coretype = getenv("OPENBLAS_CORETYPE"), .l2_size = getenv("OPENBLAS_L2_SIZE") };
+	if (!b.config)
+		b.config = "";
+	if (!b.core)
+		b.core = "";
+	return b;
+}
+
 /* 1 when a batch of b sequences fits the budgets (the workspace and the
  * cache allocate), 0 when it does not, or an error. */
 static int batch_fits(sl_model *m, int b, int plen, int glen)
@@ -795,7 +826,11 @@ static int cmd_bench(int argc, char **argv)
 	const double wbytes = (double)m->w.bytes - 2.0 * (cfg->max_pos + 2) * cfg->hidden;
 	const double pf_flop = pf_gemm_flop > 0 ? pf_gemm_flop : 0;
 	const double pf_gflops = pf_gemm_s > 0 ? pf_flop / pf_gemm_s / 1e9 : 0;
-	const double dc_gbps = glen > 1 ? wbytes * (glen - 1) / (dc_gemm_s > 0 ? dc_gemm_s : decode_s) / 1e9 : 0;
+	/* the rate decode streams the weights: their bytes over its wall
+	 * time (stalls included: weights on disk arrive at the disk's rate);
+	 * and within the GEMMs alone, for the roofline of the kernels */
+	const double dc_gbps = glen > 1 && decode_s > 0 ? wbytes * (glen - 1) / decode_s / 1e9 : 0;
+	const double dc_gemm_gbps = glen > 1 && dc_gemm_s > 0 ? wbytes * (glen - 1) / dc_gemm_s / 1e9 : 0;
 	const int threads = co.threads > 0 ? co.threads : omp_get_max_threads();
 	const double mem_gbps = strcmp(be->ops->name, "cpu") ? 0 : sl_profile_mem_read_gbps((size_t)1 << 30, threads);
 	/* the offload breakdown (model.h: sl_offload_stats) */
@@ -821,39 +856,81 @@ static int cmd_bench(int argc, char **argv)
 	if (disk_used && sl_disk_probe_read(co.offload_dir, (uint64_t)1 << 30, &probe_gbps, probe_mode,
 					  sizeof probe_mode) < 0)
 		probe_gbps = 0;
+	const blas_info blas = blas_kernels();
 	if (json) {
-		printf("{\"system\":\"sluice\",\"version\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
-		       "\"threads\":%d,\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,"
-		       "\"w_gpu_percent\":%g,\"w_cpu_percent\":%g,\"cache_gpu_percent\":%g,"
-		       "\"cache_cpu_percent\":%g,\"act_gpu_percent\":%g,\"act_cpu_percent\":%g,"
-		       "\"cpu_cache_compute\":%s,\"overlap\":%s,\"sep_layer\":%s,"
-		       "\"prefill_s\":%.6f,\"decode_s\":%.6f,\"wall_s\":%.6f,\"throughput_tok_s\":%.4f,"
-		       "\"compute_s\":%.6f,\"io_s\":%.6f,\"stall_s\":%.6f,"
-		       "\"prefill_compute_s\":%.6f,\"prefill_io_s\":%.6f,\"decode_compute_s\":%.6f,"
-		       "\"decode_io_s\":%.6f,\"phase_bound_s\":%.6f,"
-		       "\"h2d_bytes\":%.0f,\"d2h_bytes\":%.0f,"
-		       "\"disk_read_bytes\":%.0f,\"disk_read_gbps\":%.4f,\"probe_read_gbps\":%.4f,"
-		       "\"disk_write_bytes\":%.0f,"
-		       "\"gemm_gflops\":%.2f,\"decode_weight_gbps\":%.2f,\"mem_read_gbps\":%.2f,"
-		       "\"weight_bytes\":%.0f,\"peak_bytes\":{\"device\":%zu,\"host\":%zu,\"disk\":%llu},"
-		       "\"peak_device_bytes\":%zu,\"blas_core\":\"%s\"}\n",
-		       SL_VERSION, cfg->name, be->ops->name, threads, plen, glen, batch,
-		       co.policy.w_gpu_percent, co.policy.w_cpu_percent, co.policy.cache_gpu_percent,
-		       co.policy.cache_cpu_percent, co.policy.act_gpu_percent, co.policy.act_cpu_percent,
-		       co.policy.cpu_cache_compute ? "true" : "false",
-		       co.policy.overlap ? "true" : "false", co.policy.sep_layer ? "true" : "false", prefill_s, decode_s, wall, tput, compute_s,
-		       io_s, stall_s, fp.compute_s, fp.io_s, fd.compute_s, fd.io_s, bound_s,
-		       (double)f.h2d_bytes, (double)f.d2h_bytes, disk_bytes, disk_gbps, probe_gbps,
-		       (double)f.disk_write_bytes, pf_gflops, dc_gbps, mem_gbps,
-		       wbytes, f.peak_device, f.peak_host, (unsigned long long)f.peak_disk, f.peak_device,
-		       openblas_get_corename());
+		sl_jerr e = { 0 };
+		json_t *j = json_object(), *peak = json_object(), *benv = json_object();
+		sl_jset(j, "system", json_string("sluice"), &e);
+		sl_jset(j, "version", json_string(SL_VERSION), &e);
+		sl_jset(j, "model", json_text(co.model_dir ? co.model_dir : cfg->name), &e);
+		sl_jset(j, "model_name", json_text(cfg->name), &e);
+		sl_jset(j, "backend", json_string(be->ops->name), &e);
+		sl_jset(j, "threads", json_integer(threads), &e);
+		sl_jset(j, "prompt_len", json_integer(plen), &e);
+		sl_jset(j, "gen_len", json_integer(glen), &e);
+		sl_jset(j, "batch", json_integer(batch), &e);
+		const sl_policy *pp = &co.policy;
+		sl_jset_real(j, "w_gpu_percent", pp->w_gpu_percent, &e);
+		sl_jset_real(j, "w_cpu_percent", pp->w_cpu_percent, &e);
+		sl_jset_real(j, "cache_gpu_percent", pp->cache_gpu_percent, &e);
+		sl_jset_real(j, "cache_cpu_percent", pp->cache_cpu_percent, &e);
+		sl_jset_real(j, "act_gpu_percent", pp->act_gpu_percent, &e);
+		sl_jset_real(j, "act_cpu_percent", pp->act_cpu_percent, &e);
+		sl_jset(j, "cpu_cache_compute", json_boolean(pp->cpu_cache_compute), &e);
+		sl_jset(j, "overlap", json_boolean(pp->overlap), &e);
+		sl_jset(j, "sep_layer", json_boolean(pp->sep_layer), &e);
+		sl_jset_real(j, "hh_ratio", pp->hh_ratio, &e);
+		sl_jset_real(j, "recent_ratio", m->recent_ratio, &e);
+		sl_jset_real(j, "prefill_s", prefill_s, &e);
+		sl_jset_real(j, "decode_s", decode_s, &e);
+		sl_jset_real(j, "wall_s", wall, &e);
+		sl_jset_real(j, "throughput_tok_s", tput, &e);
+		sl_jset_real(j, "compute_s", compute_s, &e);
+		sl_jset_real(j, "io_s", io_s, &e);
+		sl_jset_real(j, "stall_s", stall_s, &e);
+		sl_jset_real(j, "prefill_compute_s", fp.compute_s, &e);
+		sl_jset_real(j, "prefill_io_s", fp.io_s, &e);
+		sl_jset_real(j, "decode_compute_s", fd.compute_s, &e);
+		sl_jset_real(j, "decode_io_s", fd.io_s, &e);
+		sl_jset_real(j, "phase_bound_s", bound_s, &e);
+		sl_jset(j, "h2d_bytes", json_integer((json_int_t)f.h2d_bytes), &e);
+		sl_jset(j, "d2h_bytes", json_integer((json_int_t)f.d2h_bytes), &e);
+		sl_jset(j, "disk_read_bytes", json_integer((json_int_t)f.disk_read_bytes), &e);
+		sl_jset_real(j, "disk_read_gbps", disk_gbps, &e);
+		sl_jset_real(j, "probe_read_gbps", probe_gbps, &e);
+		sl_jset(j, "disk_write_bytes", json_integer((json_int_t)f.disk_write_bytes), &e);
+		sl_jset_real(j, "gemm_gflops", pf_gflops, &e);
+		sl_jset_real(j, "decode_weight_gbps", dc_gbps, &e);
+		sl_jset_real(j, "decode_gemm_weight_gbps", dc_gemm_gbps, &e);
+		sl_jset_real(j, "mem_read_gbps", mem_gbps, &e);
+		sl_jset(j, "weight_bytes", json_integer((json_int_t)wbytes), &e);
+		sl_jset(peak, "device", json_integer((json_int_t)f.peak_device), &e);
+		sl_jset(peak, "host", json_integer((json_int_t)f.peak_host), &e);
+		sl_jset(peak, "disk", json_integer((json_int_t)f.peak_disk), &e);
+		sl_jset(j, "peak_bytes", peak, &e);
+		sl_jset(j, "peak_device_bytes", json_integer((json_int_t)f.peak_device), &e);
+		sl_jset(j, "blas_core", json_string(blas.core), &e);
+		sl_jset(j, "blas_config", json_string(blas.config), &e);
+		sl_jset(benv, "OPENBLAS_CORETYPE", blas.coretype ? json_string(blas.coretype) : json_null(), &e);
+		sl_jset(benv, "OPENBLAS_L2_SIZE", blas.l2_size ? json_string(blas.l2_size) : json_null(), &e);
+		sl_jset(j, "blas_env", benv, &e);
+		if ((rc = sl_jcheck(&e, "bench --json")) == 0)
+			rc = sl_jwrite_line(j, stdout, "bench --json: standard output");
+		json_decref(j);
+		if (rc < 0)
+			die(rc);
 	} else {
-		printf("model %s on %s (%d threads, OpenBLAS %s kernels): prompt %d, gen %d, batch %d\n",
-		       cfg->name, be->ops->name, threads, openblas_get_corename(), plen, glen, batch);
+		printf("model %s on %s (%d thread%s): prompt %d, gen %d, batch %d\n",
+		       co.model_dir ? co.model_dir : cfg->name, be->ops->name, threads,
+		       threads == 1 ? "" : "s", plen, glen, batch);
+		printf("  CPU kernels     %s; %s core%s%s%s%s%s\n", blas.config, blas.core,
+		       blas.coretype ? " (OPENBLAS_CORETYPE=" : "", blas.coretype ? blas.coretype : "",
+		       blas.coretype ? ")" : "", blas.l2_size ? " OPENBLAS_L2_SIZE=" : "",
+		       blas.l2_size ? blas.l2_size : "");
 		printf("  throughput      %10.2f tokens/s\n", tput);
 		printf("  prefill         %10.3f s   (GEMM %.1f GFLOP/s)\n", prefill_s, pf_gflops);
-		printf("  decode          %10.3f s   (%d steps; weights streamed at %.1f GB/s)\n",
-		       decode_s, glen - 1, dc_gbps);
+		printf("  decode          %10.3f s   (%d step%s; weights streamed at %.2f GB/s, %.2f GB/s within the GEMMs)\n",
+		       decode_s, glen - 1, glen - 1 == 1 ? "" : "s", dc_gbps, dc_gemm_gbps);
 		if (mem_gbps > 0)
 			printf("  memory read     %10.1f GB/s  (decode roofline: %.0f%% reached)\n", mem_gbps,
 			       100.0 * dc_gbps / mem_gbps);
