@@ -13,10 +13,14 @@
 #include "job.h"
 #include "generate.h"
 #include "score.h"
+#include "sl_json.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- progress ---------------------------------------------------------- */
@@ -66,8 +70,8 @@ static void progress_show(progress *p, bool force)
 			rate, eta);
 		p->drawn = true;
 	} else {
-		fprintf(stderr, "sluice: %d/%d prompts, %ld tokens, %.1f tok/s, ETA %s\n", p->done, p->total,
-			p->tokens, rate, eta);
+		fprintf(stderr, "sluice: %d/%d prompts, %ld token%s, %.1f tok/s, ETA %s\n", p->done,
+			p->total, p->tokens, p->tokens == 1 ? "" : "s", rate, eta);
 	}
 	fflush(stderr);
 }
@@ -95,6 +99,21 @@ static void test_delay(void)
 		usleep((useconds_t)(ms * 1000));
 }
 
+/* And SLUICE_TEST_FAIL_AFTER_BLOCKS=N fails the job with an internal error
+ * once N blocks have reached the disk: the exit status of a job that ran
+ * and failed, and what it leaves, are tested with it. */
+static int test_fault(int blocks_done)
+{
+	static long n = -1;
+	if (n < 0) {
+		const char *e = getenv("SLUICE_TEST_FAIL_AFTER_BLOCKS");
+		n = e ? atol(e) : 0;
+	}
+	if (n > 0 && blocks_done >= n)
+		return sl_err(SL_EINVAL, "an internal error (injected by SLUICE_TEST_FAIL_AFTER_BLOCKS)");
+	return 0;
+}
+
 static int n_blocks(const sl_prompts *ps, int batch)
 {
 	return (ps->n + batch - 1) / batch;
@@ -105,38 +124,6 @@ static bool mine(const sl_job_opts *o, int b)
 	return o->shard_n <= 1 || b % o->shard_n == o->shard_k;
 }
 
-/* The first block still to do, after keeping the whole blocks already in
- * OUT.partial. */
-static int resume_point(const sl_prompts *ps, sl_output *out, const sl_job_opts *o, int *lines)
-{
-	int n = 0;
-	char **ids = NULL;
-	off_t *ends = NULL;
-	*lines = 0;
-	SL_TRY(sl_output_lines(out, &n, &ids, &ends));
-	int line = 0, start = 0;
-	off_t keep = 0;
-	for (int b = 0; b < n_blocks(ps, o->batch); b++) {
-		if (!mine(o, b))
-			continue;
-		int first = b * o->batch, count = SL_MIN(o->batch, ps->n - first);
-		if (line + count > n)
-			break;
-		for (int i = 0; i < count; i++)
-			if (strcmp(ids[line + i], ps->p[first + i].id_json))
-				return sl_err(SL_EINVAL,
-					      "%s.partial: line %d has id %s where this input has %s: it is from another job (use --overwrite to start again)",
-					      sl_output_path(out), line + i + 1, ids[line + i],
-					      ps->p[first + i].id_json);
-		line += count;
-		keep = ends[line - 1];
-		start = b + 1;
-	}
-	SL_TRY(sl_output_truncate(out, keep));
-	*lines = line;
-	return start;
-}
-
 static int shard_prompts(const sl_prompts *ps, const sl_job_opts *o)
 {
 	int total = 0;
@@ -144,6 +131,68 @@ static int shard_prompts(const sl_prompts *ps, const sl_job_opts *o)
 		if (mine(o, b))
 			total += SL_MIN(o->batch, ps->n - b * o->batch);
 	return total;
+}
+
+/* The whole blocks at the start of an output (name: the file, for
+ * messages) that match this input: *lines their lines, *keep the byte
+ * offset after them, *next the first block still to do.  A line whose id
+ * is not the input's is an error: the output is from another job. */
+static int match_blocks(const sl_prompts *ps, sl_output *out, const char *name, const sl_job_opts *o,
+			int *lines, off_t *keep, int *next, int *nout)
+{
+	int n = 0;
+	char **ids = NULL;
+	off_t *ends = NULL;
+	*lines = 0;
+	*keep = 0;
+	*next = 0;
+	SL_TRY(sl_output_lines(out, &n, &ids, &ends));
+	*nout = n;
+	int line = 0;
+	for (int b = 0; b < n_blocks(ps, o->batch); b++) {
+		if (!mine(o, b))
+			continue;
+		int first = b * o->batch, count = SL_MIN(o->batch, ps->n - first);
+		for (int i = 0; i < count && line + i < n; i++)
+			if (strcmp(ids[line + i], ps->p[first + i].id_json))
+				return sl_err(SL_EINVAL,
+					      "%s: line %d has id %s where this input has %s: it is from another job (use --overwrite to start again)",
+					      name, line + i + 1, ids[line + i], ps->p[first + i].id_json);
+		if (line + count > n)
+			break;
+		line += count;
+		*keep = ends[line - 1];
+		*next = b + 1;
+	}
+	*lines = line;
+	return 0;
+}
+
+/* The first block still to do, after keeping the whole blocks already in
+ * OUT.partial. */
+static int resume_point(const sl_prompts *ps, sl_output *out, const sl_job_opts *o, int *lines)
+{
+	char name[4096];
+	snprintf(name, sizeof name, "%s.partial", sl_output_path(out));
+	off_t keep;
+	int next, nout;
+	SL_TRY(match_blocks(ps, out, name, o, lines, &keep, &next, &nout));
+	SL_TRY(sl_output_truncate(out, keep));
+	return next;
+}
+
+int sl_job_check_complete(const sl_prompts *ps, sl_output *out, const sl_job_opts *o)
+{
+	const char *name = sl_output_path(out);
+	off_t keep;
+	int lines, next, nout;
+	SL_TRY(match_blocks(ps, out, name, o, &lines, &keep, &next, &nout));
+	const int want = shard_prompts(ps, o);
+	if (lines != want || nout != lines)
+		return sl_err(SL_EINVAL,
+			      "%s: holds %d line%s where this input%s has %d: it is from another job (use --overwrite to start again)",
+			      name, nout, nout == 1 ? "" : "s", o->shard_n > 1 ? "'s shard" : "", want);
+	return 0;
 }
 
 /* The progress display and, with --resume, the first block still to do. */
@@ -161,61 +210,50 @@ static int job_start(const sl_prompts *ps, sl_output *out, const sl_job_opts *o,
 
 /* ---- output lines ------------------------------------------------------ */
 
-static int emit(sl_output *out, json_t *obj)
+/* Write one output line; e holds the first setter that failed, if any:
+ * a line is whole or the job fails, never a line with a field missing. */
+static int emit(sl_output *out, json_t *obj, const sl_jerr *e, const sl_prompt *p)
 {
-	char *s = json_dumps(obj, JSON_COMPACT);
+	char where[64];
+	snprintf(where, sizeof where, "the output of input line %d", p->line);
+	int rc = sl_jcheck(e, where);
+	char *s = rc < 0 ? NULL : json_dumps(obj, JSON_COMPACT);
 	json_decref(obj);
+	if (rc < 0)
+		return sl_err_prefix(rc, "%s", sl_output_path(out));
 	if (!s)
 		return sl_err(SL_ENOMEM, "out of memory");
-	int rc = sl_output_write(out, s, strlen(s));
+	rc = sl_output_write(out, s, strlen(s));
 	free(s);
 	return rc;
 }
 
-static json_t *line_start(const sl_prompt *p)
+static json_t *line_start(const sl_prompt *p, sl_jerr *e)
 {
 	json_t *obj = json_object();
-	json_object_set_new(obj, "id", json_loads(p->id_json, JSON_DECODE_ANY, NULL));
+	sl_jset(obj, "id", json_loads(p->id_json, JSON_DECODE_ANY, NULL), e);
 	return obj;
+}
+
+/* A JSON string of text that may not be UTF-8 (a message naming a file,
+ * text cut at a stop): repaired as the tokenizer's decode repairs it. */
+static json_t *json_text(const char *s, size_t n)
+{
+	char *t = NULL;
+	size_t tl = 0;
+	if (sl_tokenizer_utf8_repair(s, n, &t, &tl) < 0)
+		return NULL;
+	json_t *j = json_stringn(t, tl);
+	free(t);
+	return j;
 }
 
 static int emit_error(sl_output *out, const sl_prompt *p)
 {
-	json_t *obj = line_start(p);
-	json_object_set_new(obj, "error", json_string(p->error));
-	return emit(out, obj);
-}
-
-/* Replace bytes that are not well-formed UTF-8 by U+FFFD (in place into
- * dst, which has room for 3 * n + 1 bytes). */
-static size_t utf8_sanitize(const unsigned char *s, size_t n, char *dst)
-{
-	size_t o = 0;
-	for (size_t i = 0; i < n;) {
-		unsigned c = s[i];
-		size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-		bool ok = len > 0 && i + len <= n;
-		for (size_t k = 1; ok && k < len; k++)
-			ok = (s[i + k] & 0xc0) == 0x80;
-		if (ok && len > 1) {
-			uint32_t cp = c & (0x7f >> len);
-			for (size_t k = 1; k < len; k++)
-				cp = (cp << 6) | (s[i + k] & 0x3f);
-			ok = cp >= (len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u) && cp <= 0x10ffff &&
-			     !(cp >= 0xd800 && cp <= 0xdfff);
-		}
-		if (ok) {
-			memcpy(dst + o, s + i, len);
-			o += len;
-			i += len;
-		} else {
-			memcpy(dst + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			i++;
-		}
-	}
-	dst[o] = 0;
-	return o;
+	sl_jerr e = { 0 };
+	json_t *obj = line_start(p, &e);
+	sl_jset(obj, "error", json_text(p->error, strlen(p->error)), &e);
+	return emit(out, obj, &e, p);
 }
 
 /* ---- generation -------------------------------------------------------- */
@@ -224,7 +262,6 @@ typedef struct gen_ctx {
 	const sl_tokenizer *tok;
 	const sl_job_opts *o;
 	progress *prog;
-	long tokens_before;
 	/* per sequence of the block: the text so far (stop texts only) */
 	char **txt;
 	size_t *len, *cap;
@@ -267,39 +304,39 @@ static bool on_token(void *vctx, int s, sl_seq *seq)
 static void on_step(void *vctx, long tokens)
 {
 	gen_ctx *c = vctx;
-	c->prog->tokens = c->tokens_before + tokens;
+	c->prog->tokens = tokens; /* the job's tokens so far, all blocks */
 	progress_show(c->prog, false);
 }
 
 static int emit_generation(sl_output *out, const sl_tokenizer *tok, const sl_prompt *p,
 			   const sl_seq *q, const gen_ctx *c, int s)
 {
-	json_t *obj = line_start(p);
+	sl_jerr e = { 0 };
+	json_t *obj = line_start(p, &e);
 	if (tok) {
-		char *text = NULL;
-		size_t tl = 0;
+		json_t *text = NULL;
 		if (c->stop_at[s] >= 0) {
-			text = malloc(3 * (size_t)c->stop_at[s] + 1);
-			if (text)
-				tl = utf8_sanitize((const unsigned char *)c->txt[s], (size_t)c->stop_at[s], text);
-		} else if (sl_tokenizer_decode_ex(tok, q->out, (size_t)q->n_out, SL_TOKENIZER_SKIP_SPECIAL,
-						  &text, &tl) < 0) {
-			text = NULL;
+			text = json_text(c->txt[s], (size_t)c->stop_at[s]);
+		} else {
+			char *t = NULL;
+			size_t tl = 0;
+			int rc = sl_tokenizer_decode_ex(tok, q->out, (size_t)q->n_out,
+							SL_TOKENIZER_SKIP_SPECIAL, &t, &tl);
+			if (rc < 0) {
+				json_decref(obj);
+				return rc;
+			}
+			text = json_stringn(t, tl);
+			free(t);
 		}
-		if (!text) {
-			json_decref(obj);
-			return sl_err(SL_ENOMEM, "out of memory");
-		}
-		json_object_set_new(obj, "completion", json_stringn(text, tl));
-		free(text);
+		sl_jset(obj, "completion", text, &e);
 	}
 	json_t *ids = json_array();
 	for (int j = 0; j < q->n_out; j++)
-		json_array_append_new(ids, json_integer(q->out[j]));
-	json_object_set_new(obj, "output_ids", ids);
-	json_object_set_new(obj, "finish_reason",
-			    json_string(q->hit_eos || q->stopped ? "stop" : "length"));
-	return emit(out, obj);
+		sl_jappend(ids, json_integer(q->out[j]), "output_ids", &e);
+	sl_jset(obj, "output_ids", ids, &e);
+	sl_jset(obj, "finish_reason", json_string(q->hit_eos || q->stopped ? "stop" : "length"), &e);
+	return emit(out, obj, &e, p);
 }
 
 int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, sl_output *out,
@@ -341,6 +378,7 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 	sl_gen_timing tm = { 0 };
 	const double t0 = sl_now();
 	sl_model_stats_reset(m);
+	int blocks_done = 0;
 	for (int b = start; !rc && b < n_blocks(ps, batch); b++) {
 		if (!mine(o, b))
 			continue;
@@ -362,7 +400,7 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 					     .out = obuf + (size_t)ns * max_out };
 			ns++;
 		}
-		c.tokens_before = tm.tokens;
+		st->started = true;
 		if (ns && (rc = sl_generator_run(g, seqs, ns, &go, &tm)) < 0)
 			break;
 		for (int i = 0, k = 0; !rc && i < count; i++) {
@@ -381,6 +419,8 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 		st->done = prog.done;
 		progress_show(&prog, false);
 		test_delay();
+		if (!rc)
+			rc = test_fault(++blocks_done);
 	}
 	progress_end(&prog);
 	st->tokens = tm.tokens;
@@ -429,6 +469,7 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 		rc = sl_scorer_create(m, SL_MIN(batch, ps->n), max_len, max_prompt, &sc);
 	const double t0 = sl_now();
 	sl_model_stats_reset(m);
+	int blocks_done = 0;
 	for (int b = start; !rc && b < n_blocks(ps, batch); b++) {
 		if (!mine(o, b))
 			continue;
@@ -448,6 +489,7 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 			ns++;
 		}
 		double tb = sl_now();
+		st->started = true;
 		if (ns && (rc = sl_scorer_run(sc, seqs, ns, o->interrupt)) < 0)
 			break;
 		st->decode_s += sl_now() - tb;
@@ -458,17 +500,18 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 				st->bad++;
 				continue;
 			}
-			json_t *obj = line_start(p), *arr = json_array();
+			sl_jerr e = { 0 };
+			json_t *obj = line_start(p, &e), *arr = json_array();
 			double sum = 0;
 			for (int j = 0; j < seqs[k].cont_len; j++) {
-				json_array_append_new(arr, json_real(seqs[k].logprobs[j]));
+				sl_jappend_real(arr, seqs[k].logprobs[j], "logprobs", &e);
 				sum += seqs[k].logprobs[j];
 			}
-			json_object_set_new(obj, "logprobs", arr);
-			json_object_set_new(obj, "sum_logprob", json_real(sum));
-			json_object_set_new(obj, "perplexity", json_real(exp(-sum / seqs[k].cont_len)));
+			sl_jset(obj, "logprobs", arr, &e);
+			sl_jset_real(obj, "sum_logprob", sum, &e);
+			sl_jset_real(obj, "perplexity", exp(-sum / seqs[k].cont_len), &e);
 			st->tokens += seqs[k].cont_len;
-			rc = emit(out, obj);
+			rc = emit(out, obj, &e, p);
 			k++;
 		}
 		if (!rc)
@@ -478,6 +521,8 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 		st->done = prog.done;
 		progress_show(&prog, false);
 		test_delay();
+		if (!rc)
+			rc = test_fault(++blocks_done);
 	}
 	progress_end(&prog);
 	st->wall_s = sl_now() - t0;
@@ -490,42 +535,102 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 	return rc;
 }
 
-int sl_job_report(const sl_job_stats *st, const sl_job_opts *o, const char *what, bool quiet,
+static char *stats_tmp(const char *path)
+{
+	char *tmp = NULL;
+	return asprintf(&tmp, "%s.tmp", path) < 0 ? NULL : tmp;
+}
+
+int sl_job_check_stats_path(const char *path)
+{
+	struct stat sb;
+	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+		return sl_err(SL_EINVAL, "%s: is a directory (--stats names the file to write)", path);
+	char *tmp = stats_tmp(path);
+	if (!tmp)
+		return sl_err(SL_ENOMEM, "out of memory");
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), e = errno;
+	if (fd >= 0) {
+		close(fd);
+		unlink(tmp);
+	}
+	free(tmp);
+	if (fd < 0 && e != EEXIST)
+		return sl_err(e == ENOENT || e == ENOTDIR ? SL_ENOTFOUND : SL_EIO,
+			      "%s: cannot write the statistics: %s", path, strerror(e));
+	return 0;
+}
+
+/* The statistics file, whole or not at all: written beside it, then
+ * renamed over it. */
+static int write_stats(const json_t *j, const char *path)
+{
+	char *tmp = stats_tmp(path);
+	if (!tmp)
+		return sl_err(SL_ENOMEM, "out of memory");
+	FILE *f = fopen(tmp, "w");
+	int e = errno;
+	bool ok = f && json_dumpf(j, f, JSON_INDENT(2)) == 0 && fputc('\n', f) != EOF &&
+		  fflush(f) == 0 && fsync(fileno(f)) == 0;
+	if (f && !ok)
+		e = errno;
+	if (f && fclose(f) != 0 && ok) {
+		ok = false;
+		e = errno;
+	}
+	if (ok && rename(tmp, path) != 0) {
+		ok = false;
+		e = errno;
+	}
+	if (!ok && f)
+		unlink(tmp);
+	free(tmp);
+	return ok ? 0 : sl_err(SL_EIO, "%s: cannot write the statistics: %s", path, strerror(e));
+}
+
+int sl_job_report(const sl_job_stats *st, const sl_job_opts *o, const char *command, bool quiet,
 		  const char *backend)
 {
 	const double compute = st->prefill_s + st->decode_s;
 	const double tput = compute > 0 ? st->tokens / compute : 0;
 	if (!quiet)
 		fprintf(stderr,
-			"sluice: %s %d of %d prompts (%d resumed, %d bad lines), %ld tokens in %.2f s: %.1f tokens/s (prefill %.2f s, decode %.2f s) on %s\n",
-			what, st->done, st->prompts, st->resumed_lines, st->bad, st->tokens, st->wall_s, tput,
-			st->prefill_s, st->decode_s, backend);
+			"sluice: %s %d of %d prompt%s (%d resumed, %d bad line%s), %ld token%s in %.2f s: %.1f tokens/s (prefill %.2f s, decode %.2f s) on %s\n",
+			strcmp(command, "score") ? "generated" : "scored", st->done, st->prompts,
+			st->prompts == 1 ? "" : "s", st->resumed_lines, st->bad, st->bad == 1 ? "" : "s",
+			st->tokens, st->tokens == 1 ? "" : "s", st->wall_s, tput, st->prefill_s,
+			st->decode_s, backend);
 	if (!o->stats_path)
 		return 0;
-	json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:f, s:f, s:f, s:f}", "command", what,
-			      "backend", backend, "prompts", st->prompts, "done", st->done,
-			      "resumed_lines", st->resumed_lines, "bad_lines", st->bad, "tokens",
-			      (json_int_t)st->tokens, "wall_s", st->wall_s, "prefill_s", st->prefill_s,
-			      "decode_s", st->decode_s, "throughput_tok_s", tput);
-	if (!j)
-		return sl_err(SL_ENOMEM, "out of memory");
 	const sl_offload_stats *f = &st->off;
-	json_t *peak = json_pack("{s:I, s:I, s:I}", "device", (json_int_t)f->peak_device, "host",
-				 (json_int_t)f->peak_host, "disk", (json_int_t)f->peak_disk);
-	if (!peak || json_object_update_new(j, json_pack("{s:f, s:f, s:f, s:I, s:f, s:I, s:I, s:I, s:o}",
-						 "compute_s", f->compute_s, "io_s", f->io_s, "stall_s",
-						 f->stall_s, "disk_read_bytes",
-						 (json_int_t)f->disk_read_bytes, "disk_read_gbps",
-						 f->disk_read_gbps, "disk_write_bytes",
-						 (json_int_t)f->disk_write_bytes, "h2d_bytes",
-						 (json_int_t)f->h2d_bytes, "d2h_bytes",
-						 (json_int_t)f->d2h_bytes, "peak_bytes", peak)) < 0) {
-		json_decref(j);
-		return sl_err(SL_ENOMEM, "out of memory");
-	}
-	int rc = json_dump_file(j, o->stats_path, JSON_INDENT(2)) == 0
-			 ? 0
-			 : sl_err(SL_EIO, "%s: cannot write the statistics", o->stats_path);
+	sl_jerr e = { 0 };
+	json_t *j = json_object(), *peak = json_object();
+	sl_jset(j, "command", json_string(command), &e);
+	sl_jset(j, "backend", json_string(backend), &e);
+	sl_jset(j, "prompts", json_integer(st->prompts), &e);
+	sl_jset(j, "done", json_integer(st->done), &e);
+	sl_jset(j, "resumed_lines", json_integer(st->resumed_lines), &e);
+	sl_jset(j, "bad_lines", json_integer(st->bad), &e);
+	sl_jset(j, "tokens", json_integer((json_int_t)st->tokens), &e);
+	sl_jset_real(j, "wall_s", st->wall_s, &e);
+	sl_jset_real(j, "prefill_s", st->prefill_s, &e);
+	sl_jset_real(j, "decode_s", st->decode_s, &e);
+	sl_jset_real(j, "throughput_tok_s", tput, &e);
+	sl_jset_real(j, "compute_s", f->compute_s, &e);
+	sl_jset_real(j, "io_s", f->io_s, &e);
+	sl_jset_real(j, "stall_s", f->stall_s, &e);
+	sl_jset(j, "disk_read_bytes", json_integer((json_int_t)f->disk_read_bytes), &e);
+	sl_jset_real(j, "disk_read_gbps", f->disk_read_gbps, &e);
+	sl_jset(j, "disk_write_bytes", json_integer((json_int_t)f->disk_write_bytes), &e);
+	sl_jset(j, "h2d_bytes", json_integer((json_int_t)f->h2d_bytes), &e);
+	sl_jset(j, "d2h_bytes", json_integer((json_int_t)f->d2h_bytes), &e);
+	sl_jset(peak, "device", json_integer((json_int_t)f->peak_device), &e);
+	sl_jset(peak, "host", json_integer((json_int_t)f->peak_host), &e);
+	sl_jset(peak, "disk", json_integer((json_int_t)f->peak_disk), &e);
+	sl_jset(j, "peak_bytes", peak, &e);
+	int rc = sl_jcheck(&e, o->stats_path);
+	if (!rc)
+		rc = write_stats(j, o->stats_path);
 	json_decref(j);
 	return rc;
 }

@@ -29,6 +29,7 @@ typedef struct sl_job_opts {
 
 typedef struct sl_job_stats {
 	int prompts, done, bad, skipped_blocks, resumed_lines;
+	bool started; /* compute began: a failure now is the job's (exit 1) */
 	long tokens;
 	double wall_s, prefill_s, decode_s;
 	sl_offload_stats off; /* of prefill + decode */
@@ -42,8 +43,18 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job_opts *o,
 		 sl_job_stats *st);
 
-/* Write the summary: to stderr (unless quiet) and to o->stats_path. */
-int sl_job_report(const sl_job_stats *st, const sl_job_opts *o, const char *what, bool quiet,
+/* Write the summary: to stderr (unless quiet) and to o->stats_path
+ * (atomically).  command: "generate" or "score". */
+int sl_job_report(const sl_job_stats *st, const sl_job_opts *o, const char *command, bool quiet,
 		  const char *backend);
+
+/* Before any compute: that the statistics can be written to path (not a
+ * directory, in a folder that exists and is writable). */
+int sl_job_check_stats_path(const char *path);
+
+/* --resume against a complete output (opened by sl_output_open with
+ * *complete set): 0 when its lines are this input's (this shard's), in
+ * order, and no more; an error naming it otherwise. */
+int sl_job_check_complete(const sl_prompts *ps, sl_output *out, const sl_job_opts *o);
 
 #endif

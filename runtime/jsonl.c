@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void prompt_clear(sl_prompt *p)
@@ -40,6 +41,9 @@ static int get_tokens(const char *path, int line, json_t *root, const char *ids_
 	if (!ids && !text)
 		return sl_err(SL_EFORMAT, "%s:%d: missing \"%s\" (or \"%s\")", path, line, text_key,
 			      ids_key);
+	if (ids && text)
+		return sl_err(SL_EFORMAT, "%s:%d: both \"%s\" and \"%s\": give one of them", path, line,
+			      text_key, ids_key);
 	if (text) {
 		if (!json_is_string(text))
 			return sl_err(SL_EFORMAT, "%s:%d: \"%s\" must be a string", path, line, text_key);
@@ -114,8 +118,10 @@ static int parse_line(const char *path, int line, const char *text, size_t len,
 		goto done;
 	}
 	json_t *id = json_object_get(root, "id");
-	if (id)
-		p->id_json = json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (id && !(p->id_json = json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY))) {
+		rc = sl_err(SL_ENOMEM, "out of memory"); /* never the line number instead */
+		goto done;
+	}
 	if ((rc = get_tokens(path, line, root, "input_ids", "prompt", true, o, &p->ids, &p->n)) < 0)
 		goto done;
 	if (o->score &&
@@ -150,10 +156,13 @@ done:
 int sl_prompts_read(const char *path, const sl_read_opts *o, sl_prompts *out)
 {
 	memset(out, 0, sizeof *out);
-	FILE *f = fopen(path, "rb");
+	const bool std_in = !strcmp(path, "-");
+	FILE *f = std_in ? stdin : fopen(path, "rb");
 	if (!f)
 		return sl_err(errno == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot open: %s", path,
 			      strerror(errno));
+	if (std_in)
+		path = "<stdin>";
 	char *buf = NULL;
 	size_t bcap = 0;
 	ssize_t len;
@@ -163,8 +172,13 @@ int sl_prompts_read(const char *path, const sl_read_opts *o, sl_prompts *out)
 		size_t l = (size_t)len;
 		while (l && (buf[l - 1] == '\n' || buf[l - 1] == '\r'))
 			l--;
+		char *text = buf;
+		if (line == 1 && l >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3)) {
+			text += 3; /* a UTF-8 byte-order mark: not part of the first line */
+			l -= 3;
+		}
 		size_t sp = 0;
-		while (sp < l && (buf[sp] == ' ' || buf[sp] == '\t'))
+		while (sp < l && (text[sp] == ' ' || text[sp] == '\t'))
 			sp++;
 		if (sp == l)
 			continue; /* blank lines are allowed */
@@ -178,7 +192,7 @@ int sl_prompts_read(const char *path, const sl_read_opts *o, sl_prompts *out)
 			out->p = np;
 		}
 		sl_prompt *p = &out->p[out->n];
-		rc = parse_line(path, line, buf, l, o, p);
+		rc = parse_line(path, line, text, l, o, p);
 		if (rc < 0 && o->skip_bad_lines && rc != SL_ENOMEM && p->id_json) {
 			p->error = strdup(sl_errmsg());
 			if (!p->error) {
@@ -200,15 +214,17 @@ int sl_prompts_read(const char *path, const sl_read_opts *o, sl_prompts *out)
 	if (!rc && out->n == 0)
 		rc = sl_err(SL_EFORMAT, "%s: no prompts (the file is empty)", path);
 	free(buf);
-	fclose(f);
+	if (!std_in)
+		fclose(f);
 	if (rc)
 		sl_prompts_free(out);
 	return rc;
 }
 
 struct sl_output {
-	char *path, *tmp;
+	char *path, *tmp; /* tmp: OUT.partial; NULL for standard output */
 	FILE *f;
+	bool std_out;
 	char **ids;
 	off_t *ends;
 	int nlines;
@@ -227,20 +243,45 @@ int sl_output_open(const char *path, enum sl_output_mode mode, sl_output **out, 
 	sl_output *o = calloc(1, sizeof *o);
 	if (!o)
 		return sl_err(SL_ENOMEM, "out of memory");
+	if (!strcmp(path, "-")) {
+		/* standard output: lines as each block ends, no .partial */
+		o->std_out = true;
+		o->f = stdout;
+		if (!(o->path = strdup("<stdout>"))) {
+			sl_output_close(o, false);
+			return sl_err(SL_ENOMEM, "out of memory");
+		}
+		if (mode == SL_OUT_RESUME) {
+			sl_output_close(o, false);
+			return sl_err(SL_EINVAL, "standard output cannot be resumed (--resume needs --out FILE)");
+		}
+		*out = o;
+		return 0;
+	}
 	o->path = strdup(path);
 	if (!o->path || asprintf(&o->tmp, "%s.partial", path) < 0) {
 		o->tmp = NULL;
 		sl_output_close(o, false);
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
-	bool have_out = access(path, F_OK) == 0, have_partial = access(o->tmp, F_OK) == 0;
+	struct stat sb;
+	bool have_out = stat(path, &sb) == 0, have_partial = access(o->tmp, F_OK) == 0;
 	const char *how = "wb";
 	int rc = 0;
-	if (mode == SL_OUT_RESUME) {
+	if (have_out && !S_ISREG(sb.st_mode)) {
+		rc = sl_err(SL_EINVAL, "%s: %s (--out names the file to write, - for standard output)", path,
+			    S_ISDIR(sb.st_mode) ? "is a directory" : "is not a regular file");
+	} else if (mode == SL_OUT_RESUME) {
 		if (have_out && !have_partial) {
+			/* complete: read it, for its ids to be checked against the input */
+			if (!(o->f = fopen(path, "rb"))) {
+				int e = errno;
+				sl_output_close(o, false);
+				return sl_err(SL_EIO, "%s: cannot read: %s", path, strerror(e));
+			}
 			if (complete)
 				*complete = true;
-			sl_output_close(o, false);
+			*out = o;
 			return 0;
 		}
 		how = have_partial ? "r+b" : "wb";
@@ -259,7 +300,8 @@ int sl_output_open(const char *path, enum sl_output_mode mode, sl_output **out, 
 	if (!o->f) {
 		int e = errno;
 		sl_output_close(o, false);
-		return sl_err(SL_EIO, "%s: cannot write output: %s", path, strerror(e));
+		return sl_err(e == ENOENT || e == ENOTDIR ? SL_ENOTFOUND : SL_EIO,
+			      "%s: cannot write output: %s", path, strerror(e));
 	}
 	if (fseeko(o->f, 0, SEEK_END) != 0) {
 		int e = errno;
@@ -286,6 +328,10 @@ int sl_output_lines(sl_output *o, int *n, char ***ids, off_t **ends)
 		json_t *id = root ? json_object_get(root, "id") : NULL;
 		char *s = id ? json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
 		json_decref(root);
+		if (id && !s) {
+			rc = sl_err(SL_ENOMEM, "out of memory");
+			break;
+		}
 		if (!s)
 			break; /* not one of ours: stop here */
 		if (o->nlines == cap) {
@@ -323,12 +369,15 @@ int sl_output_truncate(sl_output *o, off_t off)
 int sl_output_write(sl_output *o, const char *line, size_t len)
 {
 	if (fwrite(line, 1, len, o->f) != len || fputc('\n', o->f) == EOF)
-		return sl_err(SL_EIO, "%s: write failed: %s", o->tmp, strerror(errno));
+		return sl_err(SL_EIO, "%s: write failed: %s", o->tmp ? o->tmp : o->path, strerror(errno));
 	return 0;
 }
 
 int sl_output_sync(sl_output *o)
 {
+	if (o->std_out) /* a pipe or a terminal: passed on, not synced */
+		return fflush(o->f) == 0 ? 0
+					 : sl_err(SL_EIO, "%s: write failed: %s", o->path, strerror(errno));
 	if (fflush(o->f) != 0 || fdatasync(fileno(o->f)) != 0)
 		return sl_err(SL_EIO, "%s: write failed: %s", o->tmp, strerror(errno));
 	return 0;
@@ -337,6 +386,8 @@ int sl_output_sync(sl_output *o)
 int sl_output_commit(sl_output *o)
 {
 	SL_TRY(sl_output_sync(o));
+	if (o->std_out)
+		return 0;
 	FILE *f = o->f;
 	o->f = NULL;
 	if (fclose(f) != 0)
@@ -350,7 +401,9 @@ void sl_output_close(sl_output *o, bool discard)
 {
 	if (!o)
 		return;
-	if (o->f)
+	if (o->std_out)
+		fflush(o->f);
+	else if (o->f)
 		fclose(o->f);
 	if (discard && o->f && o->tmp)
 		unlink(o->tmp);

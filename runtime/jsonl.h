@@ -5,12 +5,15 @@
  * model's tokenizer; encoded with OPT's leading </s> as Hugging Face does)
  * or "input_ids"; optional "id" (any JSON value; the 1-based line number
  * where absent) and "max_new_tokens".  Scoring adds "continuation" (text,
- * encoded without </s>) or "continuation_ids".  Unknown fields are ignored,
- * blank lines skipped.
+ * encoded without </s>) or "continuation_ids".  A line with both forms of
+ * one is refused.  Unknown fields are ignored, blank lines skipped, and a
+ * UTF-8 byte-order mark at the start of the file too.
  *
  * Output: written to OUT.partial, flushed to disk block by block, renamed
  * to OUT when the job completes: an OUT that exists is whole, and an
  * interrupted job's OUT.partial holds whole lines that --resume continues.
+ * The path "-" is standard output (lines as each block ends, no .partial,
+ * no resume); for input, standard input.
  */
 #ifndef SL_JSONL_H
 #define SL_JSONL_H
@@ -45,7 +48,7 @@ typedef struct sl_read_opts {
 	bool skip_bad_lines;     /* record bad lines as errors and go on */
 } sl_read_opts;
 
-/* Read and validate every line (ids in [0, vocab)). */
+/* Read and validate every line (ids in [0, vocab)); path "-": stdin. */
 int sl_prompts_read(const char *path, const sl_read_opts *o, sl_prompts *out);
 void sl_prompts_free(sl_prompts *ps);
 
@@ -57,9 +60,11 @@ enum sl_output_mode {
 	SL_OUT_RESUME,    /* continue OUT.partial (or find OUT complete) */
 };
 
-/* Opens OUT.partial for writing, checking the folder is writable before
- * any compute.  With SL_OUT_RESUME and a complete OUT, *complete is set
- * and nothing is opened (*out NULL). */
+/* Opens OUT.partial for writing, checking before any compute that OUT is
+ * not a folder (or another file that is not a regular one) and that its
+ * folder is writable.  With SL_OUT_RESUME and a complete OUT, *complete is
+ * set and OUT is opened for reading only, for sl_output_lines (its ids are
+ * checked against the input); nothing is written. */
 int sl_output_open(const char *path, enum sl_output_mode mode, sl_output **out, bool *complete);
 
 /* Resume: the whole lines already in OUT.partial: their ids (compact JSON,

@@ -45,7 +45,7 @@ static double gib(uint64_t b)
 
 /* ---- inputs -------------------------------------------------------------------- */
 
-static int check_offload_dir(const char *dir)
+int sl_profile_check_offload_dir(const char *dir)
 {
 	struct stat st;
 	if (stat(dir, &st) != 0) {
@@ -301,7 +301,7 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 	out->offload_dir = o->offload_dir;
 	out->pinned_node = out->io_node = -1;
 	if (o->offload_dir)
-		SL_TRY(check_offload_dir(o->offload_dir));
+		SL_TRY(sl_profile_check_offload_dir(o->offload_dir));
 
 	sl_topo_get(&out->topo); /* on failure: the fallback description */
 	sl_backend *be = NULL, *cpu = NULL;

@@ -82,6 +82,8 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out);
  * path.tmp): SL_EIO "cannot write PATH (...)" where it cannot.
  */
 int sl_profile_check_json_path(const char *path);
+/* Before measuring: that dir is a folder sluice can write in. */
+int sl_profile_check_offload_dir(const char *dir);
 
 /* Write the profile as one JSON object to path, atomically (path.tmp,
  * fsync, rename).  SL_EIO naming the path. */

@@ -369,11 +369,16 @@ START_TEST(test_good_jsonl)
 	ck_assert_int_eq(sl_output_commit(o), 0);
 	sl_output_close(o, false);
 	ck_assert_int_eq(access(outp, F_OK), 0);
+	/* a complete output is opened for reading, its ids to be checked */
 	ck_assert_int_eq(sl_output_open(outp, SL_OUT_RESUME, &o, &complete), 0);
 	ck_assert(complete);
-	ck_assert_ptr_null(o);
+	ck_assert_int_eq(sl_output_lines(o, &n, &ids, &ends), 0);
+	ck_assert_int_eq(n, 1);
+	ck_assert_str_eq(ids[0], "7");
+	sl_output_close(o, false);
+	ck_assert_int_eq(access(outp, F_OK), 0);
 	snprintf(outp, sizeof outp, "%s/no/such/dir/out.jsonl", tmpdir);
-	ck_assert_int_eq(sl_output_open(outp, SL_OUT_NEW, &o, &complete), SL_EIO);
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_NEW, &o, &complete), SL_ENOTFOUND);
 	ck_assert_msg(strstr(sl_errmsg(), outp), "%s", sl_errmsg());
 	rm_tmpdir();
 }

@@ -338,12 +338,192 @@ if [ -z "$(ls -A "$tmp/prof")" ] && [ ! -e "$tmp/p.json.tmp" ]; then ok; else ba
 expect_fail "profile: missing offload folder" "$tmp/nodir" "" -- profile --quick --offload-dir "$tmp/nodir"
 "$sluice" profile --quick --offload-dir "$tmp/nodir" >/dev/null 2>&1
 rc=$?
-if [ $rc -eq 1 ]; then ok; else bad "profile: missing offload folder exits $rc, not 1"; fi
+if [ $rc -eq 2 ]; then ok; else bad "profile: missing offload folder exits $rc, not 2"; fi
 expect_fail "profile: unwritable JSON" "$tmp/no/dir/p.json" "" -- profile --quick --json "$tmp/no/dir/p.json"
 # a made-up two-node machine (hwloc reads it instead of this one): a line per node
 if HWLOC_XMLFILE="$fx/topology-2node.xml" HWLOC_THISSYSTEM=1 "$sluice" profile --quick --backend cpu >"$tmp/prof2.out" &&
 	grep -q '^machine .*2 packages, 2 cores, 2 PUs, 2 NUMA nodes' "$tmp/prof2.out" &&
 	grep -q '^numa 1 .*2.0 GiB, 1 cores' "$tmp/prof2.out"; then ok; else bad "profile on two nodes: $(cat "$tmp/prof2.out")"; fi
+
+# ---- exit status: 2 the command is wrong (found before anything ran), 1 the
+# job failed (it ran and failed, or a read/write error), 130 interrupted ----
+# expect_exit NAME CODE NEEDLE -- args...: that status, one stderr line with NEEDLE
+expect_exit() {
+	local name=$1 code=$2 needle=$3
+	shift 4
+	"$sluice" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+	local rc=$? lines
+	lines=$(wc -l <"$tmp/stderr")
+	if [ $rc -ne "$code" ]; then
+		bad "$name: exit status $rc, not $code: $(cat "$tmp/stderr")"
+	elif [ "$lines" -ne 1 ]; then
+		bad "$name: $lines lines on stderr: $(cat "$tmp/stderr")"
+	elif ! grep -qF -- "$needle" "$tmp/stderr"; then
+		bad "$name: stderr lacks '$needle': $(cat "$tmp/stderr")"
+	else
+		ok
+	fi
+}
+ex=(generate --backend cpu --quiet --model "$fx/opt-pre" --prompts "$tmp/job.jsonl" --max-new-tokens 2)
+expect_exit "unknown option: one line and a hint" 2 "unknown option '--frobnicate' (see 'sluice generate --help')" -- \
+	"${ex[@]}" --out "$tmp/u0.jsonl" --frobnicate
+expect_exit "unknown short option" 2 "unknown option '-x'" -- bench --dummy opt-125m -x
+expect_exit "option without its value" 2 "option '--seed' needs a value" -- bench --dummy opt-125m --seed
+expect_exit "unknown command" 2 "unknown command 'frobnicate'" -- frobnicate
+expect_exit "--threads 0" 2 "--threads must be an integer in [1, " -- "${ex[@]}" --out "$tmp/u1.jsonl" --threads 0
+expect_exit "--threads 1000" 2 "--threads must be an integer in [1, " -- "${ex[@]}" --out "$tmp/u2.jsonl" --threads 100000
+expect_exit "--gpu-mem 0" 2 "--gpu-mem must be more than 0" -- "${ex[@]}" --out "$tmp/u3.jsonl" --gpu-mem 0
+expect_exit "--cpu-mem 0" 2 "--cpu-mem must be more than 0" -- bench --dummy opt-125m --cpu-mem 0
+expect_exit "H2O ratios out of range" 2 "--hh-ratio" -- "${ex[@]}" --out "$tmp/u4.jsonl" --hh-ratio 2
+expect_exit "H2O ratios summing over 1" 2 "must be at most 1" -- "${ex[@]}" --out "$tmp/u5.jsonl" --hh-ratio 0.6 --recent-ratio 0.6
+printf '{"gpu_batch_size": 2, "w_gpu_percnt": 50}\n' >"$tmp/badpol.json"
+expect_exit "a wrong policy file" 2 "badpol.json" -- "${ex[@]}" --out "$tmp/u6.jsonl" --policy "$tmp/badpol.json"
+expect_exit "a missing policy file" 2 "$tmp/nopol.json" -- "${ex[@]}" --out "$tmp/u7.jsonl" --policy "$tmp/nopol.json"
+expect_exit "a bad input line" 2 "broken.jsonl:2" -- "${ex[@]}" --out "$tmp/u8.jsonl" --prompts "$tmp/broken.jsonl"
+expect_exit "a missing model" 2 "$tmp/nope" -- "${ex[@]}" --out "$tmp/u9.jsonl" --model "$tmp/nope"
+rm -f "$tmp/full"/*
+FSIZE_RC=$( (ulimit -f 2048 && exec "$sluice" generate --backend cpu --quiet --dummy opt-125m --prompts "$tmp/full.jsonl" \
+	--max-new-tokens 2 --offload-dir "$tmp/full" --percent 0 0 100 0 100 0 --out "$tmp/x2.jsonl") >/dev/null 2>&1; echo $?)
+if [ "$FSIZE_RC" -eq 1 ]; then ok; else bad "a write error (disk full) exits $FSIZE_RC, not 1"; fi
+rm -f "$tmp/full"/*
+# a job that ran and failed (an internal error, injected after its first
+# block): exit 1, its whole first block kept for --resume
+SLUICE_TEST_FAIL_AFTER_BLOCKS=1 expect_exit "an internal error while the job runs" 1 \
+	"2 of 10 prompts are in $tmp/x3.jsonl.partial" -- "${ex[@]}" --batch-size 2 --out "$tmp/x3.jsonl"
+if [ ! -e "$tmp/x3.jsonl" ] && [ "$(lines "$tmp/x3.jsonl.partial")" -eq 2 ]; then ok; else bad "a failed job's partial output"; fi
+
+# ---- every output path is checked before compute: nothing runs, nothing is left
+expect_fail "statistics into a missing folder" "$tmp/nodir/s.json: cannot write the statistics" "$tmp/x4.jsonl" -- \
+	"${ex[@]}" --out "$tmp/x4.jsonl" --stats "$tmp/nodir/s.json"
+mkdir -p "$tmp/adir"
+expect_fail "statistics onto a folder" "is a directory" "$tmp/x4.jsonl" -- \
+	"${ex[@]}" --out "$tmp/x4.jsonl" --stats "$tmp/adir"
+expect_fail "--out a folder --overwrite" "$tmp/adir: is a directory" "" -- "${ex[@]}" --out "$tmp/adir" --overwrite
+if [ -e "$tmp/adir.partial" ]; then bad "--out a folder left adir.partial"; else ok; fi
+expect_fail "--out a folder --resume" "$tmp/adir: is a directory" "" -- "${ex[@]}" --out "$tmp/adir" --resume
+
+# ---- --resume against a complete output checks it against the input
+"$sluice" "${job[@]}" --batch-size 2 --out "$tmp/done.jsonl" || bad "job for the resume check failed"
+python3 -c "import json; [print(json.dumps({'id': 'q%d' % i, 'input_ids': [5 + i]})) for i in range(10)]" >"$tmp/other.jsonl"
+expect_fail "--resume a complete output of another input" "line 1 has id 0 where this input has \"q0\"" "" -- \
+	generate --backend cpu --quiet --model "$fx/opt-pre" --prompts "$tmp/other.jsonl" --batch-size 2 --out "$tmp/done.jsonl" --resume
+head -6 "$tmp/job.jsonl" >"$tmp/job6.jsonl"
+expect_fail "--resume a complete output of a longer job" "holds 10 lines where this input has 6" "" -- \
+	generate --backend cpu --quiet --model "$fx/opt-pre" --prompts "$tmp/job6.jsonl" --batch-size 2 --out "$tmp/done.jsonl" --resume
+if cmp -s "$tmp/done.jsonl" "$tmp/ref.jsonl"; then ok; else bad "a refused --resume changed the output"; fi
+
+# ---- standard input and output; a byte-order mark; prompt and input_ids
+if "$sluice" "${job[@]}" --batch-size 2 --prompts - --out - <"$tmp/job.jsonl" >"$tmp/std.jsonl" &&
+	cmp -s "$tmp/std.jsonl" "$tmp/ref.jsonl" && [ ! -e ./-.partial ] && [ ! -e ./- ]; then ok; else bad "--prompts - --out -"; fi
+expect_exit "--out - --resume" 2 "--resume needs --out FILE" -- "${job[@]}" --out - --resume
+# a job on standard output that fails has written its whole blocks, and says so
+SLUICE_TEST_FAIL_AFTER_BLOCKS=1 expect_exit "a failed job on standard output" 1 \
+	"2 of 10 prompts were written to standard output" -- "${job[@]}" --batch-size 2 --out -
+if head -2 "$tmp/ref.jsonl" | cmp -s - "$tmp/stdout"; then ok; else bad "a failed job's standard output"; fi
+if "$sluice" score --backend cpu --quiet --model "$fx/opt-pre" --input - --out - <"$tmp/score.jsonl" >"$tmp/score-std.out" &&
+	cmp -s "$tmp/score-std.out" "$tmp/score.out"; then ok; else bad "score --input - --out -"; fi
+{ printf '\xef\xbb\xbf'; cat "$tmp/job.jsonl"; } >"$tmp/bom.jsonl"
+if "$sluice" "${job[@]}" --batch-size 2 --prompts "$tmp/bom.jsonl" --out "$tmp/bom.out" &&
+	cmp -s "$tmp/bom.out" "$tmp/ref.jsonl"; then ok; else bad "a UTF-8 byte-order mark"; fi
+printf '{"prompt": "x", "input_ids": [5]}\n' >"$tmp/both.jsonl"
+expect_fail "both prompt and input_ids" 'both.jsonl:1: both "prompt" and "input_ids"' "$tmp/x5.jsonl" -- \
+	"${ex[@]}" --prompts "$tmp/both.jsonl" --out "$tmp/x5.jsonl"
+printf '{"input_ids": [5], "continuation": "x", "continuation_ids": [6]}\n' >"$tmp/both2.jsonl"
+expect_fail "both continuation and continuation_ids" 'both "continuation" and "continuation_ids"' "$tmp/x6.jsonl" -- \
+	score --backend cpu --quiet --model "$fx/opt-pre" --input "$tmp/both2.jsonl" --out "$tmp/x6.jsonl"
+
+# ---- --skip-bad-lines: the error field is there even when the message is
+# not UTF-8 (here: a file name), repaired as the tokenizer's decode repairs
+badname=$'bad\xff\xfe.jsonl'
+printf '{"input_ids": [5]}\n{"input_ids": [99999]}\n' >"$tmp/$badname"
+if "$sluice" "${ex[@]}" --prompts "$tmp/$badname" --out "$tmp/x7.jsonl" --skip-bad-lines &&
+	python3 - "$tmp/x7.jsonl" <<'PY'; then ok; else bad "error field of a message that is not UTF-8"; fi
+import json, sys
+out = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+assert "output_ids" in out[0], out
+assert "bad\ufffd\ufffd.jsonl:2: input_ids[0] = 99999 is outside the vocabulary" in out[1]["error"], out
+PY
+
+# ---- the progress log counts the job's tokens once: at each line, the
+# tokens of the prompts done, at most a block more
+rm -f "$tmp/prog.jsonl"
+SLUICE_TEST_BLOCK_DELAY_MS=1300 "$sluice" "${loud[@]}" --batch-size 2 --out "$tmp/prog.jsonl" 2>"$tmp/prog.err" ||
+	bad "progress job failed"
+if python3 - "$tmp/prog.jsonl" "$tmp/prog.err" <<'PY'; then ok; else bad "progress tokens: $(cat "$tmp/prog.err")"; fi
+import json, re, sys
+n = [len(json.loads(l)["output_ids"]) for l in open(sys.argv[1])]
+seen = 0
+for line in open(sys.argv[2]):
+    m = re.match(r"sluice: (\d+)/10 prompts, (\d+) tokens?, ", line)
+    if not m:
+        continue
+    done, tokens = int(m.group(1)), int(m.group(2))
+    assert sum(n[:done]) <= tokens <= sum(n[:done + 2]), (line, n)
+    seen += done >= 2
+assert seen, "no progress line after the first block"
+total = re.search(r"generated 10 of 10 prompts .*?, (\d+) tokens in", open(sys.argv[2]).read())
+assert total and int(total.group(1)) == sum(n), total
+PY
+printf '{"input_ids": [5]}\n' >"$tmp/one.jsonl"
+"$sluice" generate --backend cpu --model "$fx/opt-pre" --prompts "$tmp/one.jsonl" --max-new-tokens 1 \
+	--out "$tmp/one.out" --stats "$tmp/one.json" 2>"$tmp/one.err"
+if grep -q "of 1 prompt (0 resumed, 0 bad lines), 1 token in" "$tmp/one.err" &&
+	python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['command'] == 'generate'" "$tmp/one.json"; then
+	ok
+else
+	bad "summary of one token: $(cat "$tmp/one.err")"
+fi
+printf '{"input_ids": [5], "continuation_ids": [6]}\n' >"$tmp/one-sc.jsonl"
+if "$sluice" score --backend cpu --quiet --model "$fx/opt-pre" --input "$tmp/one-sc.jsonl" --out "$tmp/one-sc.out" \
+	--stats "$tmp/one-sc.json" && python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['command'] == 'score'" "$tmp/one-sc.json"; then
+	ok
+else
+	bad "score statistics' command"
+fi
+
+# ---- a host budget too small names the smallest --cpu-mem, which runs,
+# and which the host peak measured in that run reaches (within its rounding)
+hm=(generate --backend cpu --quiet --model "$fx/opt-pre" --prompts "$tmp/job.jsonl" --max-new-tokens 4 --batch-size 4)
+for pc in "0 100 100 0 100 0" "100 0 0 100 0 100"; do
+	expect_fail "--cpu-mem too small ($pc)" "it needs at least --cpu-mem" "$tmp/hm.jsonl" -- \
+		"${hm[@]}" --percent $pc --cpu-mem 4K --out "$tmp/hm.jsonl"
+	if grep -q -- "--gpu-mem" "$tmp/stderr"; then bad "--cpu-mem too small names --gpu-mem: $(cat "$tmp/stderr")"; fi
+	want=$(sed -n 's/.*needs at least --cpu-mem \([0-9.]*[KMG]\).*/\1/p' "$tmp/stderr")
+	rm -f "$tmp/hm.jsonl"
+	if [ -n "$want" ] && "$sluice" "${hm[@]}" --percent $pc --cpu-mem "$want" --out "$tmp/hm.jsonl" --stats "$tmp/hm.json" &&
+		python3 - "$want" "$tmp/hm.json" <<'PY'; then ok; else bad "the smallest --cpu-mem named ($want, $pc)"; fi
+import json, sys
+w = sys.argv[1]
+unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[w[-1]]
+named = float(w[:-1]) * unit
+step = {"K": 1 << 10, "M": 0.1 * (1 << 20), "G": 0.01 * (1 << 30)}[w[-1]]
+peak = json.load(open(sys.argv[2]))["peak_bytes"]["host"]
+assert named - step < peak <= named, (named, peak)
+PY
+	rm -f "$tmp/hm.jsonl"
+done
+
+# ---- --policy FILE and --no-overlap change what runs (the same tokens)
+printf '{"w_gpu_percent": 0, "w_cpu_percent": 100, "gpu_batch_size": 1, "num_gpu_batches": 2}\n' >"$tmp/pol.json"
+"$sluice" "${job[@]}" --policy "$tmp/pol.json" --out "$tmp/pol.jsonl" --stats "$tmp/pol.st" || bad "--policy job failed"
+"$sluice" "${job[@]}" --policy "$tmp/pol.json" --percent 100 0 100 0 100 0 --out "$tmp/pol2.jsonl" --stats "$tmp/pol2.st" ||
+	bad "--policy with a flag after it failed"
+"$sluice" "${job[@]}" --policy "$tmp/pol.json" --no-overlap --out "$tmp/pol3.jsonl" --stats "$tmp/pol3.st" ||
+	bad "--policy --no-overlap failed"
+if python3 - "$tmp/pol.st" "$tmp/pol2.st" "$tmp/pol3.st" <<'PY'; then ok; else bad "--policy FILE / --no-overlap statistics"; fi
+import json, sys
+p, flag, noov = (json.load(open(f)) for f in sys.argv[1:4])
+# the policy's weights live in host memory and stream to the device
+assert p["h2d_bytes"] > 0 and p["peak_bytes"]["host"] > 0, p
+# a flag after the file overrides it: the weights on the device again
+assert flag["h2d_bytes"] == 0, flag
+# with overlap each unit's load starts while the one before computes, one
+# more ahead of the last; without it, each loads when needed, no more
+assert 0 < noov["h2d_bytes"] < p["h2d_bytes"], (noov["h2d_bytes"], p["h2d_bytes"])
+PY
+for f in pol pol2 pol3; do
+	if cmp -s "$tmp/$f.jsonl" "$tmp/ref.jsonl"; then ok; else bad "--policy run $f changed the tokens"; fi
+done
 
 # ---- bench: --json is valid JSON whatever the checkpoint's name, and
 # says which CPU kernels ran; the table names the checkpoint; the decode
@@ -404,6 +584,33 @@ for args in "1 m4.0 m4.1 m4.3" "1 m4.1 m4.0 m4.2 m4.3" "1 m4.0 m4.2 m4.1 m4.3" "
 		bad "merge_shards --batch-size $args: exit $rc, $(wc -l <"$tmp/m4.out") lines written: $(cat "$tmp/stderr")"
 	fi
 done
+
+# ---- --help: every option each command takes, and the exit status; the
+# README's usage and option tables say the same
+for c in generate score bench profile; do
+	"$sluice" $c --help >"$tmp/help.$c" || bad "$c --help"
+done
+for c in generate score bench; do
+	if grep -q -- "--cpu-cache-compute" "$tmp/help.$c" && grep -q -- "--offload-dir DIR .*KV cache" "$tmp/help.$c" &&
+		grep -q "^Exit status:" "$tmp/help.$c"; then ok; else bad "$c --help"; fi
+done
+if python3 - "$(dirname "$0")/../README.md" "$tmp"/help.{generate,score,bench,profile} <<'PY'; then ok; else bad "README usage and options differ from --help"; fi
+import re, sys
+readme = open(sys.argv[1]).read()
+usage = re.search(r"## Usage\n\n```sh\n(.*?)```", readme, re.S).group(1)
+helps = {p.rsplit(".", 1)[1]: open(p).read() for p in sys.argv[2:]}
+def norm(s):
+    return " ".join(s.replace("\\\n", " ").split())
+for cmd, h in helps.items():
+    syn = norm(h.split("\n", 1)[0].replace("usage: ", "") + " " + "".join(
+        l for l in h.split("\n")[1:3] if l.startswith(" " * 10)))
+    rd = [norm(b) for b in re.split(r"\n(?=sluice )", usage) if b.startswith("sluice " + cmd)]
+    assert rd and rd[0] == syn, (cmd, rd, syn)
+opts = lambda s: set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", s))
+tables = " ".join(l for l in readme.split("\n") if l.startswith("| `-"))
+in_help = set().union(*(opts(h) for h in helps.values())) - {"--help"}
+assert opts(tables) == in_help, (opts(tables) ^ in_help)
+PY
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

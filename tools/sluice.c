@@ -2,7 +2,7 @@
  * sluice.c - the command line: `sluice generate` runs a batch generation
  * job from JSON Lines, `sluice bench` measures throughput on synthetic
  * prompts.  Every failure prints one line naming what failed and exits
- * non-zero (1 for a failed job, 2 for a usage error).
+ * non-zero, by one rule (exit_status).
  */
 #include "backend.h"
 #include "generate.h"
@@ -24,12 +24,54 @@
 #include <string.h>
 
 #define EXIT_USAGE 2
+#define EXIT_INTERRUPTED 130
+
+/*
+ * The exit status, one rule for every command (README "Exit status" and
+ * each command's --help say the same):
+ *   2    the command is wrong and nothing ran: an option, or a file or
+ *        folder it names (missing, malformed, out of range: the input, the
+ *        policy, the model), or a budget too small for the job;
+ *   1    the job failed: it ran and failed, or the system failed it (a read
+ *        or write error, out of memory, the device), or an internal error;
+ *   130  interrupted (SIGINT or SIGTERM).
+ * Everything that can be checked is checked before compute starts, so the
+ * first kind is found before anything runs; once compute has started
+ * (`computing`), any failure is the job's.
+ */
+static bool computing;
+
+static int exit_status(int rc)
+{
+	if (rc == SL_EINTERRUPTED)
+		return EXIT_INTERRUPTED;
+	if (computing)
+		return EXIT_FAILURE;
+	switch (rc) {
+	case SL_EINVAL:
+	case SL_EFORMAT:
+	case SL_ESHAPE:
+	case SL_ENOTFOUND:
+	case SL_EUNSUPPORTED:
+	case SL_ERANGE:
+	case SL_EBUDGET:
+		return EXIT_USAGE;
+	default:
+		return EXIT_FAILURE;
+	}
+}
 
 static void die(int rc)
 {
 	fprintf(stderr, "sluice: %s\n", sl_errmsg());
-	exit(rc == SL_EINVAL ? EXIT_USAGE : EXIT_FAILURE);
+	exit(exit_status(rc));
 }
+
+#define EXIT_HELP                                                                          \
+	"Exit status: 0 done; 2 the command is wrong (an option, the input, policy or model\n" \
+	"file, a budget too small), found before anything ran; 1 the job failed (it ran and\n" \
+	"failed, a read or write error, out of memory, the device, an internal error);\n"     \
+	"130 interrupted.\n"
 
 static void usage_error(const char *cmd, const char *fmt, const char *arg)
 {
@@ -37,6 +79,16 @@ static void usage_error(const char *cmd, const char *fmt, const char *arg)
 	fprintf(stderr, fmt, arg);
 	fprintf(stderr, " (see 'sluice %s --help')\n", cmd);
 	exit(EXIT_USAGE);
+}
+
+/* An option getopt did not accept (c is '?' or ':'): one line and a hint. */
+static void bad_option(const char *cmd, int c, char **argv)
+{
+	const char *arg = argv[optind - 1];
+	char buf[3] = { '-', (char)optopt, 0 };
+	if (optopt && strncmp(arg, "--", 2))
+		arg = buf; /* a short option, perhaps one of a cluster */
+	usage_error(cmd, c == ':' ? "option '%s' needs a value" : "unknown option '%s'", arg);
 }
 
 static int parse_int(const char *cmd, const char *opt, const char *s, int lo, int hi)
@@ -49,6 +101,36 @@ static int parse_int(const char *cmd, const char *opt, const char *s, int lo, in
 		exit(EXIT_USAGE);
 	}
 	return (int)v;
+}
+
+/* 1 to the cores this process may use: more only slows it down. */
+static int parse_threads(const char *cmd, const char *s)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	const int cores = omp_get_num_procs();
+	if (!*s || *end || v < 1 || v > cores) {
+		fprintf(stderr,
+			"sluice %s: --threads must be an integer in [1, %d] (the cores this process may use), got '%s'\n",
+			cmd, cores, s);
+		exit(EXIT_USAGE);
+	}
+	return (int)v;
+}
+
+/* A memory cap: a size above 0 (no option: no cap). */
+static size_t parse_budget(const char *cmd, const char *opt, const char *s)
+{
+	size_t v = 0;
+	char msg[512];
+	if (sl_parse_size(s, &v) < 0)
+		snprintf(msg, sizeof msg, "%s: %s", opt, sl_errmsg());
+	else if (v == 0)
+		snprintf(msg, sizeof msg, "%s must be more than 0 (leave it out for no cap)", opt);
+	else
+		return v;
+	usage_error(cmd, "%s", msg);
+	return 0;
 }
 
 /* Options every command shares. */
@@ -82,20 +164,16 @@ static bool common_opt(const char *cmd, int c, common_opts *o)
 	case 'm': o->model_dir = optarg; return true;
 	case OPT_DUMMY: o->dummy = optarg; return true;
 	case OPT_BACKEND: o->backend = optarg; return true;
-	case OPT_THREADS: o->threads = parse_int(cmd, "--threads", optarg, 0, 4096); return true;
-	case OPT_GPU_MEM:
-		if (sl_parse_size(optarg, &o->gpu_mem) < 0)
-			usage_error(cmd, "--gpu-mem: %s", sl_errmsg());
-		return true;
-	case OPT_CPU_MEM:
-		if (sl_parse_size(optarg, &o->cpu_mem) < 0)
-			usage_error(cmd, "--cpu-mem: %s", sl_errmsg());
-		return true;
-	case OPT_POLICY:
-		if (sl_policy_load(optarg, &o->policy) < 0)
-			die(SL_EFORMAT);
+	case OPT_THREADS: o->threads = parse_threads(cmd, optarg); return true;
+	case OPT_GPU_MEM: o->gpu_mem = parse_budget(cmd, "--gpu-mem", optarg); return true;
+	case OPT_CPU_MEM: o->cpu_mem = parse_budget(cmd, "--cpu-mem", optarg); return true;
+	case OPT_POLICY: {
+		int rc = sl_policy_load(optarg, &o->policy);
+		if (rc < 0)
+			die(rc);
 		o->policy_given = true;
 		return true;
+	}
 	case OPT_PERCENT: {
 		/* six numbers: this argument and the five after it */
 		const char *v[6] = { optarg };
@@ -132,23 +210,72 @@ static bool common_opt(const char *cmd, int c, common_opts *o)
 	}
 }
 
+/* The command line on its own: one model, a policy within its bounds. */
 static void check_model_opts(const char *cmd, const common_opts *o)
 {
 	if (!!o->model_dir == !!o->dummy)
 		usage_error(cmd, "%sgive exactly one of --model DIR and --dummy NAME", "");
+	int rc = sl_policy_validate(&o->policy, "policy");
+	if (rc < 0)
+		die(rc);
 }
 
 /* Backend and model; on failure both are released and *be, *m are NULL. */
-static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
+static sl_model_params model_params(const common_opts *o)
+{
+	const sl_policy *p = &o->policy;
+	return (sl_model_params){ .dir = o->model_dir, .dummy = o->dummy,
+				  .w_gpu_percent = p->w_gpu_percent, .w_cpu_percent = p->w_cpu_percent,
+				  .offload_dir = o->offload_dir, .overlap = p->overlap,
+				  .sep_layer = p->sep_layer };
+}
+
+/* A job of nseq sequences, rows rows per forward, cap cache slots (dense)
+ * and prompts up to max_prompt, under the options' policy. */
+static sl_job_shape job_shape(const common_opts *o, int nseq, int rows, int cap, int max_prompt)
+{
+	const sl_policy *p = &o->policy;
+	return (sl_job_shape){ .max_seq = nseq, .max_rows = rows, .cap = cap, .max_prompt = max_prompt,
+			       .kv_f32 = o->kv_f32, .micro = o->policy_given ? p->gpu_batch_size : 0,
+			       .hh = p->hh_ratio,
+			       .rr = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0,
+			       .cache_gpu_percent = p->cache_gpu_percent,
+			       .cache_cpu_percent = p->cache_cpu_percent,
+			       .act_host = p->act_cpu_percent >= 100,
+			       .cpu_cache_compute = p->cpu_cache_compute };
+}
+
+static void fmt_bytes(size_t n, char *buf, size_t len);
+
+/* A host budget the job does not fit under its placement is refused
+ * before anything is loaded, with the smallest that does. */
+static int check_host_budget(const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
+			     const sl_job_shape *js)
+{
+	const sl_model_params mp = model_params(o);
+	size_t need = sl_model_min_host_bytes(cfg, &mp, js, be->ops->dev_is_host);
+	if (!o->cpu_mem || o->cpu_mem >= need)
+		return 0;
+	char have[32], want[32];
+	fmt_bytes(o->cpu_mem, have, sizeof have);
+	fmt_bytes(need, want, sizeof want);
+	return sl_err(SL_EBUDGET,
+		      "--cpu-mem %s is too small for this job under this placement: it needs at least --cpu-mem %s (the weights' host tier and their conversion, the KV cache and activations on the host), or a smaller --batch-size, or less on the host (--percent)",
+		      have, want);
+}
+
+/* The backend under the options' budgets, the host budget checked against
+ * the job js (NULL: none), and the model; on failure *m is NULL and *be,
+ * when made, is the caller's to free (budget_hint reads it). */
+static int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js,
+		      sl_backend **be, sl_model **m)
 {
 	*m = NULL;
+	*be = NULL;
 	int threads = o->threads;
 	if (threads > 0)
 		omp_set_num_threads(threads);
 	const sl_policy *p = &o->policy;
-	int rc = sl_policy_validate(p, "policy");
-	if (rc < 0)
-		return rc;
 	/* what this engine places today: weights and the KV cache in any
 	 * tier; activations on the device or in pinned host memory */
 	if (p->act_gpu_percent < 100 && p->act_cpu_percent < 100)
@@ -157,21 +284,18 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	if (p->compress_weight || p->compress_cache)
 		return sl_err(SL_EUNSUPPORTED,
 			      "this build does not compress: set compress_weight and compress_cache false");
-	rc = sl_backend_create(o->backend, threads, be);
+	int rc = sl_backend_create(o->backend, threads, be);
 	if (rc < 0)
 		return rc;
 	sl_backend_set_dev_limit(*be, o->gpu_mem);
 	sl_backend_set_host_limit(*be, o->cpu_mem);
-	sl_model_params mp = { .dir = o->model_dir, .dummy = o->dummy,
-			       .w_gpu_percent = p->w_gpu_percent, .w_cpu_percent = p->w_cpu_percent,
-			       .offload_dir = o->offload_dir, .overlap = p->overlap,
-			       .sep_layer = p->sep_layer };
-	rc = sl_model_open_ex(*be, &mp, m);
-	if (rc < 0) {
-		sl_backend_free(*be);
-		*be = NULL;
+	if (js && (rc = check_host_budget(o, cfg, *be, js)) < 0) {
+		(*be)->host_refused = true;
 		return rc;
 	}
+	const sl_model_params mp = model_params(o);
+	if ((rc = sl_model_open_ex(*be, &mp, m)) < 0)
+		return rc;
 	(*m)->kv_f32 = o->kv_f32;
 	(*m)->cache_gpu_percent = p->cache_gpu_percent;
 	(*m)->cache_cpu_percent = p->cache_cpu_percent;
@@ -205,16 +329,20 @@ static int open_model(const common_opts *o, sl_backend **be, sl_model **m)
 	"  --dummy NAME         deterministic random weights of a named shape instead\n"    \
 	"                       (opt-125m, -350m, -1.3b, -2.7b, -6.7b, -13b, -30b, -66b, -175b)\n" \
 	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"   \
-	"  --threads N          CPU threads (default: all cores)\n"                        \
-	"  --gpu-mem BYTES      cap on device memory (e.g. 16G)\n"                          \
+	"  --threads N          CPU threads, 1 to the cores available (default: all cores)\n" \
+	"  --gpu-mem BYTES      cap on device memory, above 0 (e.g. 16G; K, M, G, T)\n"      \
 	"  --kv-dtype f16|f32   KV cache precision (default f16; f32 doubles its size)\n"  \
-	"  --cpu-mem BYTES      cap on pinned host memory (e.g. 64G)\n"                    \
-	"  --policy FILE        placement and batching policy (JSON; docs/policy.md)\n"    \
+	"  --cpu-mem BYTES      cap on pinned host memory, above 0 (e.g. 64G)\n"            \
+	"  --policy FILE        placement and batching policy (JSON; docs/policy.md);\n"   \
+	"                       flags after it override its fields\n"                       \
 	"  --percent WG WC CG CC AG AC  FlexGen's six placement percentages (weights,\n"  \
 	"                       cache, activations on GPU and CPU; the rest on disk)\n"     \
 	"  --gpu-batch-size N, --num-gpu-batches N  the policy's block: N x N prompts\n"   \
-	"  --offload-dir DIR    where the disk share of the weights is stored\n"           \
-	"  --no-overlap         load each layer when needed instead of prefetching\n"     \
+	"  --offload-dir DIR    the disk tier's folder (weights or KV cache on disk)\n"     \
+	"  --no-overlap         load each layer's weights and each step's cache when\n"    \
+	"                       needed instead of prefetching the next\n"                   \
+	"  --cpu-cache-compute  decode attention over the host-tier KV cache where it\n"   \
+	"                       lives, on the CPU, without copying the cache\n"            \
 	"  --hh-ratio H         H2O: keep floor(H x prompt) heavy-hitter tokens (0: off)\n" \
 	"  --recent-ratio R     H2O: and floor(R x prompt) recent ones (default: H)\n"
 
@@ -263,7 +391,8 @@ enum { OPT_RESUME = 1100, OPT_STATS, OPT_SHARD, OPT_SKIP_BAD, OPT_TRUNCATE, OPT_
 		{ "help", no_argument, 0, 'h' }
 
 #define JOB_HELP                                                                             \
-	"  --out FILE           output JSON Lines, in input order (FILE.partial until done)\n"  \
+	"  --out FILE           output JSON Lines, in input order (FILE.partial until done;\n"  \
+	"                       - : standard output, each block as it ends, no --resume)\n"    \
 	"  --batch-size B       prompts per block (default 8)\n"                                \
 	"  --overwrite          replace an existing output (or an interrupted run's)\n"         \
 	"  --resume             continue an interrupted run after its last whole block\n"       \
@@ -271,7 +400,7 @@ enum { OPT_RESUME = 1100, OPT_STATS, OPT_SHARD, OPT_SKIP_BAD, OPT_TRUNCATE, OPT_
 	"  --skip-bad-lines     write {\"id\", \"error\"} for a bad input line and go on\n"       \
 	"  --truncate left      cut over-long prompts from the left instead of failing\n"       \
 	"  --stats FILE         the summary as JSON\n"                                          \
-	"  --quiet              no progress and no summary on stderr\n"
+	"  --quiet              no progress and no summary on stderr\n" EXIT_HELP
 
 static bool job_opt(const char *cmd, int c, job_cli *j)
 {
@@ -353,20 +482,15 @@ static void fmt_bytes(size_t n, char *buf, size_t len)
 
 /* A device budget no schedule fits is refused before anything is loaded,
  * with the smallest budget that would work. */
-static size_t min_bytes(const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
-			int cap, int max_prompt)
+static size_t min_bytes(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js)
 {
-	const sl_policy *p = &o->policy;
-	const double rr = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0;
-	return sl_model_min_device_bytes(cfg, nseq, rows, cap, o->kv_f32,
-					 o->policy_given ? p->gpu_batch_size : 0, p->hh_ratio, rr,
-					 max_prompt, 0, p->act_cpu_percent >= 100);
+	return sl_model_min_device_bytes(cfg, js->max_seq, js->max_rows, js->cap, js->kv_f32, js->micro,
+					 js->hh, js->rr, js->max_prompt, 0, js->act_host);
 }
 
-static int check_budget(const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
-			int cap, int max_prompt)
+static int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js)
 {
-	size_t need = min_bytes(o, cfg, nseq, rows, cap, max_prompt);
+	size_t need = min_bytes(o, cfg, js);
 	if (!o->gpu_mem || o->gpu_mem >= need)
 		return 0;
 	char have[32], want[32];
@@ -377,15 +501,18 @@ static int check_budget(const common_opts *o, const sl_opt_config *cfg, int nseq
 		      have, want);
 }
 
-/* After a budget error: say what would fit. */
-static void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, int nseq, int rows,
-			int cap, int max_prompt)
+/* After a budget error: the smallest device budget that would fit, unless
+ * the host's refused (be: the backend, if it was made). */
+static void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
+			const sl_job_shape *js)
 {
 	if (rc != SL_EBUDGET)
 		return;
+	if (be && be->host_refused)
+		return; /* check_host_budget named the smallest --cpu-mem */
 	char want[32], msg[1024];
-	fmt_bytes(min_bytes(o, cfg, nseq, rows, cap, max_prompt), want, sizeof want);
 	snprintf(msg, sizeof msg, "%s", sl_errmsg());
+	fmt_bytes(min_bytes(o, cfg, js), want, sizeof want);
 	sl_err(rc, "%s; the smallest device budget for this job is --gpu-mem %s with every layer's weights and the KV cache off the device (--percent 0 100 0 100 100 0, or on disk with --offload-dir)",
 	       msg, want);
 }
@@ -398,6 +525,9 @@ static int run_job(const char *cmd, job_cli *j, bool score)
 	check_model_opts(cmd, &j->co);
 	if (j->overwrite && j->resume)
 		usage_error(cmd, "%s", "--overwrite and --resume exclude each other");
+	const bool out_std = !strcmp(j->out, "-");
+	if (out_std && j->resume)
+		usage_error(cmd, "%s", "--resume needs --out FILE (standard output has no .partial to continue)");
 	if (j->co.policy_given && !j->batch_given)
 		j->jo.batch = (int)sl_policy_batch(&j->co.policy);
 	j->jo.stats_path = j->stats;
@@ -406,25 +536,22 @@ static int run_job(const char *cmd, job_cli *j, bool score)
 	j->jo.interrupt = &interrupted;
 	catch_signals();
 
-	/* everything that can be checked before compute is checked first */
+	/* everything that can be checked before compute is checked first:
+	 * every output path, then the model's shapes, the tokenizer and the
+	 * input, all before any weight is read */
 	bool complete = false;
 	sl_output *out = NULL;
 	int rc = sl_output_open(j->out, j->resume ? SL_OUT_RESUME
 				: j->overwrite ? SL_OUT_OVERWRITE : SL_OUT_NEW, &out, &complete);
 	if (rc < 0)
 		die(rc);
-	if (complete) {
-		if (!j->quiet)
-			fprintf(stderr, "sluice: %s is complete already; nothing to resume\n", j->out);
-		return 0;
-	}
 	sl_backend *be = NULL;
 	sl_model *m = NULL;
 	sl_tokenizer *tok = NULL;
 	sl_prompts ps = { 0 };
 	sl_job_stats st = { 0 };
-	/* the shapes, the tokenizer and the input first: all cheap, all
-	 * checked before any weight is read */
+	if (j->stats && (rc = sl_job_check_stats_path(j->stats)) < 0)
+		goto fail;
 	sl_opt_config cfg;
 	if ((rc = model_config(&j->co, &cfg)) < 0)
 		goto fail;
@@ -438,8 +565,20 @@ static int run_job(const char *cmd, job_cli *j, bool score)
 			    .skip_bad_lines = j->skip_bad };
 	if ((rc = sl_prompts_read(j->in, &ro, &ps)) < 0)
 		goto fail;
-	if ((rc = fit_prompts(&ps, j->in, cfg.max_pos, j->truncate_left, j->jo.max_new, score)) < 0)
+	const char *in_name = strcmp(j->in, "-") ? j->in : "<stdin>";
+	if ((rc = fit_prompts(&ps, in_name, cfg.max_pos, j->truncate_left, j->jo.max_new, score)) < 0)
 		goto fail;
+	if (complete) {
+		/* a finished output: nothing to resume if it is this input's */
+		if ((rc = sl_job_check_complete(&ps, out, &j->jo)) < 0)
+			goto fail;
+		if (!j->quiet)
+			fprintf(stderr, "sluice: %s is complete already; nothing to resume\n", j->out);
+		sl_output_close(out, false);
+		sl_prompts_free(&ps);
+		sl_tokenizer_free(tok);
+		return 0;
+	}
 	int max_len = 1, max_prompt = 1;
 	for (int i = 0; i < ps.n; i++) {
 		const sl_prompt *p = &ps.p[i];
@@ -450,21 +589,23 @@ static int run_job(const char *cmd, job_cli *j, bool score)
 		max_prompt = SL_MAX(max_prompt, p->n);
 	}
 	const int nseq = SL_MIN(j->jo.batch, ps.n);
-	if ((rc = check_budget(&j->co, &cfg, nseq, nseq * max_len, max_len, max_prompt)) < 0)
+	const sl_job_shape js = job_shape(&j->co, nseq, nseq * max_len, max_len, max_prompt);
+	if ((rc = check_budget(&j->co, &cfg, &js)) < 0)
 		goto fail;
-	if ((rc = open_model(&j->co, &be, &m)) < 0) {
-		budget_hint(rc, &j->co, &cfg, nseq, nseq * max_len, max_len, max_prompt);
+	if ((rc = open_model(&j->co, &cfg, &js, &be, &m)) < 0) {
+		budget_hint(rc, &j->co, &cfg, be, &js);
 		goto fail;
 	}
 	rc = score ? sl_job_score(m, &ps, out, &j->jo, &st)
 		   : sl_job_generate(m, tok, &ps, out, &j->jo, &st);
+	computing = st.started;
 	if (rc < 0) {
-		budget_hint(rc, &j->co, &cfg, nseq, nseq * max_len, max_len, max_prompt);
+		budget_hint(rc, &j->co, &cfg, be, &js);
 		goto fail;
 	}
 	sl_output_close(out, false);
 	out = NULL;
-	rc = sl_job_report(&st, &j->jo, score ? "scored" : "generated", j->quiet, be->ops->name);
+	rc = sl_job_report(&st, &j->jo, cmd, j->quiet, be->ops->name);
 	sl_prompts_free(&ps);
 	sl_tokenizer_free(tok);
 	sl_model_free(m);
@@ -474,15 +615,21 @@ static int run_job(const char *cmd, job_cli *j, bool score)
 	return 0;
 fail:
 	if (rc == SL_EINTERRUPTED) {
-		fprintf(stderr,
-			"sluice: interrupted: %d of %d prompts are in %s.partial; run the same command with --resume to continue\n",
-			st.done, st.prompts, j->out);
+		if (out_std)
+			fprintf(stderr, "sluice: interrupted: %d of %d prompts were written to standard output\n",
+				st.done, st.prompts);
+		else
+			fprintf(stderr,
+				"sluice: interrupted: %d of %d prompts are in %s.partial; run the same command with --resume to continue\n",
+				st.done, st.prompts, j->out);
 		sl_output_close(out, false);
-		exit(130);
+		exit(EXIT_INTERRUPTED);
 	}
 	/* keep whole blocks already written for --resume; otherwise leave nothing */
-	bool keep = st.done > st.resumed_lines || j->resume;
-	if (keep)
+	bool keep = !complete && (st.done > st.resumed_lines || j->resume);
+	if (keep && out_std)
+		sl_err_prefix(rc, "%d of %d prompts were written to standard output", st.done, st.prompts);
+	else if (keep)
 		sl_err_prefix(rc, "%d of %d prompts are in %s.partial (--resume continues)", st.done,
 			      st.prompts, j->out);
 	sl_output_close(out, !keep);
@@ -503,7 +650,7 @@ static const char generate_help[] =
 	"{\"id\", \"completion\" (with a tokenizer), \"output_ids\", \"finish_reason\"}.\n"
 	"A sequence ends at EOS (kept as its last token), a --stop text, or N new tokens.\n"
 	COMMON_HELP
-	"  --prompts FILE       input JSON Lines\n"
+	"  --prompts FILE       input JSON Lines (- : standard input)\n"
 	"  --max-new-tokens N   new tokens per prompt (default 32; a line's\n"
 	"                       \"max_new_tokens\" overrides it)\n"
 	"  --temperature T      0 (default) is greedy; above 0 samples\n"
@@ -548,7 +695,7 @@ static int cmd_generate(int argc, char **argv)
 		{ 0, 0, 0, 0 },
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "m:p:o:n:b:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:p:o:n:b:h", opts, NULL)) != -1) {
 		if (job_opt("generate", c, &j))
 			continue;
 		switch (c) {
@@ -565,8 +712,11 @@ static int cmd_generate(int argc, char **argv)
 				usage_error("generate", "%s", "--stop takes a non-empty text");
 			j.jo.stop[j.jo.nstop++] = optarg;
 			break;
-		case 'h': fputs(generate_help, stdout); return 0;
-		default: fputs(generate_help, stderr); return EXIT_USAGE;
+		case 'h':
+			fputs(generate_help, stdout);
+			free(j.jo.stop);
+			return 0;
+		default: bad_option("generate", c, argv);
 		}
 	}
 	if (optind < argc)
@@ -583,7 +733,7 @@ static const char score_help[] =
 	"\"input_ids\") and a continuation (\"continuation\" text or \"continuation_ids\").\n"
 	"Each output line: {\"id\", \"logprobs\" (one per continuation token), \"sum_logprob\",\n"
 	"\"perplexity\"}.  The continuation runs through the same decode path as generation.\n"
-	COMMON_HELP "  --input FILE         input JSON Lines\n" JOB_HELP;
+	COMMON_HELP "  --input FILE         input JSON Lines (- : standard input)\n" JOB_HELP;
 
 static int cmd_score(int argc, char **argv)
 {
@@ -598,13 +748,13 @@ static int cmd_score(int argc, char **argv)
 		{ 0, 0, 0, 0 },
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "m:i:o:b:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:i:o:b:h", opts, NULL)) != -1) {
 		if (job_opt("score", c, &j))
 			continue;
 		switch (c) {
 		case 'i': j.in = optarg; break;
 		case 'h': fputs(score_help, stdout); return 0;
-		default: fputs(score_help, stderr); return EXIT_USAGE;
+		default: bad_option("score", c, argv);
 		}
 	}
 	if (optind < argc)
@@ -616,7 +766,7 @@ static int cmd_score(int argc, char **argv)
 
 static const char bench_help[] =
 	"usage: sluice bench (--dummy NAME | --model DIR) [--prompt-len P] [--gen-len G]\n"
-	"                    [--batch B] [--json]\n"
+	"                    [--batch B|max] [--seed S] [--json]\n"
 	"Throughput on B synthetic prompts of P tokens, G new tokens each (EOS ignored),\n"
 	"after a short warm-up.  tokens/s = B*G / (prefill + decode), FlexGen's metric.\n" COMMON_HELP
 	"  --prompt-len P       default 128\n"
@@ -624,7 +774,7 @@ static const char bench_help[] =
 	"  --batch B            default 8; 'max': the largest batch the budgets hold\n"
 	"                       (--gpu-mem, --cpu-mem), found by allocating, then run\n"
 	"  --seed S             prompt ids (default 1)\n"
-	"  --json               one JSON object on stdout instead of the table\n";
+	"  --json               one JSON object on stdout instead of the table\n" EXIT_HELP;
 
 /* A JSON string of any bytes (a path, a truncated name): ill-formed
  * UTF-8 repaired, never a NULL that drops the field. */
@@ -721,7 +871,7 @@ static int cmd_bench(int argc, char **argv)
 		{ 0, 0, 0, 0 },
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "m:b:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:b:h", opts, NULL)) != -1) {
 		if (common_opt("bench", c, &co))
 			continue;
 		switch (c) {
@@ -735,7 +885,7 @@ static int cmd_bench(int argc, char **argv)
 		case OPT_SEED: seed = parse_int("bench", "--seed", optarg, 0, 1 << 30); break;
 		case OPT_JSON: json = true; break;
 		case 'h': fputs(bench_help, stdout); return 0;
-		default: fputs(bench_help, stderr); return EXIT_USAGE;
+		default: bad_option("bench", c, argv);
 		}
 	}
 	if (optind < argc)
@@ -748,29 +898,30 @@ static int cmd_bench(int argc, char **argv)
 	sl_opt_config bcfg;
 	if (batch_max && !co.gpu_mem && !co.cpu_mem)
 		usage_error("bench", "%s needs a budget to fill: --gpu-mem or --cpu-mem", "--batch max");
-	int rc0 = model_config(&co, &bcfg);
-	if (rc0 < 0 ||
-	    (!batch_max && (rc0 = check_budget(&co, &bcfg, batch, batch * plen, plen + glen, plen)) < 0))
-		die(rc0);
-	rc0 = open_model(&co, &be, &m);
-	if (rc0 < 0) {
-		budget_hint(rc0, &co, &bcfg, batch, batch * plen, plen + glen, plen);
-		die(rc0);
-	}
-	const sl_opt_config *cfg = &m->cfg;
-	int rc = 0;
-	if (plen + glen > cfg->max_pos) {
-		rc = sl_err(SL_ERANGE, "prompt %d + gen %d exceeds the model's %d positions", plen, glen,
-			    cfg->max_pos);
+	int rc = model_config(&co, &bcfg);
+	if (rc < 0)
+		die(rc);
+	if (plen + glen > bcfg.max_pos)
+		die(sl_err(SL_ERANGE, "--prompt-len %d plus --gen-len %d exceeds the model's %d positions",
+			   plen, glen, bcfg.max_pos));
+	/* --batch max: the budgets must hold one sequence at least */
+	sl_job_shape js = job_shape(&co, batch_max ? 1 : batch, (batch_max ? 1 : batch) * plen,
+				    plen + glen, plen);
+	if (!batch_max && (rc = check_budget(&co, &bcfg, &js)) < 0)
+		die(rc);
+	if ((rc = open_model(&co, &bcfg, &js, &be, &m)) < 0) {
+		budget_hint(rc, &co, &bcfg, be, &js);
 		die(rc);
 	}
+	const sl_opt_config *cfg = &m->cfg;
 	if (batch_max) {
 		if ((rc = max_batch(m, plen, glen, &batch)) < 0)
 			die(rc);
 		if (batch == 0) {
-			budget_hint(SL_EBUDGET, &co, &bcfg, 1, plen, plen + glen, plen);
+			budget_hint(SL_EBUDGET, &co, &bcfg, be, &js);
 			die(sl_err_prefix(SL_EBUDGET, "--batch max: not even one sequence fits"));
 		}
+		js = job_shape(&co, batch, batch * plen, plen + glen, plen);
 		if (!json) {
 			printf("largest batch that fits: %d\n", batch);
 			fflush(stdout);
@@ -789,10 +940,11 @@ static int cmd_bench(int argc, char **argv)
 	}
 	if ((rc = sl_kv_make(m, batch, plen, plen + glen, &kv)) < 0 ||
 	    (rc = sl_model_reserve(m, batch, batch * plen)) < 0) {
-		budget_hint(rc, &co, &bcfg, batch, batch * plen, plen + glen, plen);
+		budget_hint(rc, &co, &bcfg, be, &js);
 		die(rc);
 	}
 	/* warm-up: a short prompt, one token (FlexGen's warm-up) */
+	computing = true;
 	{
 		int wl = SL_MIN(8, plen);
 		kv->nseq = 1;
@@ -976,9 +1128,9 @@ static const char profile_help[] =
 	"copy GB/s and GPU GEMM TFLOP/s.  A few seconds (--quick: well under one).\n"
 	"  --offload-dir DIR    measure sequential reads there (1 GiB, removed after)\n"
 	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"
-	"  --threads N          CPU threads (default: all cores)\n"
+	"  --threads N          CPU threads, 1 to the cores available (default: all cores)\n"
 	"  --json FILE          also write the results as one JSON object (atomically)\n"
-	"  --quick              small sizes: a check that it runs, not a measurement\n";
+	"  --quick              small sizes: a check that it runs, not a measurement\n" EXIT_HELP;
 
 static int cmd_profile(int argc, char **argv)
 {
@@ -995,15 +1147,15 @@ static int cmd_profile(int argc, char **argv)
 		{ 0, 0, 0, 0 },
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (c) {
 		case P_OFFLOAD: po.offload_dir = optarg; break;
 		case P_BACKEND: po.backend = optarg; break;
-		case P_THREADS: po.threads = parse_int("profile", "--threads", optarg, 0, 4096); break;
+		case P_THREADS: po.threads = parse_threads("profile", optarg); break;
 		case P_JSON: json_path = optarg; break;
 		case P_QUICK: po.quick = true; break;
 		case 'h': fputs(profile_help, stdout); return 0;
-		default: fputs(profile_help, stderr); return EXIT_USAGE;
+		default: bad_option("profile", c, argv);
 		}
 	}
 	if (optind < argc)
@@ -1013,6 +1165,9 @@ static int cmd_profile(int argc, char **argv)
 	int rc;
 	if (json_path && (rc = sl_profile_check_json_path(json_path)) < 0)
 		die(rc);
+	if (po.offload_dir && (rc = sl_profile_check_offload_dir(po.offload_dir)) < 0)
+		die(rc);
+	computing = true;
 	sl_profile p;
 	if ((rc = sl_profile_run(&po, &p)) < 0 || (json_path && (rc = sl_profile_save_json(&p, json_path)) < 0))
 		die(rc);
@@ -1026,7 +1181,7 @@ static const char main_help[] =
 	"  bench      throughput on synthetic prompts\n"
 	"  profile    the machine's topology and rates, for the cost model\n"
 	"  version    print the version and the backends built in\n"
-	"'sluice <command> --help' describes each command.\n";
+	"'sluice <command> --help' describes each command.\n" EXIT_HELP;
 
 /*
  * libgomp reads OMP_WAIT_POLICY once, when it loads.  Its default spinning
@@ -1075,6 +1230,6 @@ int main(int argc, char **argv)
 		fputs(main_help, stdout);
 		return 0;
 	}
-	fprintf(stderr, "sluice: unknown command '%s'\n%s", cmd, main_help);
+	fprintf(stderr, "sluice: unknown command '%s' (see 'sluice --help')\n", cmd);
 	return EXIT_USAGE;
 }
