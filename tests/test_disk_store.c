@@ -14,11 +14,17 @@
  * bandwidth probe, and the I/O threads bound to a NUMA node (bind_io; on a
  * made-up two-node machine in test_topology.c).
  *
+ * The tests are grouped by what they need from the machine; argv[1] names
+ * the group, and each group is its own meson test.  A group whose need is
+ * missing here (io_uring, /dev/shm, a private mount namespace, a user to
+ * drop root to, a seccomp filter, one NUMA node) exits 77 with the reason
+ * on stderr, which meson reports as SKIP; inside a group nothing skips.
+ *
  * Everything lives in a temporary directory under /tmp (and /dev/shm where it
  * exists), removed at the end.  About 700 MiB of I/O in all, ~5 s.
  *
- * SLUICE_DISK_BENCH=DIR adds a measurement: the probe's read GB/s and the
- * store's for a 1 GiB sequential read through the API, both in DIR.
+ * SLUICE_DISK_BENCH=DIR test_disk_store bench measures the probe's read
+ * GB/s and the store's for a 1 GiB sequential read through the API, in DIR.
  */
 #include "disk_store.h"
 #include "sl_common.h"
@@ -59,21 +65,6 @@ static char uring_why[160];
 enum eng { E_URING, E_THREADS_DIRECT, E_THREADS_BUFFERED, E_COUNT };
 static const char *const eng_mode[E_COUNT] = { "io_uring+O_DIRECT", "threads+pread+O_DIRECT",
 					       "threads+pread+buffered" };
-
-static void skip(const char *test, const char *why)
-{
-	fprintf(stderr, "test_disk_store: SKIP %s: %s\n", test, why);
-}
-
-/* True (after printing why) where this engine cannot run here. */
-static bool eng_skip(int e, const char *test)
-{
-	if (e == E_URING && !have_uring) {
-		skip(test, uring_why);
-		return true;
-	}
-	return false;
-}
 
 static uint64_t rnd(uint64_t *st)
 {
@@ -252,7 +243,7 @@ static void read_whole_and_compare(sl_disk_store *s, const char *src, uint64_t c
 }
 
 /* Run fn in a forked child (its own rlimits, uid, mount namespace); returns
- * its exit status: 0 pass, 77 skip, else failure (it printed why). */
+ * its exit status: 0 pass, else failure (it printed why). */
 static int run_child(int (*fn)(void *), void *arg)
 {
 	fflush(NULL);
@@ -285,27 +276,26 @@ static bool private_mount(const char *dir, const char *fstype, const char *opts)
 	return mount("sluice-test", dir, fstype, 0, opts) == 0;
 }
 
+/* Become nobody where running as root (a read-only folder means nothing to
+ * root); true when the process is not root afterwards. */
+static bool drop_root(void)
+{
+	if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+			       setresuid(65534, 65534, 65534) != 0))
+		return false;
+	return geteuid() != 0;
+}
+
 /* ---- round trips ---------------------------------------------------------- */
 
-/* _i: 0..2 an engine in /tmp; 3: /dev/shm with whatever engine it gets. */
-START_TEST(test_roundtrip)
+/* _i: 0..2 an engine, in root; 3: /dev/shm with whatever engine it gets. */
+static void roundtrip_at(int _i, const char *root)
 {
 	int e = _i < E_COUNT ? _i : E_URING;
 	const uint64_t cap = 24 * MIB;
-	char dir[512];
-	if (_i == 3) {
-		if (!shm_root[0]) {
-			skip("roundtrip /dev/shm", "no writable /dev/shm");
-			return;
-		}
-		make_dir(dir, sizeof dir, shm_root, "rt");
-	} else {
-		if (eng_skip(e, "roundtrip io_uring"))
-			return;
-		char name[32];
-		snprintf(name, sizeof name, "rt%d", _i);
-		make_dir(dir, sizeof dir, tmp_root, name);
-	}
+	char dir[512], name[32];
+	snprintf(name, sizeof name, "rt%d", _i);
+	make_dir(dir, sizeof dir, root, name);
 	char *src = page_buf(cap);
 	fill_random(src, cap, 1000 + (uint64_t)_i);
 
@@ -365,6 +355,17 @@ START_TEST(test_roundtrip)
 	free(src);
 	free(dst);
 }
+
+START_TEST(test_roundtrip)
+{
+	roundtrip_at(_i, tmp_root);
+}
+END_TEST
+
+START_TEST(test_roundtrip_shm)
+{
+	roundtrip_at(3, shm_root);
+}
 END_TEST
 
 /* ---- reopening -------------------------------------------------------- */
@@ -372,8 +373,6 @@ END_TEST
 START_TEST(test_reopen)
 {
 	int e = _i;
-	if (eng_skip(e, "reopen io_uring"))
-		return;
 	const uint64_t cap = 8 * MIB;
 	char dir[512], name[32];
 	snprintf(name, sizeof name, "reopen%d", e);
@@ -516,8 +515,6 @@ END_TEST
 START_TEST(test_bad_args)
 {
 	int e = _i;
-	if (eng_skip(e, "bad args io_uring"))
-		return;
 	char dir[512], name[32];
 	snprintf(name, sizeof name, "args%d", e);
 	make_dir(dir, sizeof dir, tmp_root, name);
@@ -563,8 +560,6 @@ END_TEST
 START_TEST(test_queue_exhaustion)
 {
 	int e = _i;
-	if (eng_skip(e, "queue exhaustion io_uring"))
-		return;
 	char dir[512], name[32];
 	snprintf(name, sizeof name, "qd%d", e);
 	make_dir(dir, sizeof dir, tmp_root, name);
@@ -610,8 +605,6 @@ END_TEST
 START_TEST(test_background_progress)
 {
 	int e = _i;
-	if (eng_skip(e, "background progress io_uring"))
-		return;
 	char dir[512], name[32];
 	snprintf(name, sizeof name, "bg%d", e);
 	make_dir(dir, sizeof dir, tmp_root, name);
@@ -679,8 +672,6 @@ static void *mt_worker(void *vp)
 START_TEST(test_threads)
 {
 	int e = _i;
-	if (eng_skip(e, "caller threads io_uring"))
-		return;
 	char dir[512], name[32];
 	snprintf(name, sizeof name, "mt%d", e);
 	make_dir(dir, sizeof dir, tmp_root, name);
@@ -716,8 +707,6 @@ END_TEST
 START_TEST(test_io_node)
 {
 	int e = _i;
-	if (eng_skip(e, "io node io_uring"))
-		return;
 	char dir[512], name[32];
 	snprintf(name, sizeof name, "numa%d", e);
 	make_dir(dir, sizeof dir, tmp_root, name);
@@ -729,10 +718,7 @@ START_TEST(test_io_node)
 	sl_disk_close(s);
 
 	const int node = sl_topo_io_node(NULL); /* the node holding this process */
-	if (node < 0) {
-		skip("io node", "this process spans several NUMA nodes");
-		return;
-	}
+	ck_assert_int_ge(node, 0);              /* the group's need, checked in main */
 	p.bind_io = true;
 	p.io_node = node;
 	ck_assert(open_checked(&p, e, &s, &fresh) == 0);
@@ -759,8 +745,6 @@ END_TEST
 START_TEST(test_truncated)
 {
 	int e = _i;
-	if (eng_skip(e, "truncated io_uring"))
-		return;
 	const uint64_t cap = 4 * MIB;
 	char dir[512], name[32], path[600], want[800];
 	snprintf(name, sizeof name, "trunc%d", e);
@@ -875,8 +859,6 @@ static int child_efbig(void *vp)
 START_TEST(test_efbig)
 {
 	full_arg a = { .e = _i };
-	if (eng_skip(a.e, "efbig io_uring"))
-		return;
 	char name[32];
 	snprintf(name, sizeof name, "efbig%d", a.e);
 	make_dir(a.dir, sizeof a.dir, tmp_root, name);
@@ -896,11 +878,8 @@ END_TEST
 static int child_enospc(void *vp)
 {
 	full_arg *a = vp;
-	if (!private_mount(a->dir, "tmpfs", "size=4m")) {
-		fprintf(stderr, "test_disk_store: SKIP enospc: cannot mount a tmpfs in a private namespace (%s)\n",
-			strerror(errno));
-		return 77;
-	}
+	CHILD_CHECK(private_mount(a->dir, "tmpfs", "size=4m"), "mount a tmpfs in a private namespace: %s",
+		    strerror(errno));
 	sl_disk_store *s;
 	bool fresh;
 	char warn[1024];
@@ -954,13 +933,11 @@ static int child_enospc(void *vp)
 START_TEST(test_enospc)
 {
 	full_arg a = { .e = _i };
-	if (eng_skip(a.e, "enospc io_uring"))
-		return;
 	char name[32];
 	snprintf(name, sizeof name, "enospc%d", a.e);
 	make_dir(a.dir, sizeof a.dir, tmp_root, name);
 	int st = run_child(child_enospc, &a);
-	ck_assert_msg(st == 0 || st == 77, "the ENOSPC child passed or skipped (status %d)", st);
+	ck_assert_msg(st == 0, "the ENOSPC child passed (status %d)", st);
 }
 END_TEST
 
@@ -969,11 +946,7 @@ END_TEST
 static int child_unwritable(void *vp)
 {
 	full_arg *a = vp;
-	if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-			       setresuid(65534, 65534, 65534) != 0)) {
-		fprintf(stderr, "test_disk_store: SKIP unwritable dir: cannot drop root (%s)\n", strerror(errno));
-		return 77;
-	}
+	CHILD_CHECK(drop_root(), "drop root to nobody: %s", strerror(errno));
 	sl_disk_params p = params(a->dir, "u.sluice", "k", MIB, E_THREADS_DIRECT);
 	sl_disk_store *s;
 	bool fresh;
@@ -1004,12 +977,17 @@ START_TEST(test_dirs)
 	p.dir = file;
 	ck_assert_int_eq(sl_disk_open(&p, &s, &fresh), SL_ENOTFOUND);
 	ck_assert_msg(strstr(sl_errmsg(), "not a directory"), "%s", sl_errmsg());
+}
+END_TEST
 
+/* A folder the process cannot write to (as nobody where it runs as root). */
+START_TEST(test_unwritable)
+{
 	full_arg a;
 	make_dir(a.dir, sizeof a.dir, tmp_root, "readonly");
 	ck_assert(chmod(a.dir, 0555) == 0);
 	int st = run_child(child_unwritable, &a);
-	ck_assert_msg(st == 0 || st == 77, "the unwritable-dir child passed or skipped (status %d)", st);
+	ck_assert_msg(st == 0, "the unwritable-dir child passed (status %d)", st);
 }
 END_TEST
 
@@ -1017,11 +995,8 @@ END_TEST
 static int child_ramfs(void *vp)
 {
 	full_arg *a = vp;
-	if (!private_mount(a->dir, "ramfs", NULL)) {
-		fprintf(stderr, "test_disk_store: SKIP ramfs: cannot mount ramfs in a private namespace (%s); "
-			"force_no_direct covers the buffered path\n", strerror(errno));
-		return 77;
-	}
+	CHILD_CHECK(private_mount(a->dir, "ramfs", NULL), "mount ramfs in a private namespace: %s",
+		    strerror(errno));
 	const uint64_t cap = 4 * MIB;
 	sl_disk_params p = params(a->dir, "r.sluice", "k", cap, E_URING);
 	sl_disk_store *s;
@@ -1069,7 +1044,7 @@ START_TEST(test_ramfs_no_direct)
 	full_arg a = { .e = E_URING };
 	make_dir(a.dir, sizeof a.dir, tmp_root, "ramfs");
 	int st = run_child(child_ramfs, &a);
-	ck_assert_msg(st == 0 || st == 77, "the ramfs child passed or skipped (status %d)", st);
+	ck_assert_msg(st == 0, "the ramfs child passed (status %d)", st);
 }
 END_TEST
 
@@ -1085,11 +1060,9 @@ static int child_no_uring(void *vp)
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
 	struct sock_fprog prog = { .len = (unsigned short)SL_ARRAY_LEN(f), .filter = f };
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
-		fprintf(stderr, "test_disk_store: SKIP no-io_uring: cannot install a seccomp filter (%s)\n",
-			strerror(errno));
-		return 77;
-	}
+	CHILD_CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+			    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0,
+		    "install a seccomp filter: %s", strerror(errno));
 	const uint64_t cap = 2 * MIB;
 	sl_disk_params p = params(a->dir, "n.sluice", "k", cap, E_URING);
 	sl_disk_store *s;
@@ -1127,7 +1100,7 @@ START_TEST(test_no_uring)
 	full_arg a = { .e = E_URING };
 	make_dir(a.dir, sizeof a.dir, tmp_root, "nouring");
 	int st = run_child(child_no_uring, &a);
-	ck_assert_msg(st == 0 || st == 77, "the no-io_uring child passed or skipped (status %d)", st);
+	ck_assert_msg(st == 0, "the no-io_uring child passed (status %d)", st);
 }
 END_TEST
 
@@ -1236,8 +1209,172 @@ static void rm_tree(const char *root)
 		nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-int main(void)
+/* What a group of tests needs from the machine. */
+enum need { NEED_URING = 1, NEED_SHM = 2, NEED_MOUNT = 4, NEED_NOBODY = 8, NEED_SECCOMP = 16,
+	    NEED_ONE_NODE = 32 };
+
+/* A child that tries what a need requires; exit 0 when it works. */
+static int try_mount(void *vp)
 {
+	return private_mount((const char *)vp, "tmpfs", "size=1m") ? 0 : 1;
+}
+
+static int try_nobody(void *vp)
+{
+	(void)vp;
+	return drop_root() ? 0 : 1;
+}
+
+static int try_seccomp(void *vp)
+{
+	(void)vp;
+	struct sock_filter f[] = { BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW) };
+	struct sock_fprog prog = { .len = 1, .filter = f };
+	return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0
+		       ? 0 : 1;
+}
+
+/* A child's status without Check (main is not inside a test). */
+static int child_status(int (*fn)(void *), void *arg)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return 1;
+	if (pid == 0)
+		_exit(fn(arg));
+	int st;
+	if (waitpid(pid, &st, 0) != pid)
+		return 1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+/* False, with the reason in why, when a need is missing here. */
+static bool needs_met(int needs, char *why, size_t n)
+{
+	char d[512];
+	if ((needs & NEED_URING) && !have_uring) {
+		snprintf(why, n, "%s", uring_why);
+		return false;
+	}
+	if ((needs & NEED_SHM) && !shm_root[0]) {
+		snprintf(why, n, "no writable /dev/shm");
+		return false;
+	}
+	if (needs & NEED_MOUNT) {
+		snprintf(d, sizeof d, "%s/mount-probe", tmp_root);
+		if (mkdir(d, 0755) != 0 || child_status(try_mount, d) != 0) {
+			snprintf(why, n, "cannot mount a file system in a private mount namespace (unshare -m: needs "
+				 "root or user namespaces)");
+			return false;
+		}
+	}
+	if ((needs & NEED_NOBODY) && child_status(try_nobody, NULL) != 0) {
+		snprintf(why, n, "running as root and cannot become nobody (setresuid), so no folder is unwritable");
+		return false;
+	}
+	if ((needs & NEED_SECCOMP) && child_status(try_seccomp, NULL) != 0) {
+		snprintf(why, n, "cannot install a seccomp filter (prctl PR_SET_SECCOMP)");
+		return false;
+	}
+	if ((needs & NEED_ONE_NODE) && sl_topo_io_node(NULL) < 0) {
+		snprintf(why, n, "this process spans several NUMA nodes: no single node to bind to");
+		return false;
+	}
+	return true;
+}
+
+/* Every engine test, for engines [lo, hi). */
+static void add_engine_tests(Suite *su, int lo, int hi)
+{
+	TCase *tc = tcase_create("io");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_roundtrip, lo, hi);
+	tcase_add_loop_test(tc, test_reopen, lo, hi);
+	tcase_add_loop_test(tc, test_queue_exhaustion, lo, hi);
+	tcase_add_loop_test(tc, test_bad_args, lo, hi);
+	tcase_add_loop_test(tc, test_background_progress, lo, hi);
+	tcase_add_loop_test(tc, test_threads, lo, hi);
+	suite_add_tcase(su, tc);
+	tc = tcase_create("faults");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_truncated, lo, hi);
+	tcase_add_loop_test(tc, test_efbig, lo, hi);
+	suite_add_tcase(su, tc);
+}
+
+static const struct test_group {
+	const char *name;
+	int needs;
+	const char *what;
+} groups[] = {
+	{ "core", 0, "the thread-pool engines (O_DIRECT and buffered), faults, folders, the probe" },
+	{ "uring", NEED_URING, "the io_uring engine" },
+	{ "shm", NEED_SHM, "a round trip in /dev/shm (tmpfs)" },
+	{ "mounts", NEED_MOUNT, "a full tmpfs (ENOSPC) and ramfs (O_DIRECT refused), thread engines" },
+	{ "mounts_uring", NEED_MOUNT | NEED_URING, "a full tmpfs (ENOSPC) on the io_uring engine" },
+	{ "unwritable", NEED_NOBODY, "an offload folder the process cannot write to" },
+	{ "no_uring", NEED_SECCOMP, "io_uring refused by a seccomp filter" },
+	{ "io_node", NEED_ONE_NODE, "I/O threads bound to a NUMA node, thread engines" },
+	{ "io_node_uring", NEED_ONE_NODE | NEED_URING, "I/O threads bound to a NUMA node, io_uring" },
+	{ "bench", 0, "SLUICE_DISK_BENCH=DIR: a 1 GiB measurement in DIR" },
+};
+
+static Suite *group_suite(const char *g)
+{
+	Suite *su = suite_create("disk_store");
+	TCase *tc = tcase_create(g);
+	tcase_set_timeout(tc, 600);
+	const int t0 = E_THREADS_DIRECT, t1 = E_COUNT; /* the thread engines */
+	if (!strcmp(g, "core")) {
+		add_engine_tests(su, t0, t1);
+		tcase_add_test(tc, test_key_mismatch);
+		tcase_add_test(tc, test_bad_params);
+		tcase_add_test(tc, test_dirs);
+		tcase_add_test(tc, test_both_fallbacks);
+		tcase_add_test(tc, test_probe);
+	} else if (!strcmp(g, "uring")) {
+		add_engine_tests(su, E_URING, E_URING + 1);
+	} else if (!strcmp(g, "shm")) {
+		tcase_add_test(tc, test_roundtrip_shm);
+	} else if (!strcmp(g, "mounts")) {
+		tcase_add_loop_test(tc, test_enospc, t0, t1);
+		tcase_add_test(tc, test_ramfs_no_direct);
+	} else if (!strcmp(g, "mounts_uring")) {
+		tcase_add_loop_test(tc, test_enospc, E_URING, E_URING + 1);
+	} else if (!strcmp(g, "unwritable")) {
+		tcase_add_test(tc, test_unwritable);
+	} else if (!strcmp(g, "no_uring")) {
+		tcase_add_test(tc, test_no_uring);
+	} else if (!strcmp(g, "io_node")) {
+		tcase_add_loop_test(tc, test_io_node, t0, t1);
+	} else if (!strcmp(g, "io_node_uring")) {
+		tcase_add_loop_test(tc, test_io_node, E_URING, E_URING + 1);
+	} else if (!strcmp(g, "bench")) {
+		tcase_add_test(tc, test_bench);
+	}
+	suite_add_tcase(su, tc);
+	return su;
+}
+
+int main(int argc, char **argv)
+{
+	const char *g = argc > 1 ? argv[1] : "core";
+	const struct test_group *grp = NULL;
+	for (size_t i = 0; i < SL_ARRAY_LEN(groups); i++)
+		if (!strcmp(groups[i].name, g))
+			grp = &groups[i];
+	if (!grp) {
+		fprintf(stderr, "usage: test_disk_store [GROUP]; groups:");
+		for (size_t i = 0; i < SL_ARRAY_LEN(groups); i++)
+			fprintf(stderr, " %s", groups[i].name);
+		fprintf(stderr, "\n");
+		return 2;
+	}
+	if (!strcmp(g, "bench") && !getenv("SLUICE_DISK_BENCH")) {
+		fprintf(stderr, "test_disk_store: SKIP bench: SLUICE_DISK_BENCH=DIR is not set\n");
+		return 77;
+	}
 	snprintf(tmp_root, sizeof tmp_root, "/tmp/sl-disk-XXXXXX");
 	if (!mkdtemp(tmp_root)) {
 		fprintf(stderr, "test_disk_store: cannot create a directory under /tmp: %s\n", strerror(errno));
@@ -1259,44 +1396,18 @@ int main(void)
 		snprintf(uring_why, sizeof uring_why, "io_uring is unavailable here (io_uring_queue_init: %s)",
 			 strerror(-rc));
 
-	Suite *su = suite_create("disk_store");
-	TCase *tc = tcase_create("io");
-	tcase_set_timeout(tc, 120);
-	tcase_add_loop_test(tc, test_roundtrip, 0, 4);
-	tcase_add_loop_test(tc, test_reopen, 0, E_COUNT);
-	tcase_add_loop_test(tc, test_queue_exhaustion, 0, E_COUNT);
-	tcase_add_loop_test(tc, test_bad_args, 0, E_COUNT);
-	tcase_add_loop_test(tc, test_background_progress, 0, E_COUNT);
-	tcase_add_loop_test(tc, test_threads, 0, E_COUNT);
-	tcase_add_loop_test(tc, test_io_node, 0, E_COUNT);
-	suite_add_tcase(su, tc);
-
-	tc = tcase_create("faults");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_key_mismatch);
-	tcase_add_test(tc, test_bad_params);
-	tcase_add_loop_test(tc, test_truncated, 0, E_COUNT);
-	tcase_add_loop_test(tc, test_efbig, 0, E_COUNT);
-	tcase_add_loop_test(tc, test_enospc, 0, E_COUNT);
-	tcase_add_test(tc, test_dirs);
-	tcase_add_test(tc, test_ramfs_no_direct);
-	tcase_add_test(tc, test_no_uring);
-	tcase_add_test(tc, test_both_fallbacks);
-	tcase_add_test(tc, test_probe);
-	suite_add_tcase(su, tc);
-
-	if (getenv("SLUICE_DISK_BENCH")) {
-		tc = tcase_create("bench");
-		tcase_set_timeout(tc, 600);
-		tcase_add_test(tc, test_bench);
-		suite_add_tcase(su, tc);
+	char why[300];
+	int failed = 0;
+	if (!needs_met(grp->needs, why, sizeof why)) {
+		fprintf(stderr, "test_disk_store: SKIP %s (%s): %s\n", g, grp->what, why);
+		failed = -1;
+	} else {
+		SRunner *sr = srunner_create(group_suite(g));
+		srunner_run_all(sr, CK_NORMAL);
+		failed = srunner_ntests_failed(sr);
+		srunner_free(sr);
 	}
-
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	rm_tree(tmp_root);
 	rm_tree(shm_root);
-	return failed ? 1 : 0;
+	return failed < 0 ? 77 : failed ? 1 : 0;
 }

@@ -46,6 +46,8 @@ for d in build-test build-asan; do
 	failed=$((failed + $(grep -c -E '"result": "(FAIL|TIMEOUT|ERROR)"' "$f" || true)))
 	skipped=$((skipped + $(grep -c '"result": "SKIP"' "$f" || true)))
 done
+# every skipped test, with the reason it gave
+python3 tools/skipped_tests.py build-test/meson-logs/testlog.json build-asan/meson-logs/testlog.json
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ] || status=1
 exit $status
