@@ -9,7 +9,9 @@
  * are issued in order, so the requests that still have chunks to start are
  * exactly the tickets from sub_ticket on: the engines take the next chunk
  * from there (next_chunk) without any list.  Issuing ticket t waits while
- * ticket t - SL_DISK_MAX_REQUESTS is still running.
+ * ticket t - SL_DISK_MAX_REQUESTS is still running; if that one failed and
+ * was never waited for, its failure moves to a second fixed table (evicted)
+ * where a later wait still finds it, so a failure is never lost.
  *
  * Engines.  io_uring: the caller's thread prepares and submits SQEs under the
  * store's mutex; one completion thread blocks in io_uring_wait_cqe (the CQ
@@ -143,6 +145,7 @@ struct sl_disk_store {
 	size_t chunk;
 	bool complete_on_disk; /* the header's flag as last written or read */
 	bool write_failed;     /* since open: mark_complete refuses */
+	int header_delay_ms;   /* sl_disk_params.test_header_delay_ms */
 
 	pthread_mutex_t mu;
 	pthread_cond_t done_cv, work_cv;
@@ -153,8 +156,10 @@ struct sl_disk_store {
 	int in_flight;   /* chunks in the engine */
 	bool closing;
 	int fatal;       /* positive errno once the engine broke */
-	disk_fail evicted; /* first failure whose slot was reused unreported */
-	uint64_t n_evicted;
+	disk_fail *evicted; /* failures whose slot was reused before a wait
+			       reported them: SL_DISK_MAX_REQUESTS, unordered */
+	int n_evicted;
+	bool hdr_busy;   /* a thread is writing the header (mutex released) */
 	sl_disk_stats st;
 	double busy_t0;
 
@@ -716,6 +721,8 @@ static int header_pwrite(sl_disk_store *s, bool complete)
 		return -e;
 	if (fdatasync(s->fd) != 0)
 		return -errno;
+	if (s->header_delay_ms)
+		usleep((useconds_t)s->header_delay_ms * 1000);
 	return 0;
 }
 
@@ -842,7 +849,8 @@ static sl_disk_store *store_new(const char *dir, const char *name, const char *k
 	size_t pl = strlen(dir) + strlen(name) + 2;
 	s->path = malloc(pl);
 	s->req = calloc(SL_DISK_MAX_REQUESTS, sizeof *s->req);
-	if (!s->dir || !s->key || !s->path || !s->req) {
+	s->evicted = calloc(SL_DISK_MAX_REQUESTS, sizeof *s->evicted);
+	if (!s->dir || !s->key || !s->path || !s->req || !s->evicted) {
 		sl_disk_close(s);
 		return NULL;
 	}
@@ -889,6 +897,7 @@ int sl_disk_open(const sl_disk_params *p, sl_disk_store **out, bool *fresh)
 		return sl_err(SL_ENOMEM, "disk store %s/%s: out of memory", p->dir, p->file_name);
 	s->hdr_bytes = SL_DISK_HEADER_BYTES;
 	s->bind_node = p->bind_io && p->io_node >= 0 ? p->io_node : -1;
+	s->header_delay_ms = p->test_header_delay_ms > 0 ? p->test_header_delay_ms : 0;
 	s->capacity = (p->data_bytes + SL_DISK_ALIGN - 1) / SL_DISK_ALIGN * SL_DISK_ALIGN;
 
 	int rc = 0;
@@ -1005,6 +1014,7 @@ void sl_disk_close(sl_disk_store *s)
 	free(s->chunk_free);
 	free(s->iov);
 	free(s->req);
+	free(s->evicted);
 	free(s->dir);
 	free(s->path);
 	free(s->key);
@@ -1030,11 +1040,25 @@ static int disk_issue(sl_disk_store *s, bool write, uint64_t off, void *buf, siz
 		pthread_mutex_unlock(&s->mu);
 		return sl_err(SL_EIO, "%s: the I/O engine failed earlier (%s)", s->path, errstr(s->fatal, eb, sizeof eb));
 	}
-	if (write && s->complete_on_disk) {
+	while (write && s->complete_on_disk) {
 		/* Rewriting a complete store: clear the flag on disk first so an
-		 * interruption from here on leaves it incomplete. */
-		int rc = header_write(s, false);
-		if (rc < 0) {
+		 * interruption from here on leaves it incomplete.  The write and
+		 * its sync run without the mutex, so completions and other
+		 * requests go on meanwhile; other writers wait for it. */
+		if (s->hdr_busy) {
+			pthread_cond_wait(&s->done_cv, &s->mu);
+			continue;
+		}
+		s->hdr_busy = true;
+		pthread_mutex_unlock(&s->mu);
+		int e = -header_pwrite(s, false);
+		pthread_mutex_lock(&s->mu);
+		s->hdr_busy = false;
+		if (!e)
+			s->complete_on_disk = false;
+		pthread_cond_broadcast(&s->done_cv);
+		if (e) {
+			int rc = header_error(s, e);
 			pthread_mutex_unlock(&s->mu);
 			return rc;
 		}
@@ -1052,10 +1076,13 @@ static int disk_issue(sl_disk_store *s, bool write, uint64_t off, void *buf, siz
 	}
 	if (waited)
 		s->st.requeued++;
-	if (r->state == REQ_FAILED) { /* never waited for: keep one, count the rest */
-		if (!s->evicted.ticket)
-			s->evicted = r->fail;
-		s->n_evicted++;
+	if (r->state == REQ_FAILED) { /* never waited for: keep it for a later wait */
+		if (s->n_evicted == SL_DISK_MAX_REQUESTS) {
+			pthread_mutex_unlock(&s->mu);
+			return sl_err(SL_EIO, "%s: over %d failed requests were never waited for; wait for them "
+				      "(sl_disk_wait_all) before issuing more", s->path, SL_DISK_MAX_REQUESTS);
+		}
+		s->evicted[s->n_evicted++] = r->fail;
 	}
 	*r = (disk_req){ .ticket = t, .state = REQ_ACTIVE, .write = write, .buf = buf, .off = off, .len = n };
 	s->next_ticket++;
@@ -1098,11 +1125,14 @@ int sl_disk_wait(sl_disk_store *s, uint64_t ticket)
 		f = r->fail;
 		r->state = REQ_FREE;
 		failed = true;
-	} else if (s->evicted.ticket == ticket) {
-		f = s->evicted;
-		s->n_evicted--;
-		s->evicted.ticket = 0;
-		failed = true;
+	} else if (r->ticket != ticket) { /* the slot was reused: an evicted failure? */
+		for (int i = 0; i < s->n_evicted; i++)
+			if (s->evicted[i].ticket == ticket) {
+				f = s->evicted[i];
+				s->evicted[i] = s->evicted[--s->n_evicted];
+				failed = true;
+				break;
+			}
 	}
 	pthread_mutex_unlock(&s->mu);
 	return failed ? fail_report(s, &f, 0) : 0;
@@ -1116,14 +1146,11 @@ int sl_disk_wait_all(sl_disk_store *s)
 	while (s->active_reqs > 0)
 		pthread_cond_wait(&s->done_cv, &s->mu);
 	disk_fail first = { 0 };
-	uint64_t nfail = 0;
-	if (s->n_evicted) {
-		nfail = s->n_evicted;
-		if (s->evicted.ticket)
-			first = s->evicted;
-		s->n_evicted = 0;
-		s->evicted.ticket = 0;
-	}
+	uint64_t nfail = (uint64_t)s->n_evicted;
+	for (int i = 0; i < s->n_evicted; i++)
+		if (!first.ticket || s->evicted[i].ticket < first.ticket)
+			first = s->evicted[i];
+	s->n_evicted = 0;
 	for (int i = 0; i < SL_DISK_MAX_REQUESTS; i++) {
 		disk_req *r = &s->req[i];
 		if (r->state != REQ_FAILED)
@@ -1136,8 +1163,6 @@ int sl_disk_wait_all(sl_disk_store *s)
 	pthread_mutex_unlock(&s->mu);
 	if (!nfail)
 		return 0;
-	if (!first.ticket) /* only the count of evicted failures is left */
-		return sl_err(SL_EIO, "%s: %llu requests failed", s->path, (unsigned long long)nfail);
 	return fail_report(s, &first, nfail - 1);
 }
 

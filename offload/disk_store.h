@@ -30,7 +30,8 @@
  * fdatasync, once the caller has written the whole data area.  A store whose
  * writing was interrupted (crash, disk full) keeps the flag clear, and
  * reopening it reports fresh=true, so the caller rewrites it.  The first
- * write to a complete store clears the flag on disk before any data moves.
+ * write to a complete store clears the flag on disk before any data moves
+ * (other requests and completions go on while that header write syncs).
  *
  * Placement: with bind_io the I/O threads (the completion thread or the
  * pool) bind themselves to the cores of NUMA node io_node as they start,
@@ -78,6 +79,8 @@ typedef struct sl_disk_params {
 	                           false: leave them where the scheduler puts them */
 	int io_node;            /* with bind_io: the kernel's node number; < 0:
 	                           no binding (sl_topo_io_node's "no choice") */
+	int test_header_delay_ms; /* tests: each header write lasts this much
+	                             longer, as a slow sync would */
 } sl_disk_params;
 
 typedef struct sl_disk_stats {
@@ -117,7 +120,9 @@ int sl_disk_register(sl_disk_store *s, void *const *bufs, const size_t *lens, in
  * buf).  off, n and buf must be multiples of 4096 (SL_EINVAL) and the range
  * within the data area (SL_ERANGE).  *ticket identifies the request for
  * sl_disk_wait.  Blocks only while SL_DISK_MAX_REQUESTS requests are
- * outstanding.  Returns 0; the I/O status comes from the wait.
+ * outstanding.  Returns 0; the I/O status comes from the wait.  (SL_EIO here
+ * only when over SL_DISK_MAX_REQUESTS failed requests were never waited
+ * for: their failures are all kept until reported.)
  */
 int sl_disk_read(sl_disk_store *s, uint64_t off, void *buf, size_t n, uint64_t *ticket);
 int sl_disk_write(sl_disk_store *s, uint64_t off, const void *buf, size_t n, uint64_t *ticket);
@@ -127,8 +132,8 @@ int sl_disk_write(sl_disk_store *s, uint64_t off, const void *buf, size_t n, uin
  * with a message such as "short read at offset X of FILE (got N of M bytes):
  * truncated store?" or "FILE: disk full writing offset X (No space left on
  * device)".  Waiting for a ticket that already completed returns at once (its
- * error, if it failed and was not yet reported).  SL_EINVAL for a ticket
- * never issued.
+ * error, if it failed and was not yet reported, however many requests were
+ * issued since).  SL_EINVAL for a ticket never issued.
  */
 int sl_disk_wait(sl_disk_store *s, uint64_t ticket);
 

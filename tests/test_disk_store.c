@@ -801,6 +801,134 @@ START_TEST(test_truncated)
 }
 END_TEST
 
+/* ---- failures reported after their slot is reused --------------------------- */
+
+/*
+ * Two failed requests, never waited for, then a whole request table of
+ * good ones: both slots are reused.  A wait for either failed ticket still
+ * reports its own failure, once; the good ones report nothing.
+ */
+START_TEST(test_wait_after_reuse)
+{
+	int e = _i;
+	const uint64_t cap = 4 * MIB;
+	char dir[512], name[32], path[600], want[800];
+	snprintf(name, sizeof name, "reuse%d", e);
+	make_dir(dir, sizeof dir, tmp_root, name);
+	join_path(path, sizeof path, dir, "r.sluice");
+	char *src = page_buf(cap), *dst = page_buf(cap);
+	fill_random(src, cap, 29);
+	sl_disk_params p = params(dir, "r.sluice", "k", cap, e);
+	sl_disk_store *s;
+	bool fresh;
+	ck_assert(open_checked(&p, e, &s, &fresh) == 0);
+	write_whole(s, src, cap, 3);
+	ck_assert(truncate(path, SL_DISK_HEADER_BYTES + 1 * MIB) == 0);
+	uint64_t bad[2], t;
+	ck_assert(sl_disk_read(s, 2 * MIB, dst, 4096, &bad[0]) == 0);
+	ck_assert(sl_disk_read(s, 3 * MIB, dst + 4096, 4096, &bad[1]) == 0);
+	for (int i = 0; i < SL_DISK_MAX_REQUESTS + 2; i++) {
+		ck_assert(sl_disk_read(s, (uint64_t)(i % 256) * 4096, dst + 2 * MIB, 4096, &t) == 0);
+		ck_assert_msg(sl_disk_wait(s, t) == 0, "good read %d: %s", i, sl_errmsg());
+	}
+	ck_assert_msg(t > bad[1] + SL_DISK_MAX_REQUESTS, "both failed tickets' slots were reused");
+	ck_assert_int_eq(sl_disk_wait(s, bad[1]), SL_EIO);
+	snprintf(want, sizeof want, "short read at offset 3145728 of %s (got 0 of 4096 bytes): truncated store?", path);
+	ck_assert_msg(strcmp(sl_errmsg(), want) == 0, "expected \"%s\", got \"%s\"", want, sl_errmsg());
+	ck_assert_int_eq(sl_disk_wait(s, bad[0]), SL_EIO);
+	snprintf(want, sizeof want, "short read at offset 2097152 of %s (got 0 of 4096 bytes): truncated store?", path);
+	ck_assert_msg(strcmp(sl_errmsg(), want) == 0, "expected \"%s\", got \"%s\"", want, sl_errmsg());
+	ck_assert_int_eq(sl_disk_wait(s, bad[0]), 0); /* reported once */
+	ck_assert_int_eq(sl_disk_wait(s, bad[1]), 0);
+	ck_assert_int_eq(sl_disk_wait_all(s), 0);
+
+	/* The same, reported by wait_all: the first by ticket order, and the count. */
+	ck_assert(sl_disk_read(s, 2 * MIB, dst, 4096, &bad[0]) == 0);
+	ck_assert(sl_disk_read(s, 3 * MIB, dst + 4096, 4096, &bad[1]) == 0);
+	for (int i = 0; i < SL_DISK_MAX_REQUESTS + 2; i++) {
+		ck_assert(sl_disk_read(s, (uint64_t)(i % 256) * 4096, dst + 2 * MIB, 4096, &t) == 0);
+		ck_assert(sl_disk_wait(s, t) == 0);
+	}
+	ck_assert_int_eq(sl_disk_wait_all(s), SL_EIO);
+	ck_assert_msg(strstr(sl_errmsg(), "short read at offset 2097152") &&
+			      strstr(sl_errmsg(), "(and 1 more failed requests)"),
+		      "%s", sl_errmsg());
+	ck_assert_int_eq(sl_disk_wait(s, bad[1]), 0); /* wait_all reported it */
+	sl_disk_close(s);
+	free(src);
+	free(dst);
+}
+END_TEST
+
+/* ---- the header's sync does not stall other requests ------------------------ */
+
+typedef struct hdr_arg {
+	sl_disk_store *s;
+	char *buf;
+	volatile int started;
+	int rc;
+} hdr_arg;
+
+static void *hdr_writer(void *vp)
+{
+	hdr_arg *a = vp;
+	uint64_t t;
+	a->started = 1;
+	a->rc = sl_disk_write(a->s, 0, a->buf, 4096, &t);
+	if (!a->rc)
+		a->rc = sl_disk_wait(a->s, t);
+	return NULL;
+}
+
+/*
+ * The first write to a complete store clears the header's flag and syncs it
+ * before any data moves.  That sync (made to last 1.5 s here) must not hold
+ * up the store's other requests: a read issued meanwhile completes at once.
+ */
+START_TEST(test_header_sync_unlocked)
+{
+	int e = _i;
+	const uint64_t cap = 1 * MIB;
+	char dir[512], name[32];
+	snprintf(name, sizeof name, "hdr%d", e);
+	make_dir(dir, sizeof dir, tmp_root, name);
+	char *src = page_buf(cap), *dst = page_buf(cap);
+	fill_random(src, cap, 37);
+	sl_disk_params p = params(dir, "h.sluice", "k", cap, e);
+	sl_disk_store *s;
+	bool fresh;
+	ck_assert(open_checked(&p, e, &s, &fresh) == 0 && fresh);
+	write_whole(s, src, cap, 4);
+	ck_assert(sl_disk_mark_complete(s) == 0);
+	sl_disk_close(s);
+
+	p.test_header_delay_ms = 1500;
+	ck_assert(open_checked(&p, e, &s, &fresh) == 0 && !fresh);
+	hdr_arg a = { .s = s, .buf = src };
+	pthread_t th;
+	ck_assert(pthread_create(&th, NULL, hdr_writer, &a) == 0);
+	while (!a.started)
+		usleep(1000);
+	usleep(200 * 1000); /* the writer is inside the header's sync now */
+	double t0 = sl_now();
+	uint64_t t;
+	ck_assert(sl_disk_read(s, cap / 2, dst, 4096, &t) == 0);
+	ck_assert_msg(sl_disk_wait(s, t) == 0, "%s", sl_errmsg());
+	const double dt = sl_now() - t0;
+	pthread_join(th, NULL);
+	ck_assert_msg(a.rc == 0, "the write: %s", sl_errmsg());
+	ck_assert_msg(dt < 0.5, "a read during the header's sync took %.3f s (the sync takes 1.5 s)", dt);
+	ck_assert(memcmp(dst, src + cap / 2, 4096) == 0);
+	sl_disk_close(s);
+	p.test_header_delay_ms = 0;
+	ck_assert(open_checked(&p, e, &s, &fresh) == 0);
+	ck_assert_msg(fresh, "the write cleared the complete flag on disk");
+	sl_disk_close(s);
+	free(src);
+	free(dst);
+}
+END_TEST
+
 /* ---- the disk filling up --------------------------------------------------- */
 
 typedef struct full_arg {
@@ -848,6 +976,24 @@ static int child_efbig(void *vp)
 			    strstr(sl_errmsg(), "more failed requests"),
 		    "wait_all reports the failures: %s", sl_errmsg());
 	CHILD_CHECK(sl_disk_wait_all(s) == 0, "failures are reported once");
+	/* Failures are kept until reported: past two tables of them unreported,
+	 * issuing is refused (saying why) until they are waited for. */
+	int refused = -1;
+	for (int i = 0; i < 3 * SL_DISK_MAX_REQUESTS && refused < 0; i++) {
+		uint64_t tk;
+		rc = sl_disk_write(s, 2 * MIB, buf, 4096, &tk);
+		if (rc == 0)
+			CHILD_CHECK(i < 2 * SL_DISK_MAX_REQUESTS + 1, "issue %d accepted", i);
+		else
+			refused = i;
+	}
+	CHILD_CHECK(refused == 2 * SL_DISK_MAX_REQUESTS && rc == SL_EIO && strstr(sl_errmsg(), "never waited for"),
+		    "refused at issue %d: %s", refused, sl_errmsg());
+	rc = sl_disk_wait_all(s);
+	CHILD_CHECK(rc == SL_EIO && strstr(sl_errmsg(), "(and 2047 more failed requests)"), "all kept: %s",
+		    sl_errmsg());
+	uint64_t tk;
+	CHILD_CHECK(sl_disk_write(s, 0, buf, 4096, &tk) == 0 && sl_disk_wait(s, tk) == 0, "issuing again");
 	rc = sl_disk_mark_complete(s);
 	CHILD_CHECK(rc == SL_EIO && strstr(sl_errmsg(), "not marked complete"), "mark_complete refuses: %s",
 		    sl_errmsg());
@@ -1299,6 +1445,8 @@ static void add_engine_tests(Suite *su, int lo, int hi)
 	tc = tcase_create("faults");
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_truncated, lo, hi);
+	tcase_add_loop_test(tc, test_wait_after_reuse, lo, hi);
+	tcase_add_loop_test(tc, test_header_sync_unlocked, lo, hi);
 	tcase_add_loop_test(tc, test_efbig, lo, hi);
 	suite_add_tcase(su, tc);
 }
