@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
@@ -909,21 +910,30 @@ int sl_disk_open(const sl_disk_params *p, sl_disk_store **out, bool *fresh)
 		s->direct = false;
 		snprintf(why_direct, sizeof why_direct, "O_DIRECT disabled (force_no_direct)");
 	}
-	s->fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC | (s->direct ? O_DIRECT : 0), 0644);
-	if (s->fd < 0 && errno == EINVAL && s->direct) {
-		snprintf(why_direct, sizeof why_direct, "the file system refuses O_DIRECT (%s)",
-			 errstr(EINVAL, eb, sizeof eb));
-		s->direct = false;
-		s->fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	}
-	if (s->fd < 0) {
-		rc = open_error(s, errno);
-		goto fail;
-	}
-
-	if (fstat(s->fd, &st) != 0) {
-		rc = sl_err(SL_EIO, "%s: fstat failed (%s)", s->path, errstr(errno, eb, sizeof eb));
-		goto fail;
+	for (int tries = 0;; tries++) {
+		s->fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC | (s->direct ? O_DIRECT : 0), 0644);
+		if (s->fd < 0 && errno == EINVAL && s->direct) {
+			snprintf(why_direct, sizeof why_direct, "the file system refuses O_DIRECT (%s)",
+				 errstr(EINVAL, eb, sizeof eb));
+			s->direct = false;
+			s->fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		}
+		if (s->fd < 0) {
+			rc = open_error(s, errno);
+			goto fail;
+		}
+		/* Held while open: sl_disk_remove_unused leaves a held store
+		 * alone (file systems without flock: no protection, no error). */
+		while (flock(s->fd, LOCK_SH) != 0 && errno == EINTR)
+			;
+		if (fstat(s->fd, &st) != 0) {
+			rc = sl_err(SL_EIO, "%s: fstat failed (%s)", s->path, errstr(errno, eb, sizeof eb));
+			goto fail;
+		}
+		if (st.st_nlink > 0 || tries == 3)
+			break;
+		close(s->fd); /* removed between the open and the lock: a new file */
+		s->fd = -1;
 	}
 	bool is_fresh = true;
 	if (st.st_size > 0 && st.st_size < (off_t)SL_DISK_HEADER_BYTES) {
@@ -988,6 +998,86 @@ fail:
 	return rc;
 }
 
+int sl_disk_peek(const char *path, sl_disk_info *info)
+{
+	char eb[128];
+	memset(info, 0, sizeof *info);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return sl_err(SL_ENOTFOUND, "%s: no such store", path);
+		return sl_err(SL_EIO, "%s: cannot open (%s)", path, errstr(errno, eb, sizeof eb));
+	}
+	struct stat st;
+	unsigned char *h = page_alloc(SL_DISK_HEADER_BYTES);
+	int rc = 0;
+	if (!h) {
+		rc = sl_err(SL_ENOMEM, "%s: out of memory for the header", path);
+		goto out;
+	}
+	if (fstat(fd, &st) != 0) {
+		rc = sl_err(SL_EIO, "%s: fstat failed (%s)", path, errstr(errno, eb, sizeof eb));
+		goto out;
+	}
+	info->file_bytes = (uint64_t)st.st_size;
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+		info->in_use = errno == EWOULDBLOCK;
+	else
+		flock(fd, LOCK_UN);
+	ssize_t k = pread(fd, h, SL_DISK_HEADER_BYTES, 0);
+	if (k != (ssize_t)SL_DISK_HEADER_BYTES || memcmp(h, HDR_MAGIC, 8) != 0) {
+		rc = sl_err(SL_EFORMAT, "%s is not a sluice store (%s)", path,
+			    k != (ssize_t)SL_DISK_HEADER_BYTES ? "shorter than a header" : "bad magic");
+		goto out;
+	}
+	if (get_u64(h + HDR_OFF_SUM) != fnv1a(h, HDR_OFF_SUM)) {
+		rc = sl_err(SL_EFORMAT, "%s: corrupt store header (checksum mismatch)", path);
+		goto out;
+	}
+	uint32_t kl = get_u32(h + HDR_OFF_KEYLEN);
+	info->version = get_u32(h + HDR_OFF_VERSION);
+	if (kl > SL_DISK_MAX_KEY || get_u32(h + HDR_OFF_HDRSIZE) != SL_DISK_HEADER_BYTES) {
+		rc = sl_err(SL_EFORMAT, "%s: store format version %u, this sluice reads version %u", path,
+			    info->version, HDR_VERSION);
+		goto out;
+	}
+	memcpy(info->key, h + HDR_OFF_KEY, kl);
+	info->key[kl] = 0;
+	info->data_bytes = get_u64(h + HDR_OFF_DATA);
+	info->complete = get_u32(h + HDR_OFF_COMPLETE) == HDR_COMPLETE &&
+			 info->file_bytes >= SL_DISK_HEADER_BYTES + info->data_bytes;
+out:
+	free(h);
+	close(fd);
+	return rc;
+}
+
+int sl_disk_remove_unused(const char *path, bool *removed)
+{
+	char eb[128];
+	*removed = false;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 0;
+		return sl_err(SL_EIO, "%s: cannot open (%s)", path, errstr(errno, eb, sizeof eb));
+	}
+	int rc = 0;
+	struct stat a, b;
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		if (errno != EWOULDBLOCK)
+			rc = sl_err(SL_EIO, "%s: cannot lock (%s)", path, errstr(errno, eb, sizeof eb));
+	} else if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+		/* still the file locked (not replaced meanwhile), held by no one */
+		if (unlink(path) == 0)
+			*removed = true;
+		else
+			rc = sl_err(SL_EIO, "%s: cannot remove (%s)", path, errstr(errno, eb, sizeof eb));
+	}
+	close(fd);
+	return rc;
+}
+
 void sl_disk_close(sl_disk_store *s)
 {
 	if (!s)
@@ -1006,6 +1096,8 @@ void sl_disk_close(sl_disk_store *s)
 		pthread_cond_destroy(&s->work_cv);
 		pthread_mutex_destroy(&s->mu);
 	}
+	if (s->fd >= 0) /* now: the ring's reference to the file may outlive the close */
+		flock(s->fd, LOCK_UN);
 	if (s->ring_init)
 		io_uring_queue_exit(&s->ring); /* also drops registered buffers and file */
 	if (s->fd >= 0)

@@ -149,6 +149,30 @@ int sl_disk_wait_all(sl_disk_store *s);
  */
 int sl_disk_mark_complete(sl_disk_store *s);
 
+/* A store's header, read without opening it for I/O (sluice convert --list). */
+typedef struct sl_disk_info {
+	uint32_t version;
+	char key[SL_DISK_MAX_KEY + 1];
+	uint64_t data_bytes, file_bytes;
+	bool complete;       /* marked complete, and the file holds the data area */
+	bool in_use;         /* an open store holds it (sl_disk_open's lock) */
+} sl_disk_info;
+
+/*
+ * Read the header of the store file at path.  SL_ENOTFOUND: no such file;
+ * SL_EFORMAT: not a sluice store, a corrupt header or another format
+ * version (info->version says which).
+ */
+int sl_disk_peek(const char *path, sl_disk_info *info);
+
+/*
+ * Remove the store file at path unless a process holds it open (every open
+ * store holds a shared flock on its file until closed): *removed says
+ * whether it went.  Removing never harms a process that has the file open:
+ * it keeps reading its copy until it closes it.
+ */
+int sl_disk_remove_unused(const char *path, bool *removed);
+
 /* Wait for requests in flight, stop the engine, close the file.  NULL ok. */
 void sl_disk_close(sl_disk_store *s);
 

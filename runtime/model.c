@@ -7,6 +7,7 @@
 #include "kvcache.h"
 #include "safetensors.h"
 #include "topology.h"
+#include "wstore.h"
 
 #include <limits.h>
 #include <math.h>
@@ -17,25 +18,6 @@ int sl_model_open(sl_backend *be, const char *dir, const char *dummy, sl_model *
 {
 	sl_model_params p = { .dir = dir, .dummy = dummy, .w_gpu_percent = 100 };
 	return sl_model_open_ex(be, &p, out);
-}
-
-/* The store key: what the disk share of the weights was made from. */
-static void store_key(const sl_model_params *p, const sl_opt_config *c, char *key, size_t n)
-{
-	char src[PATH_MAX + 64] = "dummy seed 0";
-	if (p->dir) {
-		char real[PATH_MAX];
-		struct stat st;
-		char cfg[PATH_MAX];
-		snprintf(cfg, sizeof cfg, "%s/config.json", p->dir);
-		long long mt = stat(cfg, &st) == 0 ? (long long)st.st_mtime : 0;
-		snprintf(src, sizeof src, "checkpoint %s (config mtime %lld)",
-			 realpath(p->dir, real) ? real : p->dir, mt);
-	}
-	snprintf(key, n,
-		 "sluice weights v2; model %s: layers %d heads %d hidden %d ffn %d vocab %d embed %d pos %d; %s; fp16; placement gpu %.6g%% cpu %.6g%%",
-		 c->name, c->n_layer, c->n_head, c->hidden, c->ffn, c->vocab, c->embed_dim, c->max_pos,
-		 src, p->w_gpu_percent, p->w_cpu_percent);
 }
 
 void sl_model_io_node(sl_backend *be, sl_disk_params *dp)
@@ -82,10 +64,11 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 			rc = sl_err(SL_EINVAL, "weights placed on disk need --offload-dir DIR");
 			goto fail;
 		}
-		char key[2 * PATH_MAX], name[128];
-		store_key(p, &m->cfg, key, sizeof key);
-		snprintf(name, sizeof name, "%s.weights.sluice",
-			 strrchr(m->cfg.name, '/') ? strrchr(m->cfg.name, '/') + 1 : m->cfg.name);
+		/* one store per model and placement, keyed on what it is made from */
+		char key[SL_DISK_MAX_KEY + 1], name[SL_WSTORE_NAME_MAX];
+		if ((rc = sl_wstore_ident(p->dir, st, &m->cfg, p->w_gpu_percent, p->w_cpu_percent, name,
+					  sizeof name, key, sizeof key)) < 0)
+			goto fail;
 		/* the data area: every layer's disk segment */
 		sl_disk_params dp = { .dir = p->offload_dir, .file_name = name, .key = key,
 				      .data_bytes = (uint64_t)m->cfg.n_layer *
@@ -93,7 +76,7 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 									  p->w_cpu_percent) };
 		sl_model_io_node(be, &dp);
 		bool fresh = true;
-		if ((rc = sl_disk_open(&dp, &m->disk, &fresh)) < 0)
+		if ((rc = sl_wstore_open(&dp, &m->disk, &fresh)) < 0)
 			goto fail;
 		place.disk = m->disk;
 		place.disk_ready = !fresh;

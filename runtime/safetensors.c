@@ -22,6 +22,7 @@ typedef struct st_map {
 	char *path;
 	void *base;
 	size_t size;
+	sl_st_file info;
 } st_map;
 
 struct sl_st_set {
@@ -101,6 +102,9 @@ static int add_file(sl_st_set *s, const char *path)
 	m->path = strdup(path);
 	if (!m->path)
 		return sl_err(SL_ENOMEM, "%s: out of memory", path);
+	m->info = (sl_st_file){ .path = m->path, .size = size,
+				.mtime_s = (int64_t)st.st_mtim.tv_sec, .mtime_ns = st.st_mtim.tv_nsec,
+				.ctime_s = (int64_t)st.st_ctim.tv_sec, .ctime_ns = st.st_ctim.tv_nsec };
 
 	const unsigned char *p = base;
 	uint64_t hlen = 0;
@@ -110,6 +114,12 @@ static int add_file(sl_st_set *s, const char *path)
 		return sl_err(SL_EFORMAT,
 			      "%s: header length %llu runs past the end of the file (%zu bytes): truncated or not safetensors",
 			      path, (unsigned long long)hlen, size);
+	uint64_t hh = 0xcbf29ce484222325ull; /* FNV-1a over the length and the header */
+	for (size_t i = 0; i < 8 + (size_t)hlen; i++) {
+		hh ^= p[i];
+		hh *= 0x100000001b3ull;
+	}
+	m->info.header_hash = hh;
 	json_error_t jerr;
 	json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, 0, &jerr);
 	if (!root)
@@ -341,4 +351,14 @@ size_t sl_st_count(const sl_st_set *s)
 const sl_st_tensor *sl_st_at(const sl_st_set *s, size_t i)
 {
 	return i < s->nt ? &s->t[i] : NULL;
+}
+
+size_t sl_st_nfiles(const sl_st_set *s)
+{
+	return s->nmaps;
+}
+
+const sl_st_file *sl_st_file_at(const sl_st_set *s, size_t i)
+{
+	return i < s->nmaps ? &s->maps[i].info : NULL;
 }

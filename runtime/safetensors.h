@@ -32,6 +32,17 @@ typedef struct sl_st_tensor {
 
 typedef struct sl_st_set sl_st_set;
 
+/* One file of a set, as it was when opened (fstat of the descriptor that
+ * was mapped): what a cache of its converted contents must be keyed on. */
+typedef struct sl_st_file {
+	const char *path;
+	uint64_t size;
+	int64_t mtime_s, mtime_ns; /* modification time */
+	int64_t ctime_s, ctime_ns; /* status change time: any write, rename,
+				      replacement, even with the mtime set back */
+	uint64_t header_hash;      /* FNV-1a 64 of the length and JSON header */
+} sl_st_file;
+
 /* Open DIR/model.safetensors, or the shards named in
  * DIR/model.safetensors.index.json.  The set owns the mappings. */
 int sl_st_open_dir(const char *dir, sl_st_set **out);
@@ -43,5 +54,9 @@ void sl_st_close(sl_st_set *s);
 const sl_st_tensor *sl_st_find(const sl_st_set *s, const char *name);
 size_t sl_st_count(const sl_st_set *s);
 const sl_st_tensor *sl_st_at(const sl_st_set *s, size_t i);
+
+/* The files of the set (one, or every shard), in the order opened. */
+size_t sl_st_nfiles(const sl_st_set *s);
+const sl_st_file *sl_st_file_at(const sl_st_set *s, size_t i);
 
 #endif

@@ -217,7 +217,7 @@ mkdir -p "$tmp/full"
 printf '{"input_ids": [5, 6, 7]}\n{"input_ids": [8, 9]}\n' >"$tmp/full.jsonl"
 full=(generate --backend cpu --quiet --dummy opt-125m --prompts "$tmp/full.jsonl" --max-new-tokens 2
 	--offload-dir "$tmp/full")
-FSIZE=2048 expect_fail "disk full writing the weights" "opt-125m.weights.sluice: disk full" "$tmp/f1.jsonl" -- \
+FSIZE=2048 expect_fail "disk full writing the weights" "opt-125m.dummy.w0-0.weights.sluice: disk full" "$tmp/f1.jsonl" -- \
 	"${full[@]}" --percent 0 0 100 0 100 0 --out "$tmp/f1.jsonl"
 rm -f "$tmp/full"/*
 FSIZE=64 expect_fail "disk full writing the cache" ".kv." "$tmp/f2.jsonl" -- \
