@@ -197,23 +197,13 @@ size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_ro
 }
 
 /* Whether a checkpoint stores lm_head (converted beside the globals). */
-static bool stored_head(const char *dir)
-{
-	sl_st_set *st = NULL;
-	if (!dir || sl_st_open_dir(dir, &st) < 0)
-		return false;
-	bool head = sl_st_find(st, "lm_head.weight") || sl_st_find(st, "model.lm_head.weight");
-	sl_st_close(st);
-	return head;
-}
-
 size_t sl_model_min_host_bytes(const sl_opt_config *c, const sl_model_params *p,
 			       const sl_job_shape *j, bool dev_is_host)
 {
 	const sl_weight_place wp = { .gpu_percent = p->w_gpu_percent, .cpu_percent = p->w_cpu_percent,
 				     .halves = p->sep_layer };
 	size_t resident, loading;
-	sl_weights_host_bytes(c, &wp, dev_is_host, stored_head(p->dir), &resident, &loading);
+	sl_weights_host_bytes(c, &wp, dev_is_host, &resident, &loading);
 	const size_t es = j->kv_f32 ? 4 : 2;
 	const bool h2o = j->hh > 0 || j->rr > 0;
 	const int gs = sl_kv_group(j->micro, j->max_seq);

@@ -112,8 +112,11 @@ static inline uint64_t splitmix(uint64_t x)
 }
 
 /* Dummy values: uniform with the spread a trained model roughly has, so
- * activations stay finite; norms are 1 and 0, like a fresh model. */
-static void fill_dummy(const sl_opt_config *c, const tdesc *d, uint64_t id, sl_half *dst, size_t n)
+ * activations stay finite; norms are 1 and 0, like a fresh model.  Element
+ * i of a tensor comes from its block of 4 (i / 4), so any range [first,
+ * first + n) is filled with the values the whole tensor has there. */
+static void fill_dummy(const sl_opt_config *c, const tdesc *d, uint64_t id, size_t first, sl_half *dst,
+		       size_t n)
 {
 	if (d->kind == 2 || d->kind == 3) {
 		sl_half v = sl_float_to_half(d->kind == 2 ? 1.0f : 0.0f);
@@ -128,12 +131,16 @@ static void fill_dummy(const sl_opt_config *c, const tdesc *d, uint64_t id, sl_h
 		scale = 0.05f;
 	else
 		scale = 0.01f;
+	const size_t end = first + n;
 #pragma omp parallel for schedule(static)
-	for (size_t blk = 0; blk < (n + 3) / 4; blk++) {
+	for (size_t blk = first / 4; blk < (end + 3) / 4; blk++) {
 		uint64_t r = splitmix(id * 0x100000001b3ull ^ blk);
-		for (size_t j = 0; j < 4 && blk * 4 + j < n; j++) {
+		for (size_t j = 0; j < 4; j++) {
+			size_t i = blk * 4 + j;
+			if (i < first || i >= end)
+				continue;
 			float u = (float)((r >> (16 * j)) & 0xffff) / 65535.0f; /* [0, 1] */
-			dst[blk * 4 + j] = sl_float_to_half((2.0f * u - 1.0f) * scale);
+			dst[i - first] = sl_float_to_half((2.0f * u - 1.0f) * scale);
 		}
 	}
 }
@@ -184,13 +191,13 @@ static const sl_st_tensor *lookup(const sl_st_set *st, const char *name, char *t
 	return NULL;
 }
 
-/* Fill one tensor's fp16 values into host staging memory. */
+/* Fill elements [first, first + n) of one tensor's fp16 values into host
+ * memory. */
 static int fill_tensor(const sl_opt_config *c, const source *src, const tdesc *d,
-		       const char *name, uint64_t id, sl_half *dst)
+		       const char *name, uint64_t id, size_t first, size_t n, sl_half *dst)
 {
-	const size_t n = tensor_elems(c, d);
 	if (!src->st) {
-		fill_dummy(c, d, src->seed * 1315423911ull + id, dst, n);
+		fill_dummy(c, d, src->seed * 1315423911ull + id, first, dst, n);
 		return 0;
 	}
 	char tried[600];
@@ -216,7 +223,9 @@ static int fill_tensor(const sl_opt_config *c, const source *src, const tdesc *d
 	if (t->dtype == SL_DT_OTHER)
 		return sl_err(SL_ESHAPE, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16",
 			      t->file, t->name, t->dtype_name);
-	convert_to_half(t, dst, n);
+	sl_st_tensor part = *t; /* the range: its bytes start first elements in */
+	part.data = (const unsigned char *)t->data + first * (t->dtype == SL_DT_F32 ? 4 : 2);
+	convert_to_half(&part, dst, n);
 	return 0;
 }
 
@@ -295,28 +304,6 @@ size_t sl_weights_global_bytes(const sl_opt_config *c)
 	return n;
 }
 
-/* The pinned buffer weights are converted in: a layer with its disk
- * image, or the globals with a stored head. */
-static size_t conversion_bytes(const sl_opt_config *c, const sl_opt_weights *w, bool stored_head)
-{
-	const size_t head_bytes = align64((size_t)c->vocab * c->embed_dim * 2);
-	return SL_MAX(align4k(sl_weights_layer_bytes(c)) + w->disk_bytes,
-		      sl_weights_global_bytes(c) + (stored_head ? head_bytes : 0));
-}
-
-void sl_weights_host_bytes(const sl_opt_config *c, const sl_weight_place *p, bool dev_is_host,
-			   bool stored_head, size_t *resident, size_t *loading)
-{
-	sl_opt_weights tmp;
-	place_layer(c, p, &tmp);
-	const size_t homes = (size_t)c->n_layer * tmp.host_bytes;
-	size_t bounce = 0;
-	for (int k = 0; k < 2 && tmp.streamed && !dev_is_host; k++)
-		bounce += tmp.slot[k].bounce_bytes;
-	*resident = homes + bounce;
-	*loading = homes + conversion_bytes(c, &tmp, stored_head);
-}
-
 size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent)
 {
 	sl_opt_weights tmp;
@@ -341,8 +328,204 @@ static void layer_view(const sl_opt_weights *w, const sl_opt_layer_w *lw, void *
 	}
 }
 
+/*
+ * Conversion goes through two pinned buffers of one piece each: at most
+ * CONV_PIECE, less for a model whose largest tensor and disk segment are
+ * smaller.  A device tensor is converted piece by piece and copied (one
+ * buffer's copy runs while the other fills; where device memory is host
+ * memory it is converted in place); a host tensor is converted in place;
+ * a layer's disk segment is assembled a window of one piece at a time,
+ * each window written while the other fills.  So loading needs
+ * 2 x CONV_PIECE of pinned memory whatever the model
+ * (SLUICE_CONVERT_PIECE=BYTES sets the piece, for tests).
+ */
+#define CONV_PIECE ((size_t)4 << 20)
+
+static size_t conv_piece(const sl_opt_config *c, size_t disk_bytes)
+{
+	size_t need = disk_bytes;
+	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++)
+		need = SL_MAX(need, tensor_elems(c, &layer_tensors[i]) * 2);
+	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++)
+		if (global_present(c, global_tensors[i].cond))
+			need = SL_MAX(need, tensor_elems(c, &global_tensors[i].d) * 2);
+	need = SL_MAX(need, (size_t)c->vocab * c->embed_dim * 2); /* a stored head */
+	size_t piece = CONV_PIECE;
+	const char *e = getenv("SLUICE_CONVERT_PIECE");
+	if (e && atol(e) > 0)
+		piece = (size_t)atol(e);
+	return align4k(SL_MIN(piece, need));
+}
+
+size_t sl_weights_convert_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent)
+{
+	return 2 * conv_piece(c, sl_weights_disk_bytes(c, gpu_percent, cpu_percent));
+}
+
+void sl_weights_host_bytes(const sl_opt_config *c, const sl_weight_place *p, bool dev_is_host,
+			   size_t *resident, size_t *loading)
+{
+	sl_opt_weights tmp;
+	place_layer(c, p, &tmp);
+	const size_t homes = (size_t)c->n_layer * tmp.host_bytes;
+	size_t bounce = 0;
+	for (int k = 0; k < 2 && tmp.streamed && !dev_is_host; k++)
+		bounce += tmp.slot[k].bounce_bytes;
+	*resident = homes + bounce;
+	*loading = homes + 2 * conv_piece(c, tmp.disk_bytes);
+}
+
+typedef struct conv {
+	sl_backend *b;
+	sl_queue *q;
+	const sl_opt_config *c;
+	const source *src;
+	unsigned char *buf[2];
+	size_t piece;
+	int next;           /* the buffer to fill next */
+	sl_disk_store *disk;
+	uint64_t ticket[2]; /* a window's write from buf[k], when pending[k] */
+	bool pending[2];
+	sl_event *copied[2]; /* a piece's copy from buf[k], when copying[k] */
+	bool copying[2];
+} conv;
+
+/* Buffer k once what reads it (a window's write, a piece's copy) is done. */
+static int conv_wait(conv *v, int k)
+{
+	int rc = 0;
+	if (v->pending[k]) {
+		v->pending[k] = false;
+		rc = sl_disk_wait(v->disk, v->ticket[k]);
+	}
+	if (v->copying[k]) {
+		v->copying[k] = false;
+		int r = v->b->ops->event_sync(v->b, v->copied[k]);
+		rc = rc < 0 ? rc : r;
+	}
+	return rc;
+}
+
+/* The next buffer, free. */
+static int conv_take(conv *v, unsigned char **buf)
+{
+	const int k = v->next;
+	v->next ^= 1;
+	SL_TRY(conv_wait(v, k));
+	*buf = v->buf[k];
+	return 0;
+}
+
+static int conv_drain(conv *v)
+{
+	int rc = 0;
+	for (int k = 0; k < 2; k++) {
+		int r = conv_wait(v, k);
+		rc = rc < 0 ? rc : r;
+	}
+	return rc;
+}
+
+/* One tensor to device memory at dst, a piece at a time. */
+static int conv_device(conv *v, const tdesc *d, const char *name, uint64_t id, void *dst)
+{
+	const size_t n = tensor_elems(v->c, d), per = v->piece / 2;
+	if (v->b->ops->dev_is_host) /* nothing to copy: straight into place */
+		return fill_tensor(v->c, v->src, d, name, id, 0, n, dst);
+	for (size_t first = 0; first < n; first += per) {
+		const size_t k = SL_MIN(per, n - first);
+		unsigned char *buf;
+		SL_TRY(conv_take(v, &buf));
+		const int b = v->next ^ 1; /* the buffer conv_take handed out */
+		SL_TRY(fill_tensor(v->c, v->src, d, name, id, first, k, (sl_half *)buf));
+		SL_TRY(v->b->ops->copy_h2d(v->b, v->q, (char *)dst + first * 2, buf, k * 2));
+		SL_TRY(v->b->ops->event_record(v->b, v->copied[b], v->q));
+		v->copying[b] = true;
+	}
+	return 0;
+}
+
+/* The layer tensors of layer l that live on disk, at their offsets in the
+ * layer's segment of bytes, written a window of one piece at a time. */
+static int conv_disk_segment(conv *v, const sl_opt_weights *w, int l, uint64_t seg_off)
+{
+	for (size_t off = 0; off < w->disk_bytes; off += v->piece) {
+		const size_t len = SL_MIN(v->piece, w->disk_bytes - off);
+		unsigned char *buf;
+		SL_TRY(conv_take(v, &buf));
+		memset(buf, 0, len);
+		for (int i = 0; i < SL_LAYER_TENSORS; i++) {
+			if (w->tier[i] != SL_TIER_DISK)
+				continue;
+			const tdesc *d = &layer_tensors[i];
+			const size_t a = w->home_off[i], e = a + tensor_elems(v->c, d) * 2;
+			const size_t lo = SL_MAX(a, off), hi = SL_MIN(e, off + len);
+			if (lo >= hi)
+				continue;
+			char name[160];
+			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
+			SL_TRY(fill_tensor(v->c, v->src, d, name, (uint64_t)l * 64 + (uint64_t)i, (lo - a) / 2,
+					   (hi - lo) / 2, (sl_half *)(buf + (lo - off))));
+		}
+		const int k = v->next ^ 1; /* the buffer conv_take handed out */
+		SL_TRY(sl_disk_write(v->disk, seg_off + off, buf, len, &v->ticket[k]));
+		v->pending[k] = true;
+	}
+	return 0;
+}
+
+/* Whether a stored lm_head holds the embeddings' values (then it is tied),
+ * compared a piece at a time. */
+static int conv_head_tied(conv *v, const tdesc *emb, const tdesc *hd, bool *tied)
+{
+	const size_t n = tensor_elems(v->c, hd), per = v->piece / 2;
+	*tied = true;
+	for (size_t first = 0; first < n && *tied; first += per) {
+		const size_t k = SL_MIN(per, n - first);
+		SL_TRY(fill_tensor(v->c, v->src, emb, emb->name, 1000000, first, k, (sl_half *)v->buf[0]));
+		SL_TRY(fill_tensor(v->c, v->src, hd, "lm_head.weight", 0, first, k, (sl_half *)v->buf[1]));
+		*tied = !memcmp(v->buf[0], v->buf[1], k * 2);
+	}
+	return 0;
+}
+
+/* The embeddings, positions, projections, final norm and (untied) head:
+ * one device block. */
+static int load_globals(conv *v, const sl_st_tensor *head, sl_opt_weights *w)
+{
+	const sl_opt_config *c = v->c;
+	size_t off = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++)
+		if (global_present(c, global_tensors[i].cond))
+			off += align64(tensor_elems(c, &global_tensors[i].d) * 2);
+	const tdesc hd = { "lm_head.weight", D_V, D_E, 0, 0 };
+	bool tied = true;
+	if (head)
+		SL_TRY(conv_head_tied(v, &global_tensors[0].d, &hd, &tied));
+	w->block_bytes = off + (tied ? 0 : align64(tensor_elems(c, &hd) * 2));
+	SL_TRY(sl_dev_alloc(v->b, w->block_bytes, "embeddings and final layers", &w->block));
+	off = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++) {
+		const tdesc *d = &global_tensors[i].d;
+		if (!global_present(c, global_tensors[i].cond))
+			continue;
+		sl_half **slot = (sl_half **)((char *)w + d->off);
+		*slot = (sl_half *)((char *)w->block + off);
+		SL_TRY(conv_device(v, d, d->name, 1000000 + i, *slot));
+		off += align64(tensor_elems(c, d) * 2);
+	}
+	w->lm_head = w->embed_tokens;
+	if (!tied) {
+		w->lm_head = (sl_half *)((char *)w->block + off);
+		SL_TRY(conv_device(v, &hd, "lm_head.weight", 0, w->lm_head));
+	}
+	return 0;
+}
+
+/* store_only: write the disk share into the store and nothing else (no
+ * device or host memory but the conversion buffers). */
 static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const source *src,
-		    const sl_weight_place *place, sl_opt_weights *w)
+		    const sl_weight_place *place, bool store_only, sl_opt_weights *w)
 {
 	memset(w, 0, sizeof *w);
 	w->slot[0].layer = w->slot[1].layer = -1;
@@ -357,112 +540,69 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 	if (w->disk_bytes && !w->disk)
 		return sl_err(SL_EINVAL, "weights placed on disk need an offload directory");
 	const bool write_disk = w->disk_bytes && !place->disk_ready;
+	if (store_only && !write_disk)
+		return 0;
 
-	/* sizes, then one staging buffer big enough for any block */
 	const size_t lbytes = sl_weights_layer_bytes(c);
-	const size_t head_bytes = align64((size_t)c->vocab * c->embed_dim * 2);
 	const sl_st_tensor *head = NULL;
 	if (src->st) {
 		head = sl_st_find(src->st, "lm_head.weight");
 		if (!head)
 			head = sl_st_find(src->st, "model.lm_head.weight");
 	}
-	size_t stage_bytes = conversion_bytes(c, w, head != NULL);
+	conv v = { .b = b, .q = q, .c = c, .src = src, .disk = w->disk, .piece = conv_piece(c, w->disk_bytes) };
 	void *stage = NULL;
-	int rc = sl_host_alloc(b, stage_bytes, "weight conversion", &stage);
+	int rc = sl_host_alloc(b, 2 * v.piece, "weight conversion", &stage);
 	if (rc < 0)
 		return rc;
+	v.buf[0] = stage;
+	v.buf[1] = (unsigned char *)stage + v.piece;
+	for (int k = 0; k < 2 && !rc && q; k++)
+		rc = b->ops->event_create(b, &v.copied[k]);
 
-	/* globals */
-	size_t off = 0;
-	unsigned char *sp = stage;
-	void *gdst[SL_ARRAY_LEN(global_tensors)] = { 0 };
-	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors) && !rc; i++) {
-		const tdesc *d = &global_tensors[i].d;
-		if (!global_present(c, global_tensors[i].cond))
-			continue;
-		gdst[i] = sp + off;
-		rc = fill_tensor(c, src, d, d->name, 1000000 + i, gdst[i]);
-		off += align64(tensor_elems(c, d) * 2);
-	}
-	bool tied = true;
-	if (!rc && head) {
-		tdesc hd = { "lm_head.weight", D_V, D_E, 0, 0 };
-		rc = fill_tensor(c, src, &hd, "lm_head.weight", 0, (sl_half *)(sp + off));
-		if (!rc && memcmp(sp + off, gdst[0], (size_t)c->vocab * c->embed_dim * 2) != 0) {
-			tied = false;
-			off += head_bytes;
-		}
-	}
-	w->block_bytes = off;
-	if (!rc)
-		rc = sl_dev_alloc(b, off, "embeddings and final layers", &w->block);
-	if (!rc)
-		rc = b->ops->copy_h2d(b, q, w->block, stage, off);
-	if (!rc)
-		rc = b->ops->queue_sync(b, q);
-	if (!rc) {
-		off = 0;
-		for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++) {
-			const tdesc *d = &global_tensors[i].d;
-			if (!global_present(c, global_tensors[i].cond))
-				continue;
-			*(sl_half **)((char *)w + d->off) = (sl_half *)((char *)w->block + off);
-			off += align64(tensor_elems(c, d) * 2);
-		}
-		w->lm_head = tied ? w->embed_tokens : (sl_half *)((char *)w->block + off);
-	}
+	if (!rc && !store_only)
+		rc = load_globals(&v, head, w);
 
-	/* decoder layers: each tensor converted once, then sent to its tier */
-	unsigned char *disk_img = sp + align4k(lbytes); /* page aligned: stage is */
+	/* decoder layers: each tensor converted once, straight to its tier */
 	for (int l = 0; l < c->n_layer && !rc; l++) {
 		sl_opt_layer_w *lw = &w->layers[l];
 		lw->disk_off = (uint64_t)l * w->disk_bytes;
 		char what[64];
 		snprintf(what, sizeof what, "weights of layer %d", l);
-		if (w->dev_bytes && (rc = sl_dev_alloc(b, w->dev_bytes, what, &lw->block)) < 0)
+		if (!store_only && w->dev_bytes && (rc = sl_dev_alloc(b, w->dev_bytes, what, &lw->block)) < 0)
 			break;
-		lw->block_bytes = w->dev_bytes;
-		if (w->host_bytes && (rc = sl_host_alloc(b, w->host_bytes, what, &lw->host)) < 0)
+		lw->block_bytes = store_only ? 0 : w->dev_bytes;
+		if (!store_only && w->host_bytes && (rc = sl_host_alloc(b, w->host_bytes, what, &lw->host)) < 0)
 			break;
-		memset(disk_img, 0, w->disk_bytes);
-		off = 0;
-		for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors) && !rc; i++) {
+		for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors) && !rc && !store_only; i++) {
 			const tdesc *d = &layer_tensors[i];
-			const size_t nb = tensor_elems(c, d) * 2;
-			if (w->tier[i] == SL_TIER_DISK && !write_disk)
-				continue; /* the store holds it already */
+			const uint64_t id = (uint64_t)l * 64 + i;
 			char name[160];
 			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
-			sl_half *dst = (sl_half *)(sp + off);
-			rc = fill_tensor(c, src, d, name, (uint64_t)l * 64 + i, dst);
-			if (rc)
-				break;
 			if (w->tier[i] == SL_TIER_HOST)
-				memcpy((char *)lw->host + w->home_off[i], dst, nb);
-			else if (w->tier[i] == SL_TIER_DISK)
-				memcpy(disk_img + w->home_off[i], dst, nb);
-			else
-				rc = b->ops->copy_h2d(b, q, (char *)lw->block + w->home_off[i], dst, nb);
-			if (!rc)
-				rc = b->ops->queue_sync(b, q);
-			off += align64(nb);
+				rc = fill_tensor(c, src, d, name, id, 0, tensor_elems(c, d),
+						 (sl_half *)((char *)lw->host + w->home_off[i]));
+			else if (w->tier[i] == SL_TIER_DEVICE)
+				rc = conv_device(&v, d, name, id, (char *)lw->block + w->home_off[i]);
 		}
 		if (!rc && write_disk) {
-			uint64_t ticket;
-			rc = sl_disk_write(w->disk, lw->disk_off, disk_img, w->disk_bytes, &ticket);
-			if (!rc)
-				rc = sl_disk_wait(w->disk, ticket);
+			rc = conv_disk_segment(&v, w, l, lw->disk_off);
 			w->stats.disk_write_bytes += w->disk_bytes;
 		}
-		layer_view(w, lw, NULL, SL_UNIT_LAYER, lw); /* device pointers; others set per acquire */
+		if (!store_only)
+			layer_view(w, lw, NULL, SL_UNIT_LAYER, lw); /* device pointers; others set per acquire */
 	}
+	int rc2 = conv_drain(&v);
+	rc = rc < 0 ? rc : rc2;
 	if (!rc && write_disk)
 		rc = sl_disk_mark_complete(w->disk);
-	sl_host_free(b, stage, stage_bytes);
+	for (int k = 0; k < 2; k++)
+		if (v.copied[k])
+			b->ops->event_free(b, v.copied[k]);
+	sl_host_free(b, stage, 2 * v.piece);
 
 	/* staging slots for the streamed tensors */
-	for (int k = 0; k < 2 && !rc && w->streamed; k++) {
+	for (int k = 0; k < 2 && !rc && w->streamed && !store_only; k++) {
 		rc = sl_dev_alloc(b, w->slot[k].bytes, "weight staging", &w->slot[k].buf);
 		if (!rc && w->slot[k].bounce_bytes && !b->ops->dev_is_host)
 			rc = sl_host_alloc(b, w->slot[k].bounce_bytes, "disk bounce buffer",
@@ -472,7 +612,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 		if (!rc)
 			rc = b->ops->event_create(b, &w->slot[k].ready_ev);
 	}
-	if (!rc && w->streamed)
+	if (!rc && w->streamed && !store_only)
 		rc = b->ops->queue_create(b, &w->copy_q);
 	if (rc) {
 		sl_weights_free(b, w);
@@ -598,14 +738,25 @@ int sl_weights_load(sl_backend *b, sl_queue *q, const sl_opt_config *c, const sl
 		    const char *dir, const sl_weight_place *place, sl_opt_weights *w)
 {
 	source src = { .st = st, .dir = dir };
-	return load_all(b, q, c, &src, place, w);
+	return load_all(b, q, c, &src, place, false, w);
 }
 
 int sl_weights_dummy(sl_backend *b, sl_queue *q, const sl_opt_config *c, uint64_t seed,
 		     const sl_weight_place *place, sl_opt_weights *w)
 {
 	source src = { .seed = seed + 1 };
-	return load_all(b, q, c, &src, place, w);
+	return load_all(b, q, c, &src, place, false, w);
+}
+
+int sl_weights_write_store(sl_backend *b, const sl_opt_config *c, const sl_st_set *st, const char *dir,
+			   uint64_t seed, const sl_weight_place *place)
+{
+	source src = { .st = st, .dir = dir, .seed = st ? 0 : seed + 1 };
+	sl_opt_weights w;
+	int rc = load_all(b, NULL, c, &src, place, true, &w);
+	if (rc == 0)
+		sl_weights_free(b, &w);
+	return rc;
 }
 
 void sl_weights_free(sl_backend *b, sl_opt_weights *w)

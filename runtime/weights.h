@@ -125,11 +125,24 @@ size_t sl_weights_global_bytes(const sl_opt_config *c);
 /* The pinned host bytes of the weights under a placement: *resident the
  * host tier and the disk bounce buffers (a backend whose device is not
  * the host), *loading the peak while they load (the host tier and the
- * conversion buffer; stored_head: the checkpoint stores lm_head). */
+ * conversion buffers, sl_weights_convert_bytes). */
 void sl_weights_host_bytes(const sl_opt_config *c, const sl_weight_place *p, bool dev_is_host,
-			   bool stored_head, size_t *resident, size_t *loading);
+			   size_t *resident, size_t *loading);
 /* The disk segment of one layer (page aligned) under a placement. */
 size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent);
+/* The pinned host memory loading takes while it converts (two buffers of
+ * at most 4 MiB each, whatever the model), freed when loading ends: it
+ * counts against the host budget with everything else. */
+size_t sl_weights_convert_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent);
+
+/*
+ * Write the disk share of a checkpoint's (st, dir) or, with st NULL, the
+ * dummy weights' (seed) into place->disk and mark the store complete,
+ * loading nothing else: ahead of a job (sluice convert).  Does nothing when
+ * place->disk_ready.
+ */
+int sl_weights_write_store(sl_backend *b, const sl_opt_config *c, const sl_st_set *st, const char *dir,
+			   uint64_t seed, const sl_weight_place *place);
 
 /*
  * The weights of unit u (enum sl_unit) of layer l in device memory, as

@@ -248,7 +248,8 @@ static void check_entry(const char *dir, sl_wstore_entry *e)
 	uint64_t bytes = 0;
 	if (key_now(k, now, SL_DISK_MAX_KEY + 1, &bytes) < 0) {
 		e->state = SL_WSTORE_STALE;
-		snprintf(e->why, sizeof e->why, "its source cannot be read now: %s", sl_errmsg());
+		snprintf(e->why, sizeof e->why, "its %s cannot be read now: %s",
+			 ckpt ? "checkpoint" : "model", sl_errmsg());
 	} else if (strcmp(now, info->key) || bytes != info->data_bytes) {
 		e->state = SL_WSTORE_STALE;
 		stale_reason(info->key, now, e->why, sizeof e->why);

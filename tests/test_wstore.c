@@ -15,6 +15,7 @@
  */
 #include "backend.h"
 #include "model.h"
+#include "weights.h"
 #include "wstore.h"
 
 #include "testutil.h"
@@ -443,7 +444,7 @@ START_TEST(test_list)
 	ck_assert_msg(e->state == SL_WSTORE_STALE && !e->in_use && strstr(e->why, "weight files changed"), "%s: %s",
 		      sl_wstore_state_name(e->state), e->why);
 	e = find_entry(v, n, "gone.");
-	ck_assert_msg(e->state == SL_WSTORE_STALE && strstr(e->why, "cannot be read"), "%s", e->why);
+	ck_assert_msg(e->state == SL_WSTORE_STALE && strstr(e->why, "checkpoint cannot be read"), "%s", e->why);
 	e = find_entry(v, n, name);
 	ck_assert_msg(e->state == SL_WSTORE_INCOMPLETE && strstr(e->why, "interrupted"), "%s", e->why);
 	e = find_entry(v, n, "opt.weights");
@@ -467,6 +468,92 @@ START_TEST(test_list)
 }
 END_TEST
 
+/* Logits of two short prompts on the dummy opt-125m, weights placed gpu/cpu
+ * (the rest in off), under a host budget; also the host peak. */
+static int run_dummy(double gpu, double cpu, const char *off, size_t host_mem, run_out *o, size_t *host_peak)
+{
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
+	sl_backend_set_host_limit(be, host_mem);
+	sl_model_params mp = { .dummy = "opt-125m", .w_gpu_percent = gpu, .w_cpu_percent = cpu,
+			       .offload_dir = off, .overlap = true };
+	sl_model *m = NULL;
+	int rc = sl_model_open_ex(be, &mp, &m);
+	if (rc == 0) {
+		const int32_t ids[2 * 4] = { 2, 100, 200, 300, 2, 7, 7, 50000 };
+		const int npad[2] = { 0, 0 };
+		o->n = (size_t)2 * 4 * m->cfg.vocab;
+		o->logits = malloc(sizeof(float) * o->n);
+		sl_kv *kv = NULL;
+		ck_assert_int_eq(sl_kv_create(m, 2, 4, &kv), 0);
+		ck_assert_int_eq(sl_model_prefill(m, kv, ids, npad, 4, o->logits), 0);
+		sl_kv_free(m, kv);
+		o->disk_written = m->w.stats.disk_write_bytes;
+	}
+	if (host_peak)
+		*host_peak = be->host_peak;
+	sl_model_free(m);
+	sl_backend_free(be);
+	return rc;
+}
+
+/*
+ * Loading converts in two bounded buffers: opt-125m with everything on the
+ * device loads under --cpu-mem 64M (its embeddings alone are 77 MiB), its
+ * pinned peak is those buffers (8 MiB), and a budget one byte smaller is
+ * refused.  Conversion in small pieces (tensors, disk windows and the
+ * tied-head check cut everywhere) loads the same weights as the default
+ * pieces: dummy, a one-file checkpoint, a sharded bf16 one and a post-LN
+ * one with projections.
+ */
+START_TEST(test_bounded_conversion)
+{
+	sl_opt_config cfg;
+	ck_assert_int_eq(sl_opt_config_named("opt-125m", &cfg), 0);
+	const size_t conv = sl_weights_convert_bytes(&cfg, 100, 0);
+	ck_assert_uint_eq(conv, (size_t)8 << 20);
+	run_out ref, o;
+	size_t peak = 0;
+	ck_assert_msg(run_dummy(100, 0, NULL, (size_t)64 << 20, &ref, &peak) == 0, "--cpu-mem 64M: %s", sl_errmsg());
+	ck_assert_uint_eq(peak, conv);
+	ck_assert_msg(run_dummy(100, 0, NULL, conv, &o, &peak) == 0, "%s", sl_errmsg());
+	ck_assert_msg(same(&o, &ref), "the same weights under the smallest budget");
+	free(o.logits);
+	ck_assert_int_eq(run_dummy(100, 0, NULL, conv - 1, &o, NULL), SL_EBUDGET);
+	ck_assert_msg(strstr(sl_errmsg(), "weight conversion"), "%s", sl_errmsg());
+
+	/* small pieces (16 KiB; a page for the checkpoints): the same weights,
+	 * on the device and on disk */
+	char off[400];
+	make_subdir("off", off, sizeof off);
+	setenv("SLUICE_CONVERT_PIECE", "16384", 1);
+	ck_assert_int_eq(run_dummy(100, 0, NULL, 0, &o, NULL), 0);
+	ck_assert_msg(same(&o, &ref), "dummy weights converted 16 KiB at a time");
+	free(o.logits);
+	ck_assert_int_eq(run_dummy(0, 70, off, 0, &o, NULL), 0);
+	ck_assert_msg(o.disk_written > 0 && same(&o, &ref), "dummy weights on disk written 16 KiB at a time");
+	free(o.logits);
+	free(ref.logits);
+	static const char *const fx[] = { "opt-pre", "opt-wide", "opt-post" };
+	for (size_t f = 0; f < SL_ARRAY_LEN(fx); f++) {
+		char dir[600], sub[600];
+		snprintf(dir, sizeof dir, "%s/%s", fixtures_dir, fx[f]);
+		snprintf(sub, sizeof sub, "%s/%s", off, fx[f]);
+		ck_assert_int_eq(mkdir(sub, 0755), 0);
+		unsetenv("SLUICE_CONVERT_PIECE");
+		ck_assert_int_eq(run(dir, fx[f], 100, 0, NULL, &ref), 0);
+		setenv("SLUICE_CONVERT_PIECE", "4096", 1);
+		ck_assert_int_eq(run(dir, fx[f], 100, 0, NULL, &o), 0);
+		ck_assert_msg(same(&o, &ref), "%s converted a page at a time", fx[f]);
+		free(o.logits);
+		ck_assert_int_eq(run(dir, fx[f], 0, 30, sub, &o), 0);
+		ck_assert_msg(o.disk_written > 0 && same(&o, &ref), "%s on disk written a page at a time", fx[f]);
+		free(o.logits);
+		free(ref.logits);
+	}
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -481,6 +568,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_replaced_while_open);
 	tcase_add_test(tc, test_store_per_placement);
 	tcase_add_test(tc, test_list);
+	tcase_add_test(tc, test_bounded_conversion);
 	suite_add_tcase(s, tc);
 	return sl_test_run(s);
 }
