@@ -1025,6 +1025,7 @@ int sl_disk_peek(const char *path, sl_disk_info *info)
 	else
 		flock(fd, LOCK_UN);
 	ssize_t k = pread(fd, h, SL_DISK_HEADER_BYTES, 0);
+	info->is_store = (k >= 8 && memcmp(h, HDR_MAGIC, 8) == 0) || info->file_bytes == 0;
 	if (k != (ssize_t)SL_DISK_HEADER_BYTES || memcmp(h, HDR_MAGIC, 8) != 0) {
 		rc = sl_err(SL_EFORMAT, "%s is not a sluice store (%s)", path,
 			    k != (ssize_t)SL_DISK_HEADER_BYTES ? "shorter than a header" : "bad magic");

@@ -38,6 +38,9 @@
  * before open returns (topology.h: sl_topo_io_node chooses the GPU's node,
  * else the process's; a failure warns once and the threads run unbound).
  *
+ * Locking: an open store holds a shared flock on its file until closed, so
+ * sl_disk_remove_unused (sluice convert --clean) leaves it alone.
+ *
  * Threads: read, write, wait and wait_all may be called from any thread;
  * register and close must not run concurrently with other calls on the same
  * store.  Buffers handed to read/write belong to the caller and must stay
@@ -156,6 +159,8 @@ typedef struct sl_disk_info {
 	uint64_t data_bytes, file_bytes;
 	bool complete;       /* marked complete, and the file holds the data area */
 	bool in_use;         /* an open store holds it (sl_disk_open's lock) */
+	bool is_store;       /* a sluice store's magic (any version), or an empty
+				file (a store whose creation was cut short) */
 } sl_disk_info;
 
 /*

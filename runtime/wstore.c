@@ -3,6 +3,7 @@
  */
 #include "wstore.h"
 #include "sl_common.h"
+#include "model.h"
 #include "weights.h"
 
 #include <dirent.h>
@@ -219,14 +220,14 @@ static void check_entry(const char *dir, sl_wstore_entry *e)
 		snprintf(e->why, sizeof e->why, "out of memory");
 		goto out;
 	}
-	if (sl_disk_peek(path, info) < 0) {
-		e->in_use = info->in_use;
-		e->bytes = info->file_bytes;
+	int prc = sl_disk_peek(path, info);
+	e->in_use = info->in_use;
+	e->bytes = info->file_bytes;
+	e->ours = info->is_store;
+	if (prc < 0) {
 		snprintf(e->why, sizeof e->why, "%s", sl_errmsg());
 		goto out;
 	}
-	e->in_use = info->in_use;
-	e->bytes = info->file_bytes;
 	k = json_loads(info->key, 0, NULL);
 	const char *fmt = json_string_value(json_object_get(k, "format"));
 	if (!fmt || strcmp(fmt, KEY_FORMAT) || json_integer_value(json_object_get(k, "layout")) != KEY_LAYOUT) {
@@ -272,9 +273,10 @@ int sl_wstore_list(const char *dir, sl_wstore_entry **out, int *n)
 	*out = NULL;
 	*n = 0;
 	DIR *d = opendir(dir);
+	if (!d && (errno == ENOENT || errno == ENOTDIR))
+		return sl_err(SL_ENOTFOUND, "offload directory %s does not exist or is not a directory", dir);
 	if (!d)
-		return sl_err(errno == ENOENT || errno == ENOTDIR ? SL_ENOTFOUND : SL_EIO,
-			      "offload directory %s: %s", dir, strerror(errno));
+		return sl_err(SL_EIO, "offload directory %s: %s", dir, strerror(errno));
 	sl_wstore_entry *v = NULL;
 	int cnt = 0, cap = 0, rc = 0;
 	const size_t sl = strlen(SL_WSTORE_SUFFIX);
@@ -308,4 +310,52 @@ int sl_wstore_list(const char *dir, sl_wstore_entry **out, int *n)
 	*out = v;
 	*n = cnt;
 	return 0;
+}
+
+int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double gpu_percent,
+		      double cpu_percent, const char *offload_dir, char *path, size_t path_len,
+		      bool *written)
+{
+	*written = false;
+	sl_opt_config c;
+	sl_st_set *st = NULL;
+	sl_disk_store *ds = NULL;
+	int rc;
+	if (dir) {
+		char cfg[PATH_MAX + 16];
+		snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+		if ((rc = sl_opt_config_load(cfg, &c)) < 0 || (rc = sl_st_open_dir(dir, &st)) < 0)
+			goto out;
+	} else if ((rc = sl_opt_config_named(dummy, &c)) < 0) {
+		return rc;
+	}
+	const uint64_t bytes = (uint64_t)c.n_layer * sl_weights_disk_bytes(&c, gpu_percent, cpu_percent);
+	if (bytes == 0) {
+		rc = sl_err(SL_EINVAL, "nothing to convert: the placement (weights %g%% device, %g%% host) puts no "
+			    "tensor on disk", gpu_percent, cpu_percent);
+		goto out;
+	}
+	char name[SL_WSTORE_NAME_MAX], *key = malloc(SL_DISK_MAX_KEY + 1);
+	if (!key) {
+		rc = sl_err(SL_ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = sl_wstore_ident(dir, st, &c, gpu_percent, cpu_percent, name, sizeof name, key, SL_DISK_MAX_KEY + 1);
+	if (rc == 0) {
+		snprintf(path, path_len, "%s/%s", offload_dir, name);
+		sl_disk_params dp = { .dir = offload_dir, .file_name = name, .key = key, .data_bytes = bytes };
+		sl_model_io_node(be, &dp);
+		bool fresh = true;
+		rc = sl_wstore_open(&dp, &ds, &fresh);
+		if (rc == 0 && fresh) {
+			sl_weight_place place = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent, .disk = ds };
+			rc = sl_weights_write_store(be, &c, st, dir, 0, &place);
+			*written = rc == 0;
+		}
+	}
+	free(key);
+out:
+	sl_disk_close(ds);
+	sl_st_close(st);
+	return rc;
 }

@@ -18,6 +18,7 @@
 #ifndef SL_WSTORE_H
 #define SL_WSTORE_H
 
+#include "backend.h"
 #include "disk_store.h"
 #include "opt_config.h"
 #include "safetensors.h"
@@ -61,6 +62,8 @@ typedef struct sl_wstore_entry {
 	uint64_t bytes;        /* the file's size */
 	enum sl_wstore_state state;
 	bool in_use;           /* a running job holds it open */
+	bool ours;             /* a sluice store (of any version), or an empty
+				  file left where one was being created */
 	char what[640];        /* what it holds: "checkpoint PATH, weights G% device, C% host" */
 	char why[512];         /* for a stale or foreign store: why */
 } sl_wstore_entry;
@@ -73,5 +76,16 @@ typedef struct sl_wstore_entry {
 int sl_wstore_list(const char *dir, sl_wstore_entry **out, int *n);
 
 const char *sl_wstore_state_name(enum sl_wstore_state s);
+
+/*
+ * Write the store of a checkpoint (dir) or dummy model (dummy) under a
+ * weight placement in offload_dir, ahead of a job: nothing else is loaded,
+ * and the pinned memory used is the conversion's (sl_weights_convert_bytes,
+ * within be's host budget).  *written is false when a current store was
+ * there already; path (its file) is filled either way.
+ */
+int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double gpu_percent,
+		      double cpu_percent, const char *offload_dir, char *path, size_t path_len,
+		      bool *written);
 
 #endif

@@ -427,7 +427,7 @@ START_TEST(test_list)
 	ck_assert_int_eq(sl_disk_mark_complete(ds), 0);
 	sl_disk_close(ds);
 	free(page);
-	snprintf(cmd, sizeof cmd, "echo hello > '%s/junk.weights.sluice'", off);
+	snprintf(cmd, sizeof cmd, "echo hello > '%s/junk.weights.sluice'; : > '%s/empty.weights.sluice'", off, off);
 	ck_assert_int_eq(system(cmd), 0);
 
 	held h;
@@ -435,7 +435,7 @@ START_TEST(test_list)
 	sl_wstore_entry *v = NULL;
 	int n = 0;
 	ck_assert_msg(sl_wstore_list(off, &v, &n) == 0, "%s", sl_errmsg());
-	ck_assert_int_eq(n, 6);
+	ck_assert_int_eq(n, 7);
 	const sl_wstore_entry *e = find_entry(v, n, "cur.");
 	ck_assert_msg(strstr(e->name, ".w0-30.") && e->state == SL_WSTORE_CURRENT && e->in_use, "%s %s %d", e->name,
 		      sl_wstore_state_name(e->state), e->in_use);
@@ -448,9 +448,12 @@ START_TEST(test_list)
 	e = find_entry(v, n, name);
 	ck_assert_msg(e->state == SL_WSTORE_INCOMPLETE && strstr(e->why, "interrupted"), "%s", e->why);
 	e = find_entry(v, n, "opt.weights");
-	ck_assert_msg(e->state == SL_WSTORE_FOREIGN && strstr(e->why, "earlier version"), "%s", e->why);
+	ck_assert_msg(e->state == SL_WSTORE_FOREIGN && e->ours && strstr(e->why, "earlier version"), "%s", e->why);
 	e = find_entry(v, n, "junk.");
-	ck_assert_msg(e->state == SL_WSTORE_FOREIGN && strstr(e->why, "not a sluice store"), "%s", e->why);
+	ck_assert_msg(e->state == SL_WSTORE_FOREIGN && !e->ours && strstr(e->why, "not a sluice store"), "%s", e->why);
+	e = find_entry(v, n, "empty.");
+	ck_assert_msg(e->state == SL_WSTORE_FOREIGN && e->ours, "an empty file where a store was being created: %s",
+		      e->why);
 
 	/* removal leaves a held store alone */
 	char path[900];

@@ -1180,6 +1180,7 @@ static const char main_help[] =
 	"  score      log-probabilities of continuations\n"
 	"  bench      throughput on synthetic prompts\n"
 	"  profile    the machine's topology and rates, for the cost model\n"
+	"  convert    write, list or remove the weights' disk stores of an offload folder\n"
 	"  version    print the version and the backends built in\n"
 	"'sluice <command> --help' describes each command.\n" EXIT_HELP;
 
@@ -1198,6 +1199,8 @@ static void prefer_passive_wait(char **argv)
 	execv("/proc/self/exe", argv);
 	/* if that fails, run on with the default policy */
 }
+
+int cmd_convert(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
@@ -1221,6 +1224,8 @@ int main(int argc, char **argv)
 		return cmd_score(argc, argv);
 	if (!strcmp(cmd, "profile"))
 		return cmd_profile(argc, argv);
+	if (!strcmp(cmd, "convert"))
+		return cmd_convert(argc, argv); /* tools/cmd_convert.c */
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
 		printf("sluice %s (backends: cpu%s)\n", SL_VERSION,
 		       sl_backend_cuda_built() ? ", cuda" : "");
