@@ -14,8 +14,9 @@
  * node, the I/O node, binding a thread to node 1 and to node 0 (checked
  * with sched_getaffinity), a bad node warning once, and a disk store whose
  * I/O threads (io_uring and the thread pool) bind to node 1 while the
- * caller stays unbound.  Needs PUs 0 and 1 in this process's affinity
- * (skipped otherwise).  Each test runs in its own process (Check's fork
+ * caller stays unbound.  Needs PUs 0 and 1 in this process's affinity:
+ * the group 'two_nodes' is its own meson test, which exits 77 (SKIP) with
+ * the reason where they are not.  Each test runs in its own process (Check's fork
  * mode), so each loads the topology its environment names.
  */
 #include "disk_store.h"
@@ -93,21 +94,25 @@ END_TEST
 
 /* ---- the made-up two-node machine ----------------------------------------------- */
 
-/* Load the fixture in this (forked) test process; false where PUs 0 and 1
- * are not both ours. */
-static bool fake_two_nodes(const char *test)
+/* Why the two-node tests cannot run here, or NULL: they load the fixture
+ * in each forked test process (one topology per process) and bind to PUs
+ * 0 and 1. */
+static const char *two_nodes_missing(void)
 {
 	const char *fork_mode = getenv("CK_FORK");
-	if (fork_mode && !strcmp(fork_mode, "no")) {
-		fprintf(stderr, "test_topology: SKIP %s: needs Check's fork mode (one topology per process)\n", test);
-		return false;
-	}
+	if (fork_mode && !strcmp(fork_mode, "no"))
+		return "needs Check's fork mode (one topology per process), CK_FORK=no is set";
 	cpu_set_t cs;
-	affinity(&cs);
-	if (!CPU_ISSET(0, &cs) || !CPU_ISSET(1, &cs)) {
-		fprintf(stderr, "test_topology: SKIP %s: needs PUs 0 and 1 in this process's affinity\n", test);
-		return false;
-	}
+	CPU_ZERO(&cs);
+	if (sched_getaffinity(0, sizeof cs, &cs) != 0 || !CPU_ISSET(0, &cs) || !CPU_ISSET(1, &cs))
+		return "needs PUs 0 and 1 in this process's affinity";
+	return NULL;
+}
+
+/* Load the fixture in this (forked) test process (main checked that it
+ * can: two_nodes_missing). */
+static void fake_two_nodes(void)
+{
 	char path[600];
 	snprintf(path, sizeof path, "%s/topology-2node.xml", fixtures);
 	ck_assert_msg(access(path, R_OK) == 0, "fixture %s", path);
@@ -116,13 +121,11 @@ static bool fake_two_nodes(const char *test)
 	sl_topo_info t;
 	ck_assert_msg(sl_topo_get(&t) == 0, "%s", sl_errmsg());
 	ck_assert_int_eq(t.nnodes, 2);
-	return true;
 }
 
 START_TEST(test_fake_describe)
 {
-	if (!fake_two_nodes("describe"))
-		return;
+	fake_two_nodes();
 	sl_topo_info t;
 	ck_assert(sl_topo_get(&t) == 0);
 	ck_assert_int_eq(t.packages, 2);
@@ -150,8 +153,7 @@ END_TEST
 
 START_TEST(test_fake_bind)
 {
-	if (!fake_two_nodes("bind"))
-		return;
+	fake_two_nodes();
 	cpu_set_t cs;
 	ck_assert_int_eq(sl_topo_thread_node(), -1);
 	ck_assert_msg(sl_topo_bind_thread(1, "test threads") == 0, "%s", sl_errmsg());
@@ -201,8 +203,7 @@ END_TEST
 /* A store's I/O threads on node 1, on both engines, the caller untouched. */
 START_TEST(test_fake_store)
 {
-	if (!fake_two_nodes("store"))
-		return;
+	fake_two_nodes();
 	char dir[300];
 	snprintf(dir, sizeof dir, "%s/store", tmp_root);
 	ck_assert(mkdir(dir, 0755) == 0 || errno == EEXIST);
@@ -237,24 +238,47 @@ START_TEST(test_fake_store)
 }
 END_TEST
 
+/* test_topology FIXTURES [here|two_nodes]: one group (meson runs each as
+ * its own test), or both; a group that cannot run here exits 77 (SKIP)
+ * with the reason on stderr. */
 int main(int argc, char **argv)
 {
 	fixtures = argc > 1 ? argv[1] : "tests/fixtures";
+	const char *group = argc > 2 ? argv[2] : NULL;
+	const bool here = !group || !strcmp(group, "here");
+	const bool two = !group || !strcmp(group, "two_nodes");
+	if (!here && !two) {
+		fprintf(stderr, "test_topology: unknown group '%s' (here, two_nodes)\n", group);
+		return 1;
+	}
+	const char *missing = two ? two_nodes_missing() : NULL;
+	if (missing && !here) {
+		fprintf(stderr, "test_topology: SKIP two_nodes: %s\n", missing);
+		return 77;
+	}
+	if (missing) {
+		fprintf(stderr, "test_topology: two_nodes %s\n", missing);
+		return 1;
+	}
 	snprintf(tmp_root, sizeof tmp_root, "/tmp/sl-topo-XXXXXX");
 	if (!mkdtemp(tmp_root)) {
 		fprintf(stderr, "test_topology: cannot create a directory under /tmp: %s\n", strerror(errno));
 		return 1;
 	}
 	Suite *s = suite_create("topology");
-	TCase *tc = tcase_create("here");
-	tcase_add_test(tc, test_here);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("two_nodes");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_fake_describe);
-	tcase_add_test(tc, test_fake_bind);
-	tcase_add_test(tc, test_fake_store);
-	suite_add_tcase(s, tc);
+	if (here) {
+		TCase *tc = tcase_create("here");
+		tcase_add_test(tc, test_here);
+		suite_add_tcase(s, tc);
+	}
+	if (two) {
+		TCase *tc = tcase_create("two_nodes");
+		tcase_set_timeout(tc, 60);
+		tcase_add_test(tc, test_fake_describe);
+		tcase_add_test(tc, test_fake_bind);
+		tcase_add_test(tc, test_fake_store);
+		suite_add_tcase(s, tc);
+	}
 	int rc = sl_test_run(s);
 	rmdir(tmp_root);
 	return rc;
