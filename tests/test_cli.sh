@@ -611,6 +611,37 @@ tables = " ".join(l for l in readme.split("\n") if l.startswith("| `-"))
 in_help = set().union(*(opts(h) for h in helps.values())) - {"--help"}
 assert opts(tables) == in_help, (opts(tables) ^ in_help)
 PY
+# ---- numerics: H2O budgets of 0, non-finite values, vocabularies ---------
+# (issue 11: items 3, 4, 5, 7)
+numerics_cases() {
+	local kjv
+	kjv="$(dirname "$0")/../models/opt-tiny-kjv"
+	# H2O with a 3-token prompt (budget floor(0.2 x 3) = 0: each step attends
+	# to its own token) in a block with longer lines, in score and generate,
+	# in every cache placement: whole output, the same in each placement
+	printf '%s\n' '{"id": "a", "input_ids": [2, 100, 200, 300, 400, 500, 600, 700, 800, 900], "continuation_ids": [5, 6, 7, 8, 9]}' \
+		'{"id": "b", "input_ids": [2, 10, 20, 30, 40, 50, 60], "continuation_ids": [5, 6, 7, 8]}' \
+		'{"id": "c", "input_ids": [2, 11, 12], "continuation_ids": [5, 6]}' >"$tmp/h0.jsonl"
+	mkdir -p "$tmp/h0off"
+	local h place n=0
+	for h in "--hh-ratio 0.2" "--hh-ratio 0.1" "--hh-ratio 0.3" "--hh-ratio 0 --recent-ratio 0.2"; do
+		for place in "" "--percent 100 0 0 100 100 0 --cpu-cache-compute" \
+			"--percent 100 0 0 0 100 0 --offload-dir $tmp/h0off" "--percent 100 0 0 100 100 0"; do
+			n=$((n + 1))
+			# shellcheck disable=SC2086
+			if "$sluice" score --backend cpu --quiet --model "$kjv" --input "$tmp/h0.jsonl" \
+				--out "$tmp/h0s$n.jsonl" $h $place 2>"$tmp/stderr" &&
+				[ "$(lines "$tmp/h0s$n.jsonl")" -eq 3 ]; then ok; else bad "score $h $place: $(cat "$tmp/stderr")"; fi
+			[ -z "$place" ] && cp "$tmp/h0s$n.jsonl" "$tmp/h0ref.jsonl"
+			if cmp -s "$tmp/h0s$n.jsonl" "$tmp/h0ref.jsonl"; then ok; else bad "score $h: $place changed the scores"; fi
+			# shellcheck disable=SC2086
+			if "$sluice" generate --backend cpu --quiet --model "$kjv" --prompts "$tmp/h0.jsonl" \
+				--out "$tmp/h0g$n.jsonl" --max-new-tokens 6 $h $place 2>"$tmp/stderr" &&
+				[ "$(lines "$tmp/h0g$n.jsonl")" -eq 3 ]; then ok; else bad "generate $h $place: $(cat "$tmp/stderr")"; fi
+		done
+	done
+}
+numerics_cases
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

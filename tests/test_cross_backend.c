@@ -460,6 +460,7 @@ static const attn_case prefill_cases[] = {
 
 static const attn_case decode_cases[] = {
 	{ 3, 4, 64, 1, 50, { 0, 17, 49 }, false, false },  /* len 0: only the new token */
+	{ 3, 2, 64, 1, 1, { 0, 0, 0 }, false, false },     /* one slot (an H2O budget of 0) */
 	{ 2, 2, 128, 1, 300, { 299, 150 }, false, false }, /* a full cache */
 	{ 5, 3, 80, 1, 40, { -1 }, false, false },
 	{ 2, 2, 36, 1, 20, { 5, 19 }, false, false },      /* hd % 8 != 0: half loads */
@@ -661,6 +662,8 @@ static const h2o_case h2o_cases[] = {
 	{ 2, 1, 128, false, 100, 30, 0, 20, { 100, 25 }, false, true, 0, 3, false }, /* H = 0 */
 	{ 2, 1, 128, true, 100, 30, 0, 20, { 100, 21 }, true, false, 0, 2, false },  /* H = 0, no evicted */
 	{ 2, 2, 64, false, 100, 40, 30, 0, { 100, 31 }, true, true, 0, 4, false }, /* R = 0 */
+	{ 3, 2, 64, false, 12, 1, 0, 0, { 12, 1, 0 }, false, true, 0, 3, false },  /* budget 0 */
+	{ 2, 2, 8, true, 9, 1, 0, 0, { 9, 3 }, true, false, 0, 2, false },         /* budget 0, no evicted */
 	{ 4, 2, 8, true, 50, 48, -1, -1, { -1 }, true, false, 0, 3, false },       /* budgets per sequence */
 	{ 2, 2, 8, false, 33, 16, 10, 5, { 33, 20 }, false, true, 2, 2, false },    /* 2-byte words */
 	{ 1, 2, 1, false, 20, 8, 4, 3, { 20 }, true, true, 1, 2, false },           /* 1-byte words */

@@ -15,11 +15,16 @@
  * attention outputs, the cache size min(B, length), and that kept plus
  * evicted scores sum to the number of queries.  Then through the model: a
  * budget at least the length equals the dense cache; a sequence in a batch
- * behaves as alone.  argv[1] is the fixtures folder.
+ * behaves as alone; scoring (sl_scorer) equals the independent PyTorch
+ * reference bench/h2o_ref.py (tests/fixtures/h2o-score.json, made by
+ * tools/make_h2o_score_fixture.py) in every cache placement, budgets of 0
+ * among longer ones in one block.  argv[1] is the fixtures folder.
  */
 #include "backend.h"
 #include "generate.h"
 #include "model.h"
+#include "score.h"
+#include "topology.h"
 
 #include "testutil.h"
 
@@ -27,6 +32,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *fixtures_dir = "tests/fixtures";
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -173,6 +179,8 @@ static const budget_case cases[] = {
 	{ 33, 20, 3, 7 },
 	{ 1, 10, 1, 1 },
 	{ 16, 16, 7, 1 },
+	{ 12, 6, 0, 0 },   /* budget 0: each step attends to its own token alone */
+	{ 1, 5, 0, 0 },
 };
 
 START_TEST(test_ops_against_plain)
@@ -452,11 +460,111 @@ START_TEST(test_micro_batches)
 }
 END_TEST
 
+/* ---- scoring against the independent reference -------------------------- */
+
+typedef struct score_place {
+	double cg, cc; /* the cache on the device, in host memory (the rest on disk) */
+	bool ccc;      /* cpu_cache_compute */
+	int micro;
+	const char *what;
+} score_place;
+
+static const score_place score_places[] = {
+	{ 100, 0, false, 0, "cache on the device" },
+	{ 0, 100, false, 0, "cache in host memory" },
+	{ 0, 100, true, 0, "cache in host memory, cpu_cache_compute" },
+	{ 0, 0, false, 0, "cache on disk" },
+	{ 34, 33, true, 3, "cache across the tiers, micro-batches of 3, cpu_cache_compute" },
+};
+
+/*
+ * sluice score's path (sl_scorer) over every line of the fixture in one
+ * block, under each case's budgets (both ratios 0: the counts 0 and 0, a
+ * budget of 0 for every line), with the fp32 cache: the log-probabilities
+ * of bench/h2o_ref.py within 1e-4.  Lines of 1 to 16 prompt tokens, so
+ * short prompts whose budget is 0 finish while longer ones go on.
+ */
+START_TEST(test_score_against_reference)
+{
+	const score_place *pl = &score_places[_i];
+	char path[600];
+	snprintf(path, sizeof path, "%s/h2o-score.json", fixtures_dir);
+	json_error_t jerr;
+	json_t *fx = json_load_file(path, 0, &jerr);
+	ck_assert_msg(fx, "%s: %s", path, jerr.text);
+	json_t *lines = json_object_get(fx, "lines"), *fcases = json_object_get(fx, "cases");
+	const int n = (int)json_array_size(lines);
+	ck_assert(n > 0 && n <= 16 && json_array_size(fcases) > 0);
+	int32_t ids[16][64], cont[16][64];
+	sl_score_seq seqs[16];
+	double lp[16][64];
+	int max_len = 0, max_prompt = 0;
+	for (int i = 0; i < n; i++) {
+		json_t *ln = json_array_get(lines, (size_t)i);
+		json_t *a = json_object_get(ln, "input_ids"), *b = json_object_get(ln, "continuation_ids");
+		seqs[i] = (sl_score_seq){ .prompt = ids[i], .cont = cont[i], .logprobs = lp[i],
+					  .prompt_len = (int)json_array_size(a),
+					  .cont_len = (int)json_array_size(b) };
+		for (int j = 0; j < seqs[i].prompt_len; j++)
+			ids[i][j] = (int32_t)json_integer_value(json_array_get(a, (size_t)j));
+		for (int j = 0; j < seqs[i].cont_len; j++)
+			cont[i][j] = (int32_t)json_integer_value(json_array_get(b, (size_t)j));
+		max_len = SL_MAX(max_len, seqs[i].prompt_len + seqs[i].cont_len);
+		max_prompt = SL_MAX(max_prompt, seqs[i].prompt_len);
+	}
+	char dir[600], off[64];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	snprintf(off, sizeof off, "/tmp/sluice-h2o-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(off));
+	for (size_t c = 0; c < json_array_size(fcases); c++) {
+		json_t *cs = json_array_get(fcases, c);
+		const double hh = json_real_value(json_object_get(cs, "hh_ratio")),
+			     rr = json_real_value(json_object_get(cs, "recent_ratio"));
+		sl_model_params mp = { .dir = dir, .w_gpu_percent = 100, .offload_dir = off,
+				       .overlap = true };
+		sl_model *m = NULL;
+		ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
+		m->kv_f32 = true;
+		m->hh_ratio = hh;
+		m->recent_ratio = rr;
+		if (hh == 0 && rr == 0) /* ratios 0 and 0 mean dense: the counts instead */
+			m->h2o_heavy = m->h2o_recent = 0;
+		m->cache_gpu_percent = pl->cg;
+		m->cache_cpu_percent = pl->cc;
+		m->cpu_cache_compute = pl->ccc;
+		m->micro = pl->micro;
+		sl_scorer *sc = NULL;
+		ck_assert_msg(sl_scorer_create(m, n, max_len, max_prompt, &sc) == 0, "%s", sl_errmsg());
+		int rc = sl_scorer_run(sc, seqs, n, NULL);
+		ck_assert_msg(rc == 0, "H2O %g/%g, %s: %s", hh, rr, pl->what, sl_errmsg());
+		json_t *want = json_object_get(cs, "logprobs");
+		for (int i = 0; i < n; i++)
+			for (int j = 0; j < seqs[i].cont_len; j++) {
+				const double w = json_real_value(
+					json_array_get(json_array_get(want, (size_t)i), (size_t)j));
+				ck_assert_msg(fabs(lp[i][j] - w) <= 1e-4 * fmax(1.0, fabs(w)),
+					      "H2O %g/%g, %s: line %d (prompt of %d) token %d: %.6f, the reference %.6f",
+					      hh, rr, pl->what, i, seqs[i].prompt_len, j, lp[i][j], w);
+			}
+		sl_scorer_free(sc);
+		sl_model_free(m);
+	}
+	rmdir(off);
+	json_decref(fx);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
 		fixtures_dir = argv[1];
 	setenv("SLUICE_GEMM_SMALL_M", "1000000", 1);
+	/* The cache's disk tier binds its I/O threads through hwloc, whose
+	 * first load dlopens plugins; load it here, before Check forks a test,
+	 * as LeakSanitizer cannot walk the thread-local storage of libraries
+	 * loaded after the fork (it crashes at the child's exit). */
+	sl_topo_info ti;
+	sl_topo_get(&ti);
 	Suite *s = suite_create("h2o");
 	TCase *tc = tcase_create("h2o");
 	tcase_add_checked_fixture(tc, setup, teardown);
@@ -466,6 +574,7 @@ int main(int argc, char **argv)
 	tcase_add_loop_test(tc, test_budget_beyond_length_is_dense, 0, 3);
 	tcase_add_test(tc, test_batch_equals_alone);
 	tcase_add_test(tc, test_micro_batches);
+	tcase_add_loop_test(tc, test_score_against_reference, 0, (int)SL_ARRAY_LEN(score_places));
 	suite_add_tcase(s, tc);
 	return sl_test_run(s);
 }
