@@ -1022,6 +1022,13 @@ int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len,
 
 /* ---- decoding -------------------------------------------------------------- */
 
+/* Whether id (>= 0) has an entry in vocab.json; one without (beyond it, or a
+ * hole in it) decodes to nothing, as in HF. */
+static bool has_text(const sl_tokenizer *t, int32_t id)
+{
+	return id < t->n_ids && (t->flags[id] & SL_TOK_PRESENT);
+}
+
 int sl_tokenizer_decode_ex(const sl_tokenizer *t, const int32_t *ids, size_t n,
 			   unsigned flags, char **text, size_t *len)
 {
@@ -1032,10 +1039,11 @@ int sl_tokenizer_decode_ex(const sl_tokenizer *t, const int32_t *ids, size_t n,
 	size_t total = 0;
 	for (size_t i = 0; i < n; i++) {
 		int32_t id = ids[i];
-		if (id < 0 || id >= t->n_ids || !(t->flags[id] & SL_TOK_PRESENT))
-			return sl_err(SL_ERANGE, "tokenizer: id %d at position %zu is not "
-				      "in the vocabulary (size %d)", (int)id, i, (int)t->n_ids);
-		total += t->ent[id].raw_len;
+		if (id < 0)
+			return sl_err(SL_ERANGE, "tokenizer: id %d at position %zu is negative", (int)id,
+				      i);
+		if (has_text(t, id))
+			total += t->ent[id].raw_len;
 	}
 	char *raw = malloc(total + 1);
 	if (!raw)
@@ -1043,7 +1051,7 @@ int sl_tokenizer_decode_ex(const sl_tokenizer *t, const int32_t *ids, size_t n,
 	size_t r = 0;
 	bool skip = flags & SL_TOKENIZER_SKIP_SPECIAL;
 	for (size_t i = 0; i < n; i++) {
-		if (skip && (t->flags[ids[i]] & SL_TOK_SPECIAL))
+		if (!has_text(t, ids[i]) || (skip && (t->flags[ids[i]] & SL_TOK_SPECIAL)))
 			continue;
 		const struct sl_tok_entry *e = &t->ent[ids[i]];
 		memcpy(raw + r, t->pool + e->raw_off, e->raw_len);
@@ -1080,9 +1088,13 @@ int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, size_t n,
 int sl_tokenizer_token_bytes(const sl_tokenizer *t, int32_t id, const char **bytes,
 			     size_t *len)
 {
-	if (!t || id < 0 || id >= t->n_ids || !(t->flags[id] & SL_TOK_PRESENT))
-		return sl_err(SL_ERANGE, "tokenizer: id %d is not in the vocabulary",
-			      (int)id);
+	if (!t || id < 0)
+		return sl_err(SL_ERANGE, "tokenizer: id %d is negative", (int)id);
+	if (!has_text(t, id)) {
+		*bytes = "";
+		*len = 0;
+		return 0;
+	}
 	*bytes = t->pool + t->ent[id].raw_off;
 	*len = t->ent[id].raw_len;
 	return 0;

@@ -34,7 +34,10 @@
  * sl_tokenizer_bos_id() yourself.
  *
  * Decoding concatenates each token's bytes (the inverse byte mapping of its
- * vocab string; special tokens give their text, e.g. "</s>") and, unless
+ * vocab string; special tokens give their text, e.g. "</s>"; an id with no
+ * entry in vocab.json, beyond it or a hole in it, gives nothing, as in HF,
+ * whose decode drops such ids: a model's vocab_size may exceed its
+ * tokenizer's, 50272 against 50265 for OPT) and, unless
  * SL_TOKENIZER_RAW_BYTES, replaces invalid UTF-8 in the result by U+FFFD
  * the way HF does (maximal subparts), which equals HF's
  * `tokenizers.Tokenizer.decode(ids, skip_special_tokens=False)`, i.e.
@@ -108,8 +111,9 @@ int sl_tokenizer_pretokenize(const sl_tokenizer *t, const char *text, size_t len
 /*
  * Decode n ids into a malloc'd, NUL-terminated string *text of *len bytes
  * (the NUL not counted).  sl_tokenizer_decode keeps special tokens and
- * replaces invalid UTF-8 by U+FFFD (= HF decode).  An id that is negative,
- * >= sl_tokenizer_vocab_size or a hole in vocab.json gives SL_ERANGE.
+ * replaces invalid UTF-8 by U+FFFD (= HF decode).  An id without an entry
+ * in vocab.json (>= sl_tokenizer_vocab_size, or a hole) adds nothing; a
+ * negative id gives SL_ERANGE.
  */
 int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, size_t n,
 			char **text, size_t *len);
@@ -118,8 +122,8 @@ int sl_tokenizer_decode_ex(const sl_tokenizer *t, const int32_t *ids, size_t n,
 
 /*
  * Streaming: the raw bytes one token contributes to a decode (no U+FFFD
- * replacement; a token may hold part of a UTF-8 character).  O(1).
- * SL_ERANGE for an unknown id.
+ * replacement; a token may hold part of a UTF-8 character; none for an id
+ * without an entry in vocab.json).  O(1).  SL_ERANGE for a negative id.
  */
 int sl_tokenizer_token_bytes(const sl_tokenizer *t, int32_t id,
 			     const char **bytes, size_t *len);

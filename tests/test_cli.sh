@@ -640,6 +640,46 @@ numerics_cases() {
 				[ "$(lines "$tmp/h0g$n.jsonl")" -eq 3 ]; then ok; else bad "generate $h $place: $(cat "$tmp/stderr")"; fi
 		done
 	done
+
+	# a model vocabulary larger than its tokenizer (real OPT checkpoints:
+	# 50272 against 50265): the bundled model without its last 3 tokenizer
+	# entries; sampled ids without text add nothing to the completion (as
+	# in transformers' decode), and the job completes
+	python3 - "$kjv" "$tmp/kjv-small" 4093 <<'PY'
+import json, os, shutil, sys
+src, dst, keep = sys.argv[1], sys.argv[2], int(sys.argv[3])
+shutil.copytree(src, dst)
+v = json.load(open(os.path.join(src, "vocab.json"), encoding="utf-8"))
+gone = {t for t, i in v.items() if i >= keep}
+json.dump({t: i for t, i in v.items() if i < keep}, open(os.path.join(dst, "vocab.json"), "w", encoding="utf-8"))
+m = open(os.path.join(src, "merges.txt"), encoding="utf-8").read().split("\n")
+m = [l for l in m if l.startswith("#") or l.replace(" ", "") not in gone]
+open(os.path.join(dst, "merges.txt"), "w", encoding="utf-8").write("\n".join(m))
+PY
+	for i in $(seq 16); do printf '{"id": %d, "prompt": "And the LORD said unto Moses"}\n' "$i"; done >"$tmp/v16.jsonl"
+	if "$sluice" generate --backend cpu --quiet --model "$tmp/kjv-small" --prompts "$tmp/v16.jsonl" \
+		--out "$tmp/v16.out" --temperature 50 --seed 1 2>"$tmp/stderr"; then ok; else bad "vocabulary beyond the tokenizer: $(cat "$tmp/stderr")"; fi
+	if python3 - "$tmp/kjv-small/vocab.json" "$tmp/v16.out" <<'PY'; then ok; else bad "completions with ids beyond the tokenizer"; fi
+import json, sys
+v = {i: t for t, i in json.load(open(sys.argv[1], encoding="utf-8")).items()}
+# GPT-2's byte-level alphabet, inverted
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b)
+        cs.append(256 + n)
+        n += 1
+byte = {chr(c): b for b, c in zip(bs, cs)}
+out = [json.loads(l) for l in open(sys.argv[2])]
+assert len(out) == 16, len(out)
+beyond = 0
+for o in out:
+    beyond += sum(i >= 4093 for i in o["output_ids"])
+    raw = b"".join(bytes(byte[ch] for ch in v[i]) for i in o["output_ids"] if i in v and i not in (1, 2))
+    assert o["completion"] == raw.decode("utf-8", errors="replace"), (o, raw)
+assert beyond > 0, "no id beyond the tokenizer was sampled"
+PY
 }
 numerics_cases
 
