@@ -70,6 +70,42 @@ static int by_begin(const void *a, const void *b)
 	return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
+/*
+ * A key given twice in the header (jansson would keep the last): a tensor
+ * name at the top level, or a field of one tensor's entry.  jansson stops
+ * right after the repeated key and quotes it in its message (near '"key"');
+ * the depth of the object it belongs to is counted from the header's text.
+ */
+static int duplicate_key(const char *path, const char *hdr, const json_error_t *jerr)
+{
+	const char *q = strstr(jerr->text, "near '\"");
+	size_t n = q ? strlen(q + 7) : 0;
+	if (n < 2 || strcmp(q + 7 + n - 2, "\"'"))
+		return sl_err(SL_EFORMAT, "%s: header: %s (at byte %d)", path, jerr->text,
+			      jerr->position);
+	int depth = 0;
+	bool str = false;
+	for (int i = 0; i < jerr->position; i++) {
+		if (str) {
+			if (hdr[i] == '\\')
+				i++;
+			else if (hdr[i] == '"')
+				str = false;
+		} else if (hdr[i] == '"') {
+			str = true;
+		} else if (hdr[i] == '{' || hdr[i] == '[') {
+			depth++;
+		} else if (hdr[i] == '}' || hdr[i] == ']') {
+			depth--;
+		}
+	}
+	if (depth == 1)
+		return sl_err(SL_EFORMAT, "%s: tensor '%.*s' appears twice in the header", path,
+			      (int)(n - 2), q + 7);
+	return sl_err(SL_EFORMAT, "%s: header: field '%.*s' appears twice in one entry (at byte %d)",
+		      path, (int)(n - 2), q + 7, jerr->position);
+}
+
 static int add_file(sl_st_set *s, const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -121,7 +157,9 @@ static int add_file(sl_st_set *s, const char *path)
 	}
 	m->info.header_hash = hh;
 	json_error_t jerr;
-	json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, 0, &jerr);
+	json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root && json_error_code(&jerr) == json_error_duplicate_key)
+		return duplicate_key(path, (const char *)p + 8, &jerr);
 	if (!root)
 		return sl_err(SL_EFORMAT, "%s: header is not JSON (%s at byte %d)", path, jerr.text,
 			      jerr.position);

@@ -94,6 +94,16 @@ static const struct {
 	{ "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 0]}}", 16,
 	  "bad data_offsets" },
 	{ "{\"a\": {\"shape\": [2], \"data_offsets\": [0, 8]}}", 16, "needs dtype" },
+	/* a tensor named twice: JSON parsers keep one of them, silently */
+	{ "{\"model.decoder.x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+	  " \"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 12]},"
+	  " \"model.decoder.x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [12, 16]}}",
+	  16, "tensor 'model.decoder.x' appears twice in the header" },
+	{ "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"dtype\": \"F16\", \"data_offsets\": [0, 8]}}",
+	  16, "field 'dtype' appears twice" },
+	{ "{\"__metadata__\": {\"format\": \"pt\"}, \"a[{\\\"\": {\"dtype\": \"F32\", \"shape\": [2],"
+	  " \"data_offsets\": [0, 8]}, \"a[{\\\"\": {}}",
+	  16, "tensor 'a[{\\\"' appears twice" },
 };
 
 START_TEST(test_corrupt_headers)
