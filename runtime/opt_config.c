@@ -67,8 +67,15 @@ int sl_opt_config_validate(const sl_opt_config *c, const char *path)
 	if (c->hidden > (1 << 17) || c->ffn > (1 << 19) || c->vocab > (1 << 24) ||
 	    c->max_pos > (1 << 20) || c->n_layer > 4096 || c->embed_dim > (1 << 17))
 		return sl_err(SL_EFORMAT, "%s: model sizes are implausibly large", path);
-	if (c->eos_id < 0 || c->eos_id >= c->vocab || c->pad_id < 0 || c->pad_id >= c->vocab)
-		return sl_err(SL_EFORMAT, "%s: eos/pad token ids outside the vocabulary", path);
+	const struct {
+		const char *field;
+		int id;
+	} ids[] = { { "bos_token_id", c->bos_id }, { "eos_token_id", c->eos_id },
+		    { "pad_token_id", c->pad_id } };
+	for (size_t i = 0; i < SL_ARRAY_LEN(ids); i++)
+		if (ids[i].id < 0 || ids[i].id >= c->vocab)
+			return sl_err(SL_EFORMAT, "%s: %s %d is outside the vocabulary (0..%d)", path,
+				      ids[i].field, ids[i].id, c->vocab - 1);
 	return 0;
 }
 

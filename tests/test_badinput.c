@@ -266,6 +266,19 @@ START_TEST(test_bad_configs)
 		  " \"hidden_size\": 64, \"ffn_dim\": 256, \"vocab_size\": 512,"
 		  " \"activation_function\": \"gelu\"}",
 		  SL_EUNSUPPORTED, "activation_function 'gelu'" },
+		/* token ids must name tokens of the model's vocabulary */
+		{ "{\"model_type\": \"opt\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+		  " \"hidden_size\": 64, \"ffn_dim\": 256, \"vocab_size\": 512, \"bos_token_id\": 512}",
+		  SL_EFORMAT, "config.json: bos_token_id 512 is outside the vocabulary (0..511)" },
+		{ "{\"model_type\": \"opt\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+		  " \"hidden_size\": 64, \"ffn_dim\": 256, \"vocab_size\": 512, \"bos_token_id\": -1}",
+		  SL_EFORMAT, "config.json: bos_token_id -1 is outside the vocabulary" },
+		{ "{\"model_type\": \"opt\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+		  " \"hidden_size\": 64, \"ffn_dim\": 256, \"vocab_size\": 512, \"eos_token_id\": 600}",
+		  SL_EFORMAT, "config.json: eos_token_id 600 is outside the vocabulary (0..511)" },
+		{ "{\"model_type\": \"opt\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+		  " \"hidden_size\": 64, \"ffn_dim\": 256, \"vocab_size\": 512, \"pad_token_id\": 9999}",
+		  SL_EFORMAT, "config.json: pad_token_id 9999 is outside the vocabulary (0..511)" },
 	};
 	make_tmpdir();
 	rewrite_checkpoint("none", EDIT_DROP);
