@@ -145,7 +145,31 @@ static void fill_dummy(const sl_opt_config *c, const tdesc *d, uint64_t id, size
 	}
 }
 
-static void convert_to_half(const sl_st_tensor *t, sl_half *dst, size_t n)
+/* The index of the first fp16 value of h[0..n) that is not a number (inf
+ * or NaN: the exponent all ones), or n.  Blocks are tested with a loop
+ * the compiler vectorises; only a block that holds one is searched. */
+static size_t first_nonfinite(const sl_half *h, size_t n)
+{
+	size_t bad = n;
+#pragma omp parallel for schedule(static) reduction(min : bad)
+	for (size_t b = 0; b < n; b += 4096) {
+		const size_t e = SL_MIN(n, b + 4096);
+		unsigned any = 0;
+		for (size_t i = b; i < e; i++)
+			any |= (h[i] & 0x7c00u) == 0x7c00u;
+		for (size_t i = b; any && i < e; i++)
+			if ((h[i] & 0x7c00u) == 0x7c00u) {
+				bad = SL_MIN(bad, i);
+				break;
+			}
+	}
+	return bad;
+}
+
+/* The tensor's values as fp16 into dst; returns the index of the first
+ * value fp16 cannot hold (NaN or inf in the file, or beyond fp16's range,
+ * which rounds to inf), or n where there is none. */
+static size_t convert_to_half(const sl_st_tensor *t, sl_half *dst, size_t n)
 {
 	const unsigned char *src = t->data;
 	switch (t->dtype) {
@@ -171,6 +195,32 @@ static void convert_to_half(const sl_st_tensor *t, sl_half *dst, size_t n)
 	default:
 		break;
 	}
+	return first_nonfinite(dst, n);
+}
+
+/* Refuse a tensor whose element i fp16 cannot hold, naming file, tensor,
+ * element and value. */
+static int unrepresentable(const sl_st_tensor *t, size_t i)
+{
+	float f = 0;
+	if (t->dtype == SL_DT_F32) {
+		memcpy(&f, (const unsigned char *)t->data + 4 * i, 4);
+	} else {
+		uint16_t v;
+		memcpy(&v, (const unsigned char *)t->data + 2 * i, 2);
+		f = t->dtype == SL_DT_F16 ? sl_half_to_float(v) : sl_bf16_to_float(v);
+	}
+	char at[64];
+	if (t->ndim == 2)
+		snprintf(at, sizeof at, "[%zu, %zu]", i / (size_t)t->shape[1], i % (size_t)t->shape[1]);
+	else
+		snprintf(at, sizeof at, "[%zu]", i);
+	if (isfinite(f))
+		return sl_err(SL_ERANGE,
+			      "%s: tensor '%s' holds %g at %s, beyond the range of fp16 (largest 65504), in which sluice keeps weights",
+			      t->file, t->name, (double)f, at);
+	return sl_err(SL_ERANGE, "%s: tensor '%s' holds %s at %s: weights must be finite", t->file,
+		      t->name, isnan(f) ? "NaN" : f > 0 ? "inf" : "-inf", at);
 }
 
 static const sl_st_tensor *lookup(const sl_st_set *st, const char *name, char *tried, size_t tn)
@@ -225,8 +275,8 @@ static int fill_tensor(const sl_opt_config *c, const source *src, const tdesc *d
 			      t->file, t->name, t->dtype_name);
 	sl_st_tensor part = *t; /* the range: its bytes start first elements in */
 	part.data = (const unsigned char *)t->data + first * (t->dtype == SL_DT_F32 ? 4 : 2);
-	convert_to_half(&part, dst, n);
-	return 0;
+	const size_t bad = convert_to_half(&part, dst, n);
+	return bad < n ? unrepresentable(t, first + bad) : 0;
 }
 
 static size_t align4k(size_t n)

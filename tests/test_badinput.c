@@ -154,7 +154,9 @@ END_TEST
  * Rewrite the opt-pre checkpoint into tmpdir with one change: drop a
  * tensor, give it another shape, or store it as another dtype.
  */
-enum edit { EDIT_DROP, EDIT_SHAPE, EDIT_DTYPE };
+enum edit { EDIT_DROP, EDIT_SHAPE, EDIT_DTYPE, EDIT_VALUE };
+static size_t edit_at;   /* EDIT_VALUE: this element (the fixture is F32) */
+static float edit_value; /* becomes this */
 
 static void rewrite_checkpoint(const char *victim, enum edit e)
 {
@@ -186,6 +188,10 @@ static void rewrite_checkpoint(const char *victim, enum edit e)
 			blob = realloc(blob, total + nb);
 		memset(blob + off, 0, nb);
 		memcpy(blob + off, t->data, SL_MIN(nb, t->nbytes));
+		if (hit && e == EDIT_VALUE) {
+			ck_assert(!strcmp(dt, "F32") && (edit_at + 1) * 4 <= nb);
+			memcpy(blob + off + edit_at * 4, &edit_value, 4);
+		}
 		json_object_set_new(hdr, t->name,
 				    json_pack("{s:s, s:o, s:[I, I]}", "dtype", dt, "shape", shape,
 					      "data_offsets", (json_int_t)off, (json_int_t)(off + nb)));
@@ -242,6 +248,50 @@ START_TEST(test_wrong_dtype)
 	make_tmpdir();
 	rewrite_checkpoint("model.decoder.embed_positions.weight", EDIT_DTYPE);
 	expect_model_fails(SL_ESHAPE, "dtype I32");
+	rm_tmpdir();
+}
+END_TEST
+
+/* Weights are kept in fp16: a value it cannot hold (NaN or inf in the
+ * file, or beyond 65504 in magnitude, which would round to inf) is refused
+ * at load, naming the file, the tensor and the element; 65519 rounds to
+ * 65504 and loads. */
+START_TEST(test_unrepresentable_weights)
+{
+	static const struct {
+		const char *tensor;
+		size_t at;
+		float value;
+		const char *needle;
+	} cases[] = {
+		{ "model.decoder.final_layer_norm.bias", 3, NAN,
+		  "tensor 'model.decoder.final_layer_norm.bias' holds NaN at [3]: weights must be finite" },
+		{ "model.decoder.layers.1.fc1.weight", 2 * 64 + 5, INFINITY,
+		  "tensor 'model.decoder.layers.1.fc1.weight' holds inf at [2, 5]" },
+		{ "model.decoder.layers.0.self_attn.k_proj.weight", 64 * 64 - 1, -1e5f,
+		  "tensor 'model.decoder.layers.0.self_attn.k_proj.weight' holds -100000 at [63, 63], beyond the range of fp16 (largest 65504)" },
+		{ "model.decoder.embed_tokens.weight", 7, 65520.0f,
+		  "tensor 'model.decoder.embed_tokens.weight' holds 65520 at [0, 7], beyond the range of fp16" },
+	};
+	for (size_t i = 0; i < SL_ARRAY_LEN(cases); i++) {
+		make_tmpdir();
+		edit_at = cases[i].at;
+		edit_value = cases[i].value;
+		rewrite_checkpoint(cases[i].tensor, EDIT_VALUE);
+		expect_model_fails(SL_ERANGE, cases[i].needle);
+		rm_tmpdir();
+	}
+	make_tmpdir();
+	edit_at = 0;
+	edit_value = -65519.0f;
+	rewrite_checkpoint("model.decoder.layers.1.fc2.bias", EDIT_VALUE);
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	sl_model *m = NULL;
+	ck_assert_msg(sl_model_open(be, tmpdir, NULL, &m) == 0, "%s", sl_errmsg());
+	ck_assert_float_eq(sl_half_to_float(m->w.layers[1].fc2_b[0]), -65504.0f);
+	sl_model_free(m);
+	sl_backend_free(be);
 	rm_tmpdir();
 }
 END_TEST
@@ -491,6 +541,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_missing_tensor);
 	tcase_add_test(tc, test_wrong_shape);
 	tcase_add_test(tc, test_wrong_dtype);
+	tcase_add_test(tc, test_unrepresentable_weights);
 	tcase_add_test(tc, test_bad_configs);
 	tcase_add_loop_test(tc, test_bad_jsonl, 0, (int)SL_ARRAY_LEN(bad_jsonl));
 	tcase_add_test(tc, test_good_jsonl);

@@ -613,6 +613,32 @@ assert opts(tables) == in_help, (opts(tables) ^ in_help)
 PY
 # ---- numerics: H2O budgets of 0, non-finite values, vocabularies ---------
 # (issue 11: items 3, 4, 5, 7)
+# st_copy SRC DST [TENSOR INDEX VALUE]...: a copy of checkpoint folder SRC
+# whose model.safetensors has element INDEX of TENSOR (F16 or F32) set to
+# VALUE (a Python float: nan, inf, 1e5, ...; a whole tensor with INDEX all)
+st_copy() {
+	python3 - "$@" <<'PY'
+import json, os, shutil, struct, sys
+src, dst, edits = sys.argv[1], sys.argv[2], sys.argv[3:]
+shutil.copytree(src, dst)
+p = os.path.join(dst, "model.safetensors")
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+hdr = json.loads(b[8:8 + n])
+for k in range(0, len(edits), 3):
+    t = hdr[edits[k]]
+    fmt, size = {"F16": ("<e", 2), "F32": ("<f", 4)}[t["dtype"]]
+    lo, hi = t["data_offsets"]
+    idx = range((hi - lo) // size) if edits[k + 1] == "all" else [int(edits[k + 1])]
+    v = float(edits[k + 2])
+    for i in idx:
+        o = 8 + n + lo + i * size
+        b[o:o + size] = struct.pack(fmt, v) if abs(v) <= 65504 or fmt == "<f" or v != v else \
+            struct.pack("<H", 0x7c00 | (0x8000 if v < 0 else 0))
+open(p, "wb").write(bytes(b))
+PY
+}
+
 numerics_cases() {
 	local kjv
 	kjv="$(dirname "$0")/../models/opt-tiny-kjv"
@@ -680,6 +706,16 @@ for o in out:
     assert o["completion"] == raw.decode("utf-8", errors="replace"), (o, raw)
 assert beyond > 0, "no id beyond the tokenizer was sampled"
 PY
+
+	# weights fp16 cannot hold are refused at load, naming file and tensor
+	st_copy "$kjv" "$tmp/kjv-nan" model.decoder.final_layer_norm.bias 5 nan
+	expect_fail "NaN weight" "kjv-nan/model.safetensors: tensor 'model.decoder.final_layer_norm.bias' holds NaN at [5]" \
+		"$tmp/nan.out" -- generate --backend cpu --quiet --model "$tmp/kjv-nan" --prompts "$tmp/v16.jsonl" \
+		--out "$tmp/nan.out"
+	st_copy "$fx/opt-pre" "$tmp/pre-big" model.decoder.layers.1.fc2.weight 70 1e5
+	expect_fail "weight beyond fp16" "tensor 'model.decoder.layers.1.fc2.weight' holds 100000 at [0, 70], beyond the range of fp16" \
+		"$tmp/big.out" -- score --backend cpu --quiet --model "$tmp/pre-big" --input "$tmp/score.jsonl" \
+		--out "$tmp/big.out"
 }
 numerics_cases
 
