@@ -223,7 +223,9 @@ typedef struct sl_backend_ops {
 	int (*h2o_evict)(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
 
 	/* out[r] = the smallest index of the maximum of x[r, 0..n) (rows of
-	 * stride ldx); out is a host array, and the call waits for the result. */
+	 * stride ldx), or -1 where the row holds a value that is not finite
+	 * (NaN or an infinity: logits that overflowed); out is a host array,
+	 * and the call waits for the result. */
 	int (*argmax)(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
 		      int32_t *out);
 

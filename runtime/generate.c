@@ -78,23 +78,30 @@ void sl_generator_ignore_eos(sl_generator *g)
 	g->stop_id = -1;
 }
 
-/* The next token of every sequence, into g->next. */
+/* The next token of every running sequence, into g->next; logits that
+ * are not finite (the argmax and the sampler give -1) fail the block. */
 static int choose(sl_generator *g, sl_seq *seqs, int nseq, const sl_sampling *sp)
 {
-	if (!sp || sp->temperature <= 0.0f)
-		return sl_model_argmax(g->m, nseq, g->next);
 	const int v = g->m->cfg.vocab;
-	if (!g->logits) {
-		g->logits = malloc(sizeof(float) * (size_t)g->max_seq * v);
-		if (!g->logits)
-			return sl_err(SL_ENOMEM, "out of memory");
-		SL_TRY(sl_sample_ws_init(&g->ws, v));
+	if (!sp || sp->temperature <= 0.0f) {
+		SL_TRY(sl_model_argmax(g->m, nseq, g->next));
+	} else {
+		if (!g->logits) {
+			g->logits = malloc(sizeof(float) * (size_t)g->max_seq * v);
+			if (!g->logits)
+				return sl_err(SL_ENOMEM, "out of memory");
+			SL_TRY(sl_sample_ws_init(&g->ws, v));
+		}
+		SL_TRY(sl_model_logits(g->m, nseq, g->logits));
+		for (int s = 0; s < nseq; s++)
+			if (g->running[s])
+				g->next[s] = sl_sample(g->logits + (size_t)s * v, v, sp, seqs[s].key,
+						       (uint64_t)seqs[s].n_out, &g->ws);
 	}
-	SL_TRY(sl_model_logits(g->m, nseq, g->logits));
 	for (int s = 0; s < nseq; s++)
-		if (g->running[s])
-			g->next[s] = sl_sample(g->logits + (size_t)s * v, v, sp, seqs[s].key,
-					       (uint64_t)seqs[s].n_out, &g->ws);
+		if (g->running[s] && (g->next[s] < 0 || g->next[s] >= v))
+			return sl_model_nonfinite_err(seqs[s].line, seqs[s].id, s, seqs[s].n_out,
+						      "new token");
 	return 0;
 }
 

@@ -15,6 +15,8 @@ typedef struct sl_seq {
 	int prompt_len;
 	int max_new;           /* > 0 */
 	uint64_t key;          /* sampling key: the prompt's index in the job */
+	int line;              /* (optional) its input line, for messages; 0: none */
+	const char *id;        /* (optional, borrowed) its id as JSON, for messages */
 	int32_t *out;          /* caller-owned, room for max_new tokens */
 	int n_out;             /* written by sl_generator_run */
 	bool hit_eos;          /* ended by EOS (kept as its last token) */
@@ -52,7 +54,10 @@ void sl_generator_free(sl_generator *g);
 void sl_generator_ignore_eos(sl_generator *g);
 
 /* Generate for nseq <= max_seq sequences; accumulates into *timing.
- * opts may be NULL (greedy, no callbacks). */
+ * opts may be NULL (greedy, no callbacks).  Logits that are not finite
+ * (NaN or an infinity, from an overflow) for a running sequence fail the
+ * block with SL_ERANGE and a message naming the sequence (its line and id)
+ * and the step. */
 int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, const sl_gen_opts *opts,
 		     sl_gen_timing *timing);
 

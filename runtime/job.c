@@ -396,7 +396,7 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 			c.stop_at[ns] = -1;
 			seqs[ns] = (sl_seq){ .prompt = p->ids, .prompt_len = p->n,
 					     .max_new = p->max_new ? p->max_new : o->max_new,
-					     .key = (uint64_t)(first + i),
+					     .key = (uint64_t)(first + i), .line = p->line, .id = p->id_json,
 					     .out = obuf + (size_t)ns * max_out };
 			ns++;
 		}
@@ -484,7 +484,7 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 			if (p->error)
 				continue;
 			seqs[ns] = (sl_score_seq){ .prompt = p->ids, .prompt_len = p->n, .cont = p->cont,
-						   .cont_len = p->ncont,
+						   .cont_len = p->ncont, .line = p->line, .id = p->id_json,
 						   .logprobs = lp + (size_t)ns * max_cont };
 			ns++;
 		}

@@ -783,6 +783,18 @@ int sl_model_argmax(sl_model *m, int nseq, int32_t *out)
 	return m->be->ops->argmax(m->be, m->q, nseq, m->cfg.vocab, m->logits, m->cfg.vocab, out);
 }
 
+int sl_model_nonfinite_err(int line, const char *id, int s, int step, const char *what)
+{
+	char who[160];
+	if (line > 0)
+		snprintf(who, sizeof who, "input line %d (id %.100s)", line, id ? id : "?");
+	else
+		snprintf(who, sizeof who, "sequence %d of the block", s);
+	return sl_err(SL_ERANGE,
+		      "%s: the logits at step %d (%s %d) are not finite (NaN or infinity): the model's arithmetic overflowed",
+		      who, step, what, step + 1);
+}
+
 int sl_model_logits(sl_model *m, int nseq, float *out)
 {
 	SL_TRY(m->be->ops->copy_d2h(m->be, m->q, out, m->logits,

@@ -213,8 +213,15 @@ int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids);
 void sl_model_stats_reset(sl_model *m);
 void sl_model_stats(sl_model *m, double wall_s, sl_offload_stats *out);
 
-/* After prefill/decode: greedy next tokens (host, nseq), or logits to host. */
+/* After prefill/decode: greedy next tokens (host, nseq; -1 for a sequence
+ * whose logits are not all finite), or logits to host. */
 int sl_model_argmax(sl_model *m, int nseq, int32_t *out);
 int sl_model_logits(sl_model *m, int nseq, float *out);
+
+/* SL_ERANGE with the message that the logits of a sequence at step (0:
+ * after the prefill) are not finite, naming the sequence by its input line
+ * and id (line > 0), else by its index s in the block; what names the
+ * token the logits were for ("new token", "continuation token"). */
+int sl_model_nonfinite_err(int line, const char *id, int s, int step, const char *what);
 
 #endif

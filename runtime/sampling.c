@@ -98,12 +98,19 @@ static int by_prob(const void *a, const void *b, void *ctx)
 int32_t sl_sample(const float *logits, int n, const sl_sampling *sp, uint64_t key, uint64_t step,
 		  sl_sample_ws *ws)
 {
-	if (sp->temperature <= 0.0f)
+	if (n <= 0)
+		return -1;
+	for (int i = 0; i < n; i++)
+		if (!isfinite(logits[i]))
+			return -1; /* no distribution: the caller fails the job */
+	const float inv_t = 1.0f / sp->temperature;
+	/* greedy, or a temperature so low that the scaled logits overflow:
+	 * its limit is the greedy choice */
+	if (sp->temperature <= 0.0f || !isfinite(inv_t))
 		return argmax(logits, n);
 	SL_ASSERT(ws->n >= n);
 	float *p = ws->p;
 	int32_t *idx = ws->idx;
-	const float inv_t = 1.0f / sp->temperature;
 	/* top-k threshold on the scaled logits */
 	float kth = -INFINITY;
 	if (sp->top_k > 0 && sp->top_k < n) {
@@ -118,6 +125,8 @@ int32_t sl_sample(const float *logits, int n, const sl_sampling *sp, uint64_t ke
 		if (v >= kth && v > mx)
 			mx = v;
 	}
+	if (!isfinite(mx)) /* overflow: as above */
+		return argmax(logits, n);
 	double total = 0;
 	for (int i = 0; i < n; i++) {
 		float v = logits[i] * inv_t;
@@ -167,5 +176,6 @@ int32_t sl_sample(const float *logits, int n, const sl_sampling *sp, uint64_t ke
 		if (u < cum)
 			return idx[j];
 	}
-	return idx[m - 1];
+	/* m >= 1: the maximum's p is expf(0) = 1 and passes every threshold */
+	return m > 0 ? idx[m - 1] : argmax(logits, n);
 }

@@ -37,7 +37,11 @@ double sl_sample_uniform(uint64_t seed, uint64_t key, uint64_t step);
  * smallest index of the maximum.  Otherwise: logits / temperature; top-k
  * keeps tokens whose value is at least the k-th largest (ties kept, as
  * HF); top-p keeps the smallest set of most probable tokens whose mass
- * reaches top_p (at least one); one draw from the kept set.
+ * reaches top_p (at least one); one draw from the kept set.  A
+ * temperature so low that the scaled logits overflow draws the greedy
+ * token (the limit).  Logits that are not all finite (NaN or an infinity)
+ * give -1: they hold no distribution.  Reads logits[0..n) and, when
+ * sampling, ws (room for n), nothing else, whatever their values.
  */
 int32_t sl_sample(const float *logits, int n, const sl_sampling *sp, uint64_t key, uint64_t step,
 		  sl_sample_ws *ws);

@@ -58,12 +58,17 @@ void sl_scorer_free(sl_scorer *sc)
 	free(sc);
 }
 
-/* log softmax(x)[i] in double precision */
+/* log softmax(x)[i] in double precision; NaN where x is not all finite */
 static double log_prob(const float *x, int n, int32_t i)
 {
 	float mx = x[0];
-	for (int j = 1; j < n; j++)
+	bool finite = true;
+	for (int j = 0; j < n; j++) {
+		finite &= isfinite(x[j]);
 		mx = x[j] > mx ? x[j] : mx;
+	}
+	if (!finite)
+		return NAN;
 	double sum = 0;
 	for (int j = 0; j < n; j++)
 		sum += exp((double)x[j] - mx);
@@ -95,9 +100,14 @@ int sl_scorer_run(sl_scorer *sc, sl_score_seq *seqs, int nseq, volatile sig_atom
 	for (int j = 0; j < steps; j++) {
 		/* logits now predict continuation token j */
 		SL_TRY(sl_model_logits(m, nseq, sc->logits));
-		for (int s = 0; s < nseq; s++)
-			if (j < seqs[s].cont_len)
-				seqs[s].logprobs[j] = log_prob(sc->logits + (size_t)s * v, v, seqs[s].cont[j]);
+		for (int s = 0; s < nseq; s++) {
+			if (j >= seqs[s].cont_len)
+				continue;
+			seqs[s].logprobs[j] = log_prob(sc->logits + (size_t)s * v, v, seqs[s].cont[j]);
+			if (isnan(seqs[s].logprobs[j]))
+				return sl_model_nonfinite_err(seqs[s].line, seqs[s].id, s, j,
+							      "continuation token");
+		}
 		if (j + 1 == steps)
 			break;
 		if (interrupt && *interrupt)

@@ -13,6 +13,8 @@
 typedef struct sl_score_seq {
 	const int32_t *prompt, *cont; /* borrowed */
 	int prompt_len, cont_len;     /* both > 0 */
+	int line;                     /* (optional) its input line, for messages; 0: none */
+	const char *id;               /* (optional, borrowed) its id as JSON, for messages */
 	double *logprobs;             /* caller-owned, cont_len values */
 } sl_score_seq;
 
@@ -23,7 +25,10 @@ typedef struct sl_scorer sl_scorer;
 int sl_scorer_create(sl_model *m, int max_seq, int max_len, int max_prompt, sl_scorer **out);
 void sl_scorer_free(sl_scorer *sc);
 
-/* Score one block.  interrupt as for generation (may be NULL). */
+/* Score one block.  interrupt as for generation (may be NULL).  Logits
+ * that are not finite (NaN or an infinity, from an overflow) where a
+ * sequence is scored fail the block with SL_ERANGE and a message naming
+ * the sequence (its line and id) and the step. */
 int sl_scorer_run(sl_scorer *sc, sl_score_seq *seqs, int nseq, volatile sig_atomic_t *interrupt);
 
 #endif

@@ -716,6 +716,52 @@ PY
 	expect_fail "weight beyond fp16" "tensor 'model.decoder.layers.1.fc2.weight' holds 100000 at [0, 70], beyond the range of fp16" \
 		"$tmp/big.out" -- score --backend cpu --quiet --model "$tmp/pre-big" --input "$tmp/score.jsonl" \
 		--out "$tmp/big.out"
+
+	# logits that overflow at run time: finite weights whose keys exceed
+	# fp16 (the KV cache's type) at one position, 20 (row 22 of the
+	# position embeddings, then k_proj of layer 0), so a sequence that
+	# reaches it gets NaN logits.  The job fails naming the prompt and the
+	# step; the block before stays whole in OUT.partial, and no OUT exists.
+	st_copy "$kjv" "$tmp/kjv-ovf" model.decoder.embed_positions.weight 8448 30000 \
+		model.decoder.embed_positions.weight 8449 -30000
+	python3 - "$tmp/kjv-ovf/model.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+t = json.loads(b[8:8 + n])["model.decoder.layers.0.self_attn.k_proj.weight"]
+rows, cols = t["shape"]
+for r in range(rows):  # column 0 of every row
+    o = 8 + n + t["data_offsets"][0] + r * cols * 2
+    b[o:o + 2] = struct.pack("<e", 10000.0)
+open(sys.argv[1], "wb").write(bytes(b))
+PY
+	printf '%s\n' '{"id": "a", "input_ids": [2, 5, 6], "continuation_ids": [7, 8]}' \
+		'{"id": "b", "input_ids": [2, 7, 8, 9], "continuation_ids": [10]}' \
+		'{"id": "c", "input_ids": [2, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26], "continuation_ids": [5, 6, 7, 8, 9]}' \
+		'{"id": "d", "input_ids": [2, 7], "continuation_ids": [5]}' >"$tmp/ovf.jsonl"
+	local what args k=0
+	for what in "generate, greedy" "generate, sampled" "score"; do
+		k=$((k + 1))
+		case $what in
+		generate*) args=(generate --prompts "$tmp/ovf.jsonl" --max-new-tokens 6) ;;
+		score) args=(score --input "$tmp/ovf.jsonl") ;;
+		esac
+		[ "$what" = "generate, sampled" ] && args+=(--temperature 1 --seed 5)
+		"$sluice" "${args[@]}" --backend cpu --quiet --model "$tmp/kjv-ovf" --batch-size 2 \
+			--out "$tmp/ovf$k.out" >"$tmp/stdout" 2>"$tmp/stderr"
+		local rc=$? token="new token 4"
+		[ "$what" = score ] && token="continuation token 4"
+		if [ $rc -ne 0 ] && [ "$(wc -l <"$tmp/stderr")" -eq 1 ] &&
+			grep -qF "input line 3 (id \"c\"): the logits at step 3 ($token) are not finite (NaN or infinity)" "$tmp/stderr" &&
+			[ ! -e "$tmp/ovf$k.out" ] &&
+			python3 - "$tmp/ovf$k.out.partial" <<'PY'; then ok; else bad "non-finite logits, $what: exit $rc, $(cat "$tmp/stderr")"; fi
+import json, math, sys
+out = [json.loads(l) for l in open(sys.argv[1])]  # whole lines only
+assert [o["id"] for o in out] == ["a", "b"], out
+for o in out:
+    assert all(math.isfinite(x) for x in o.get("logprobs", [0])) and (o.get("output_ids") or o["logprobs"])
+PY
+	done
 }
 numerics_cases
 

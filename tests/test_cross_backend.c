@@ -379,11 +379,13 @@ END_TEST
 typedef struct argmax_case {
 	int rows, n, ldx_pad;
 	bool ties;
+	bool poison; /* rows 1, 2, 4 mod 5: a NaN, +inf, -inf somewhere: -1 */
 } argmax_case;
 
 static const argmax_case argmax_cases[] = {
-	{ 1, 50272, 0, false }, { 8, 50272, 16, false }, { 3, 7, 0, false }, { 64, 1000, 3, true },
-	{ 5, 1, 0, false },     { 2, 4097, 0, true },
+	{ 1, 50272, 0, false, false }, { 8, 50272, 16, false, false }, { 3, 7, 0, false, false },
+	{ 64, 1000, 3, true, false },  { 5, 1, 0, false, false },      { 2, 4097, 0, true, false },
+	{ 10, 50272, 5, false, true }, { 10, 3, 0, true, true },
 };
 
 START_TEST(test_argmax)
@@ -408,6 +410,11 @@ START_TEST(test_argmax)
 		}
 		for (int j = c->n; j < ldx; j++)
 			xr[j] = 1e30f; /* the stride's padding is not part of the row */
+		static const float poison[5] = { 0, NAN, INFINITY, 0, -INFINITY };
+		if (c->poison && r % 5 != 0 && r % 5 != 3) {
+			xr[rnd_int(c->n)] = poison[r % 5];
+			want[r] = -1;
+		}
 	}
 	int32_t *got[2];
 	const size_t xb = (size_t)c->rows * ldx * 4;

@@ -1446,12 +1446,12 @@ END_TEST
 static const int am_rows[] = { 1, 4, 37 };
 static const int am_ns[] = { 1, 2, 7, 1000, 50272 };
 #define ARGMAX_CASES ((int)(SL_ARRAY_LEN(am_rows) * SL_ARRAY_LEN(am_ns)) * 2)
-#define ARGMAX_KINDS 8
+#define ARGMAX_KINDS 9
 
 /* Row kinds: random; a tied maximum; NaNs (index 0 among them) around
  * random values; all equal; NaNs with -inf the only numbers; -0 and +0 as
- * the maximum; +inf twice; NaN last and around the maximum.  A row may
- * end up with no number at all (n = 1): no answer is defined there. */
+ * the maximum; +inf twice; NaN last and around the maximum; -inf once
+ * among numbers.  A row that holds a NaN or an infinity gives -1. */
 static void argmax_row(rng *r, float *x, int n, int kind)
 {
 	for (int i = 0; i < n; i++)
@@ -1499,6 +1499,9 @@ static void argmax_row(rng *r, float *x, int n, int kind)
 				x[p0 - 1] = NAN;
 		}
 		break;
+	case 8: /* -inf once */
+		x[p1] = -INFINITY;
+		break;
 	}
 }
 
@@ -1521,15 +1524,17 @@ START_TEST(test_argmax)
 	ck_assert_int_eq(rc, 0);
 	for (int i = 0; i < rows; i++) {
 		const float *xr = x + (size_t)i * ldx;
-		float mx = NAN;
-		for (int j = 0; j < n; j++)
-			if (!isnan(xr[j]) && (isnan(mx) || xr[j] > mx))
-				mx = xr[j];
-		if (isnan(mx))
-			continue; /* no number in the row: not specified */
+		float mx = xr[0];
+		bool finite = true;
+		for (int j = 0; j < n; j++) {
+			finite = finite && isfinite(xr[j]);
+			mx = xr[j] > mx ? xr[j] : mx;
+		}
 		int want = 0;
-		while (!(xr[want] == mx))
+		while (finite && !(xr[want] == mx))
 			want++;
+		if (!finite)
+			want = -1;
 		FAIL_IF(out[i] != want, "argmax rows=%d n=%d ldx=%d row %d (kind %d): got %d (%g), want %d (%g)",
 			rows, n, ldx, i, (i + _i) % ARGMAX_KINDS, out[i],
 			out[i] >= 0 && out[i] < n ? (double)xr[out[i]] : 0.0, want, (double)mx);

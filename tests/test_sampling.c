@@ -16,6 +16,7 @@
 #include "testutil.h"
 
 #include <check.h>
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -131,6 +132,53 @@ START_TEST(test_frequencies_follow_probabilities)
 }
 END_TEST
 
+/* Logits that are not all finite hold no distribution: -1, greedy or
+ * sampled, whatever the warpers; a temperature so low that the scaled
+ * logits overflow draws the greedy token; nothing is read outside the
+ * logits and the workspace (sized exactly, so AddressSanitizer sees it). */
+START_TEST(test_nonfinite_logits)
+{
+	static const sl_sampling sps[] = {
+		{ 0.0f, 0, 1.0f, 1 },   { 1.0f, 0, 1.0f, 2 },    { 0.7f, 5, 0.9f, 3 },
+		{ 1.0f, 1, 0.5f, 4 },   { 50.0f, 0, 0.95f, 5 },  { 1e-30f, 0, 1.0f, 6 },
+		{ 1e-45f, 3, 0.9f, 7 },
+	};
+	enum { n = 64 };
+	float *x = malloc(sizeof(float) * n);
+	sl_sample_ws ws;
+	ck_assert_int_eq(sl_sample_ws_init(&ws, n), 0);
+	const float bad[] = { NAN, INFINITY, -INFINITY };
+	for (size_t c = 0; c < SL_ARRAY_LEN(sps); c++)
+		for (size_t b = 0; b < SL_ARRAY_LEN(bad); b++)
+			for (int at = 0; at < n; at += 21) {
+				for (int i = 0; i < n; i++)
+					x[i] = (float)(4.0 * urand() - 2.0);
+				x[at] = bad[b];
+				ck_assert_msg(sl_sample(x, n, &sps[c], 1, (uint64_t)at, &ws) == -1,
+					      "case %zu: %g at %d was not refused", c, (double)bad[b], at);
+				for (int i = 0; i < n; i++) /* all of them */
+					x[i] = bad[b];
+				ck_assert_int_eq(sl_sample(x, n, &sps[c], 1, 0, &ws), -1);
+			}
+	/* finite logits whose scaled values overflow to +-inf (all of them
+	 * at the lowest temperatures) or whose differences do: one token
+	 * holds all the mass, at every temperature here */
+	for (size_t c = 0; c < SL_ARRAY_LEN(sps); c++) {
+		for (int i = 0; i < n; i++)
+			x[i] = (float)(1e6 * urand() - 2e6);
+		x[17] = -1e3f;
+		ck_assert_int_eq(sl_sample(x, n, &sps[c], 9, 0, &ws), 17);
+		for (int i = 0; i < n; i++)
+			x[i] = i == 40 ? -FLT_MAX / 2 : -FLT_MAX;
+		ck_assert_int_eq(sl_sample(x, n, &sps[c], 9, 1, &ws), 40);
+		x[40] = FLT_MAX;
+		ck_assert_int_eq(sl_sample(x, n, &sps[c], 9, 2, &ws), 40);
+	}
+	sl_sample_ws_free(&ws);
+	free(x);
+}
+END_TEST
+
 START_TEST(test_draw_depends_only_on_seed_key_step)
 {
 	ck_assert(sl_sample_uniform(1, 2, 3) == sl_sample_uniform(1, 2, 3));
@@ -224,6 +272,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_greedy);
 	tcase_add_test(tc, test_draws_stay_in_kept_set);
 	tcase_add_test(tc, test_frequencies_follow_probabilities);
+	tcase_add_test(tc, test_nonfinite_logits);
 	tcase_add_test(tc, test_draw_depends_only_on_seed_key_step);
 	tcase_add_loop_test(tc, test_score_matches_hf, 0, 4);
 	suite_add_tcase(s, tc);

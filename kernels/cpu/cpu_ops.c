@@ -220,12 +220,15 @@ int sl_cpu_argmax(sl_backend *b, sl_queue *q, int rows, int n, const float *x, i
 		const float *xr = x + (size_t)r * ldx;
 		int best = 0;
 		float bv = xr[0];
-		for (int i = 1; i < n; i++)
-			if (xr[i] > bv || (bv != bv && xr[i] == xr[i])) {
+		bool finite = isfinite(bv);
+		for (int i = 1; i < n; i++) {
+			finite &= isfinite(xr[i]);
+			if (xr[i] > bv) {
 				bv = xr[i];
 				best = i;
 			}
-		out[r] = best;
+		}
+		out[r] = finite ? best : -1;
 	}
 	return 0;
 }

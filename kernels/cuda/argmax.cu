@@ -1,6 +1,7 @@
 /*
- * argmax.cu - out[r] = the smallest index of the maximum of row r
- * (backend.h); out is a host array and the call waits for it.
+ * argmax.cu - out[r] = the smallest index of the maximum of row r, -1 for a
+ * row that is not all finite (backend.h); out is a host array and the call
+ * waits for it.
  */
 #include "cuda_internal.cuh"
 #include "argmax_kernels.cuh"

@@ -21,26 +21,35 @@ static __device__ __forceinline__ void sl_argmax_merge(float &v, int &i, float v
 }
 
 /*
- * out[r] = argmax x[r, 0..n) (rows of stride ldx); NaNs are skipped, an
- * all-NaN row gives 0.  One block per row (grid: rows; block: 512).
+ * out[r] = argmax x[r, 0..n) (rows of stride ldx), or -1 where the row holds
+ * a value that is not finite (NaN or an infinity).  One block per row
+ * (grid: rows; block: 512).
  */
 static __global__ void __launch_bounds__(SL_ARGMAX_THREADS)
 sl_argmax_kernel(int n, const float *__restrict__ x, long long ldx, int *__restrict__ out)
 {
 	__shared__ float sv[32];
 	__shared__ int si[32];
+	__shared__ int nonfinite;
 	const float *xr = x + (size_t)blockIdx.x * ldx;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
+	if (threadIdx.x == 0)
+		nonfinite = 0;
+	__syncthreads();
 	float best = 0.f;
 	int bi = -1;
+	bool finite = true;
 	for (int i = threadIdx.x; i < n; i += SL_ARGMAX_THREADS) {
 		const float v = xr[i];
+		finite = finite && v - v == 0.f; /* false for NaN and the infinities */
 		if (v == v && (bi < 0 || v > best)) { /* indices rise: ties keep the first */
 			best = v;
 			bi = i;
 		}
 	}
+	if (!finite)
+		nonfinite = 1; /* read after the barrier below */
 #pragma unroll
 	for (int o = 16; o > 0; o >>= 1) {
 		const float v2 = __shfl_xor_sync(SL_CU_FULL_MASK, best, o);
@@ -62,7 +71,7 @@ sl_argmax_kernel(int n, const float *__restrict__ x, long long ldx, int *__restr
 			sl_argmax_merge(best, bi, v2, i2);
 		}
 		if (lane == 0)
-			out[blockIdx.x] = bi < 0 ? 0 : bi;
+			out[blockIdx.x] = nonfinite || bi < 0 ? -1 : bi;
 	}
 }
 
