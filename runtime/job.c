@@ -509,7 +509,10 @@ int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job
 			}
 			sl_jset(obj, "logprobs", arr, &e);
 			sl_jset_real(obj, "sum_logprob", sum, &e);
-			sl_jset_real(obj, "perplexity", exp(-sum / seqs[k].cont_len), &e);
+			/* beyond the largest double (mean log-probability below
+			 * -709.78): null, as JSON has no infinity */
+			const double ppl = exp(-sum / seqs[k].cont_len);
+			sl_jset(obj, "perplexity", isfinite(ppl) ? json_real(ppl) : json_null(), &e);
 			st->tokens += seqs[k].cont_len;
 			rc = emit(out, obj, &e, p);
 			k++;

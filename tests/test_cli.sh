@@ -762,6 +762,28 @@ for o in out:
     assert all(math.isfinite(x) for x in o.get("logprobs", [0])) and (o.get("output_ids") or o["logprobs"])
 PY
 	done
+
+	# a perplexity beyond the largest double (logits scaled up 60000 times:
+	# finite, but the continuation's mean log-probability is far below
+	# -709.78) is null; every other field is there
+	st_copy "$kjv" "$tmp/kjv-sharp" model.decoder.final_layer_norm.weight all 60000
+	if "$sluice" score --backend cpu --quiet --model "$tmp/kjv-sharp" --input "$tmp/h0.jsonl" \
+		--out "$tmp/sharp.out" 2>"$tmp/stderr" && python3 - "$tmp/sharp.out" <<'PY'; then ok; else bad "perplexity beyond a double: $(cat "$tmp/stderr")"; fi
+import json, math, sys
+out = [json.loads(l) for l in open(sys.argv[1])]
+assert len(out) == 3 and [o["id"] for o in out] == ["a", "b", "c"], out
+nulls = 0
+for o in out:
+    assert set(o) == {"id", "logprobs", "sum_logprob", "perplexity"}, o
+    assert len(o["logprobs"]) > 0 and all(math.isfinite(x) and x <= 0 for x in o["logprobs"]), o
+    mean = o["sum_logprob"] / len(o["logprobs"])
+    if mean < -709.79:
+        assert o["perplexity"] is None, o
+        nulls += 1
+    else:
+        assert abs(math.exp(-mean) - o["perplexity"]) <= 1e-6 * o["perplexity"], o
+assert nulls > 0, out
+PY
 }
 numerics_cases
 
