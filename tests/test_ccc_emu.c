@@ -9,16 +9,22 @@
  * the cache on the device with the CUDA attention (dense and H2O), and the
  * bytes moved must be far below the cache's.  The cache on the host and on
  * disk without cpu_cache_compute (staging, bounce buffers, the H2O
- * positions read back) must give the same tokens too.  argv[1]: the
+ * positions read back) must give the same tokens too.  And H2O scoring
+ * on the CUDA backend, budgets of 0 among evicting ones in one block,
+ * equals the independent PyTorch reference (tests/fixtures/h2o-score.json,
+ * as tests/test_h2o.c checks it on the CPU backend).  argv[1]: the
  * fixtures folder.
  */
 #include "backend.h"
 #include "generate.h"
 #include "model.h"
+#include "score.h"
 
 #include "testutil.h"
 
 #include <check.h>
+#include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -120,6 +126,74 @@ START_TEST(test_host_attention)
 }
 END_TEST
 
+/* The fixture's block scored under its first case (H2O 20% + 20%: the
+ * 1- to 4-token prompts have a budget of 0, the longer ones evict), with
+ * the cache on the device and in host memory with cpu_cache_compute.  The
+ * CUDA backend's cache is fp16: within 2e-3 of the fp32 reference (7.7e-4
+ * measured; a token attended to or not moves a log-probability by far
+ * more). */
+START_TEST(test_h2o_score)
+{
+	char path[600], dir[600];
+	snprintf(path, sizeof path, "%s/h2o-score.json", fixtures_dir);
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	json_error_t jerr;
+	json_t *fx = json_load_file(path, 0, &jerr);
+	ck_assert_msg(fx, "%s: %s", path, jerr.text);
+	json_t *lines = json_object_get(fx, "lines"), *fcases = json_object_get(fx, "cases");
+	const int n = (int)json_array_size(lines), nc = (int)json_array_size(fcases);
+	ck_assert(n > 0 && n <= 16 && nc > 0);
+	int32_t ids[16][64], cont[16][64];
+	double lp[16][64];
+	sl_score_seq seqs[16];
+	int max_len = 0, max_prompt = 0;
+	for (int i = 0; i < n; i++) {
+		json_t *ln = json_array_get(lines, (size_t)i);
+		json_t *a = json_object_get(ln, "input_ids"), *b = json_object_get(ln, "continuation_ids");
+		seqs[i] = (sl_score_seq){ .prompt = ids[i], .cont = cont[i], .logprobs = lp[i],
+					  .prompt_len = (int)json_array_size(a),
+					  .cont_len = (int)json_array_size(b) };
+		for (int j = 0; j < seqs[i].prompt_len; j++)
+			ids[i][j] = (int32_t)json_integer_value(json_array_get(a, (size_t)j));
+		for (int j = 0; j < seqs[i].cont_len; j++)
+			cont[i][j] = (int32_t)json_integer_value(json_array_get(b, (size_t)j));
+		max_len = SL_MAX(max_len, seqs[i].prompt_len + seqs[i].cont_len);
+		max_prompt = SL_MAX(max_prompt, seqs[i].prompt_len);
+	}
+	for (int run = 0; run < 2; run++) {
+		json_t *cs = json_array_get(fcases, 0);
+		const double hh = json_real_value(json_object_get(cs, "hh_ratio")),
+			     rr = json_real_value(json_object_get(cs, "recent_ratio"));
+		const bool host = run % 2;
+		sl_backend *be = NULL;
+		ck_assert_msg(sl_backend_create("cuda", 1, &be) == 0, "%s", sl_errmsg());
+		sl_model *m = NULL;
+		ck_assert_msg(sl_model_open(be, dir, NULL, &m) == 0, "%s", sl_errmsg());
+		m->hh_ratio = hh;
+		m->recent_ratio = rr;
+		m->cache_gpu_percent = host ? 0 : 100;
+		m->cache_cpu_percent = host ? 100 : 0;
+		m->cpu_cache_compute = host;
+		sl_scorer *sc = NULL;
+		ck_assert_msg(sl_scorer_create(m, n, max_len, max_prompt, &sc) == 0, "%s", sl_errmsg());
+		ck_assert_msg(sl_scorer_run(sc, seqs, n, NULL) == 0, "H2O %g/%g: %s", hh, rr, sl_errmsg());
+		json_t *want = json_object_get(cs, "logprobs");
+		for (int i = 0; i < n; i++)
+			for (int j = 0; j < seqs[i].cont_len; j++) {
+				const double w = json_real_value(
+					json_array_get(json_array_get(want, (size_t)i), (size_t)j));
+				ck_assert_msg(fabs(lp[i][j] - w) <= 2e-3 * fmax(1.0, fabs(w)),
+					      "H2O %g/%g, cache %s: line %d token %d: %.6f, the reference %.6f", hh,
+					      rr, host ? "on the host" : "on the device", i, j, lp[i][j], w);
+			}
+		sl_scorer_free(sc);
+		sl_model_free(m);
+		sl_backend_free(be);
+	}
+	json_decref(fx);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -132,6 +206,10 @@ int main(int argc, char **argv)
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, test_host_attention, 0, 2); /* dense, H2O */
 	suite_add_tcase(s, tc);
+	TCase *th = tcase_create("h2o_score");
+	tcase_set_timeout(th, 600);
+	tcase_add_test(th, test_h2o_score);
+	suite_add_tcase(s, th);
 	int rc = sl_test_run(s);
 	rmdir(offdir); /* the cache's scratch store is unlinked when opened */
 	return rc;
