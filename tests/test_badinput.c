@@ -157,6 +157,7 @@ END_TEST
 enum edit { EDIT_DROP, EDIT_SHAPE, EDIT_DTYPE, EDIT_VALUE };
 static size_t edit_at;   /* EDIT_VALUE: this element (the fixture is F32) */
 static float edit_value; /* becomes this */
+static bool edit_bf16;   /* and the tensor is stored as BF16 (truncated) */
 
 static void rewrite_checkpoint(const char *victim, enum edit e)
 {
@@ -191,6 +192,16 @@ static void rewrite_checkpoint(const char *victim, enum edit e)
 		if (hit && e == EDIT_VALUE) {
 			ck_assert(!strcmp(dt, "F32") && (edit_at + 1) * 4 <= nb);
 			memcpy(blob + off + edit_at * 4, &edit_value, 4);
+			if (edit_bf16) { /* each value's top 16 bits, in place */
+				for (size_t k = 0; k < nb / 4; k++) {
+					uint32_t u;
+					memcpy(&u, blob + off + 4 * k, 4);
+					const uint16_t h = (uint16_t)(u >> 16);
+					memcpy(blob + off + 2 * k, &h, 2);
+				}
+				nb /= 2;
+				dt = "BF16";
+			}
 		}
 		json_object_set_new(hdr, t->name,
 				    json_pack("{s:s, s:o, s:[I, I]}", "dtype", dt, "shape", shape,
@@ -281,6 +292,15 @@ START_TEST(test_unrepresentable_weights)
 		expect_model_fails(SL_ERANGE, cases[i].needle);
 		rm_tmpdir();
 	}
+	/* BF16 reaches far beyond fp16: 1e5 (99840 in BF16) */
+	make_tmpdir();
+	edit_at = 3;
+	edit_value = 1e5f;
+	edit_bf16 = true;
+	rewrite_checkpoint("model.decoder.layers.0.fc2.bias", EDIT_VALUE);
+	edit_bf16 = false;
+	expect_model_fails(SL_ERANGE, "tensor 'model.decoder.layers.0.fc2.bias' holds 99840 at [3], beyond the range of fp16");
+	rm_tmpdir();
 	make_tmpdir();
 	edit_at = 0;
 	edit_value = -65519.0f;
