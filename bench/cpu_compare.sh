@@ -1,31 +1,42 @@
 #!/usr/bin/env bash
-# Side-by-side throughput: sluice vs Hugging Face transformers on the CPU.
+# Side-by-side throughput on the CPU: sluice against Hugging Face transformers
+# as a user runs it (model.generate, the library's defaults, all cores).
 #
-# For every (model, batch) of the grid it runs, REPEAT times, first sluice
-#   $SLUICE bench --dummy MODEL --prompt-len P --gen-len G --batch B --json
-# then the HF baseline
-#   $PYTHON bench/hf_cpu_bench.py --model MODEL --prompt-len P --gen-len G \
-#       --batch B --threads HF_THREADS --dtype HF_DTYPE --json
-# Each prints one JSON object on stdout (sluice: at least throughput_tok_s,
-# prefill_s, decode_s, gemm_gflops). Results go to
-#   $OUTDIR/cpu-<UTC date-time>.jsonl   every run + machine + per-cell summary
-#   $OUTDIR/cpu-<UTC date-time>.md      machine, exact commands, median table
+# One command: bench/cpu_compare.sh   (PYTHON must have torch + transformers)
+#
+# For every (model, batch) of the grid, REPEAT times, interleaved (the order
+# is reversed every other repetition, so a slow minute of a shared machine
+# falls on both), it runs
+#   sluice, once per word of SLUICE_BLAS:
+#     [env ...] $SLUICE bench --backend cpu --dummy MODEL --prompt-len P \
+#         --gen-len G --batch B --json
+#   Hugging Face, once per word of HF_BLAS:
+#     [env ...] $PYTHON bench/hf_cpu_bench.py --model MODEL --prompt-len P \
+#         --gen-len G --batch B --json
+# A BLAS word sets the OpenBLAS environment of that run: "inherit" (as this
+# shell has it), "unset" (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed, so
+# OpenBLAS picks the kernels for this CPU, as on a user's machine), or a core
+# name (OPENBLAS_CORETYPE=NAME, e.g. Haswell, which these development
+# machines set for old OpenBLAS builds, or SkylakeX). The OpenBLAS core that
+# ran is taken from the library sluice links, loaded with ctypes in the same
+# environment, and from sluice's own JSON where it reports it.
+#
+# Results: $OUTDIR/cpu-<UTC date-time>.jsonl (machine, every run, summaries)
+# and .md (machine, versions, environment, commands, the median table).
+# tokens/s = batch * gen_len / (prefill + decode) on both sides; the ratio
+# of a cell is the median over repetitions of sluice / HF run back to back.
 # A failing command is recorded (rc, stderr tail) and the grid goes on.
 #
 # Environment (defaults):
-#   MODELS="opt-125m opt-1.3b"  BATCHES="1 8 32"  P=128  G=32  REPEAT=1
-#   SLUICE=build/sluice  SLUICE_ARGS=""  (extra args appended to sluice bench)
-#   BLAS_ENV=auto  ("auto": sluice runs with OPENBLAS_CORETYPE and
-#                   OPENBLAS_L2_SIZE unset, so OpenBLAS picks the kernels for
-#                   this CPU; "keep": as the environment sets them.  Some
-#                   machines pin OPENBLAS_CORETYPE=Haswell for old OpenBLAS
-#                   builds, which halves the sgemm rate on AVX-512 CPUs.
-#                   HF's torch uses its own BLAS and is not affected.)
-#   PYTHON=python3  HF_THREADS=$(nproc)  HF_DTYPE=fp32  HF_ARGS=""
+#   MODELS="opt-125m opt-1.3b"  BATCHES="1 8 32"  P=128  G=32  REPEAT=3
+#   SLUICE=build/sluice  SLUICE_ARGS=""  SLUICE_BLAS="unset Haswell"
+#   PYTHON=python3  HF_ARGS=""  HF_BLAS="inherit"
 #   TIMEOUT=0 (seconds per command, 0 = none)  OUTDIR=bench/results
-#   SKIP_SLUICE=0 / SKIP_HF=0 (1 = do not run that system)
-#
-# Example: MODELS=opt-125m BATCHES="1 8" REPEAT=3 bench/cpu_compare.sh
+#   LIBOPENBLAS=(the libopenblas that ldd finds for $SLUICE)
+#   SUMMARIZE=FILE.jsonl: only remake FILE.md from the runs in FILE (a run
+#                         that was stopped, or a changed table)
+# With the defaults it takes about 40 minutes on a quiet 2-core VM (the
+# opt-1.3b batch-32 cell is half of it).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,36 +46,193 @@ MODELS=${MODELS:-"opt-125m opt-1.3b"}
 BATCHES=${BATCHES:-"1 8 32"}
 P=${P:-128}
 G=${G:-32}
-REPEAT=${REPEAT:-1}
+REPEAT=${REPEAT:-3}
 SLUICE=${SLUICE:-build/sluice}
 SLUICE_ARGS=${SLUICE_ARGS:-}
-BLAS_ENV=${BLAS_ENV:-auto}
-blas_env=()
-if [[ $BLAS_ENV == auto ]]; then
-    blas_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-fi
+SLUICE_BLAS=${SLUICE_BLAS:-"unset Haswell"}
 PYTHON=${PYTHON:-python3}
-HF_THREADS=${HF_THREADS:-$(nproc)}
-HF_DTYPE=${HF_DTYPE:-fp32}
 HF_ARGS=${HF_ARGS:-}
+HF_BLAS=${HF_BLAS:-inherit}
 TIMEOUT=${TIMEOUT:-0}
 OUTDIR=${OUTDIR:-bench/results}
-SKIP_SLUICE=${SKIP_SLUICE:-0}
-SKIP_HF=${SKIP_HF:-0}
 
-for v in P G REPEAT HF_THREADS TIMEOUT; do
-    if ! [[ ${!v} =~ ^[0-9]+$ ]]; then
-        echo "cpu_compare: $v must be a non-negative integer (got '${!v}')" >&2
-        exit 2
-    fi
+die() {
+	echo "cpu_compare: $*" >&2
+	exit 2
+}
+# summarize JSONL MD: medians, ratios and the markdown table from the runs in JSONL
+summarize() {
+	"$PYTHON" - "$1" "$2" <<'PY'
+import json, statistics, sys
+jsonl, md = sys.argv[1], sys.argv[2]
+recs = [json.loads(l) for l in open(jsonl) if l.strip()]
+recs = [r for r in recs if r["type"] != "summary"]  # a rerun of the summary replaces them
+mach = next(r for r in recs if r["type"] == "machine")
+runs = [r for r in recs if r["type"] == "run"]
+grid = mach["grid"]
+elapsed = max([r["t_end"] for r in runs], default=mach["t_start"]) - mach["t_start"]
+systems = [("sluice", w) for w in grid["sluice_blas"]] + [("hf", w) for w in grid["hf_blas"]]
+
+def med(vals):
+    vals = [v for v in vals if isinstance(v, (int, float))]
+    return statistics.median(vals) if vals else None
+
+def cell_runs(sysname, word, model, batch):
+    return [r for r in runs if r["system"] == sysname and r["blas"] == word
+            and r["model"] == model and r["batch"] == batch]
+
+summaries = []
+for model in grid["models"]:
+    for batch in grid["batches"]:
+        cell = {"type": "summary", "model": model, "batch": batch,
+                "prompt_len": grid["prompt_len"], "gen_len": grid["gen_len"], "systems": {}}
+        for s, w in systems:
+            rs = cell_runs(s, w, model, batch)
+            ok = [r["result"] for r in rs if r["ok"]]
+            d = {"n_ok": len(ok), "n_runs": len(rs)}
+            for k in ("throughput_tok_s", "prefill_s", "decode_s", "gemm_gflops", "cpu_s", "threads"):
+                d[k] = med([o.get(k) for o in ok])
+            cores = sorted({o.get("blas_core") for o in ok if o.get("blas_core")})
+            if cores:
+                d["blas_core"] = cores
+            d["loadavg_1m"] = med([r["loadavg_1m"][0] for r in rs])
+            cell["systems"][f"{s}:{w}"] = d
+        # ratios: median over repetitions of sluice / HF of the same repetition
+        for hw in grid["hf_blas"]:
+            for sw in grid["sluice_blas"]:
+                pairs = []
+                for rep in range(1, grid["repeat"] + 1):
+                    a = [r for r in cell_runs("sluice", sw, model, batch) if r["repeat_idx"] == rep and r["ok"]]
+                    b = [r for r in cell_runs("hf", hw, model, batch) if r["repeat_idx"] == rep and r["ok"]]
+                    if a and b and b[0]["result"]["throughput_tok_s"]:
+                        pairs.append(a[0]["result"]["throughput_tok_s"] / b[0]["result"]["throughput_tok_s"])
+                cell.setdefault("ratio_sluice_over_hf", {})[f"sluice:{sw}/hf:{hw}"] = med(pairs)
+        summaries.append(cell)
+with open(jsonl, "w") as f:
+    for r in recs:
+        f.write(json.dumps(r) + "\n")
+    for c in summaries:
+        f.write(json.dumps(c) + "\n")
+
+def fmt(v, nd=2):
+    return "n/a" if v is None else f"{v:.{nd}f}"
+
+words = mach["blas_words"]
+def blas_desc(w):
+    b = words.get(w, {})
+    env = "OPENBLAS_CORETYPE " + (b.get("OPENBLAS_CORETYPE") or "unset") + \
+          ", OPENBLAS_L2_SIZE " + (b.get("OPENBLAS_L2_SIZE") or "unset")
+    return f"{env}: OpenBLAS core **{b.get('corename', '?')}** ({b.get('config', '?')})"
+
+py = mach["python_libs"]
+L = [f"# sluice against Hugging Face transformers on the CPU, {mach['date_utc']} UTC\n",
+     "## Machine\n",
+     f"- CPU: {mach['cpu_model']} (family/model {mach['cpu_family_model']}; "
+     f"{mach['sockets']} socket x {mach['cores_per_socket']} cores x {mach['threads_per_core']} "
+     f"threads = {mach['logical_cpus']} logical CPUs; AVX-512: {'yes' if mach['avx512'] else 'no'})",
+     f"- Memory: {mach['mem_total_gib']} GiB; load average at the start: {' '.join(mach['loadavg_start'])}",
+     f"- sluice: {mach['sluice_version']}, git {mach['git_rev']}{' (dirty tree)' if mach['git_dirty'] else ''}; "
+     f"links {mach['libopenblas']}",
+     f"- Hugging Face: torch {py.get('torch')}, transformers {py.get('transformers')}; torch's BLAS "
+     f"{py.get('torch_blas')}, CPU capability {py.get('torch_cpu_capability')}, "
+     f"default threads {py.get('torch_default_threads')}",
+     "- Environment this script inherited: " + ", ".join(
+         f"{k}={v if v is not None else 'unset'}" for k, v in mach["env_inherited"].items()),
+     f"- Grid: prompt {grid['prompt_len']}, {grid['gen_len']} new tokens, batches "
+     f"{', '.join(map(str, grid['batches']))}; {grid['repeat']} repetitions, interleaved "
+     f"(order reversed every other one); medians. The whole run took {elapsed / 60:.1f} min.\n",
+     "## Environments (the OpenBLAS core is read from the library sluice links, in that environment)\n"]
+for s, w in systems:
+    if s == "sluice":
+        L.append(f"- {s}:{w}: {blas_desc(w)}")
+    else:  # torch does its matrix products with its own BLAS
+        b = words.get(w, {})
+        L.append(f"- {s}:{w}: OPENBLAS_CORETYPE {b.get('OPENBLAS_CORETYPE') or 'unset'}, "
+                 f"OPENBLAS_L2_SIZE {b.get('OPENBLAS_L2_SIZE') or 'unset'}; torch's own BLAS: "
+                 f"{py.get('torch_blas')}")
+L.append("\n## Commands (first cell; the others differ in the model and the batch)\n")
+for s, w in systems:
+    rs = [r for r in runs if r["system"] == s and r["blas"] == w]
+    if rs:
+        L.append(f"- {s}:{w}: `{rs[0]['cmd']}`")
+hf_first = next((r["result"] for r in runs if r["system"] == "hf" and r["ok"]), None)
+if hf_first:
+    L.append(f"\nHF runs `model.generate(input_ids, attention_mask, max_new_tokens={grid['gen_len']}, "
+             f"min_new_tokens={grid['gen_len']}, do_sample=False)` on `AutoModelForCausalLM.from_config(OPTConfig(...))`: "
+             f"dtype {hf_first['dtype']}, attention {hf_first['attn_implementation']}, "
+             f"{hf_first['threads']} threads (torch's default); libraries mapped: "
+             f"{', '.join(hf_first.get('loaded_blas_libs', []))}.")
+L.append("\n## Results (medians)\n")
+hdr = ["model", "batch", "HF tok/s"]
+for sw in grid["sluice_blas"]:
+    hdr += [f"sluice tok/s ({sw})", f"sluice / HF ({sw})"]
+hdr += ["prefill s (HF / " + " / ".join(f"sluice {sw}" for sw in grid["sluice_blas"]) + ")",
+        "decode s (HF / " + " / ".join(f"sluice {sw}" for sw in grid["sluice_blas"]) + ")",
+        "sluice prefill GEMM GFLOP/s (" + " / ".join(grid["sluice_blas"]) + ")",
+        "HF CPU s", "load (1 min)"]
+L.append("| " + " | ".join(hdr) + " |")
+L.append("|" + "---|" * 2 + "---:|" * (len(hdr) - 2))
+for hw in grid["hf_blas"]:
+    for c in summaries:
+        h = c["systems"][f"hf:{hw}"]
+        row = [c["model"], str(c["batch"]), fmt(h["throughput_tok_s"])]
+        for sw in grid["sluice_blas"]:
+            s = c["systems"][f"sluice:{sw}"]
+            row += [fmt(s["throughput_tok_s"]), fmt(c["ratio_sluice_over_hf"][f"sluice:{sw}/hf:{hw}"])]
+        ss = [c["systems"][f"sluice:{sw}"] for sw in grid["sluice_blas"]]
+        row.append(" / ".join([fmt(h["prefill_s"], 3)] + [fmt(s["prefill_s"], 3) for s in ss]))
+        row.append(" / ".join([fmt(h["decode_s"], 3)] + [fmt(s["decode_s"], 3) for s in ss]))
+        row.append(" / ".join(fmt(s["gemm_gflops"], 1) for s in ss))
+        row.append(fmt(h["cpu_s"], 1))
+        row.append(fmt(med([x["loadavg_1m"] for x in c["systems"].values()]), 1))
+        L.append("| " + " | ".join(row) + " |")
+bad = [r for r in runs if not r["ok"]]
+if bad:
+    L.append("\n## Failed runs\n")
+    for r in bad:
+        tail = (r.get("stderr_tail") or r.get("stdout_tail") or "").strip().splitlines()[-1:] or [""]
+        L.append(f"- {r['system']}:{r['blas']} {r['model']} B={r['batch']} rep {r['repeat_idx']}: "
+                 f"rc={r['rc']} {tail[0][:200]}")
+L.append("\ntokens/s = batch x new tokens / (prefill + decode). sluice: `sluice bench` (after a warm-up, "
+         "prefill = the prompt's forward and the first token, decode = the other steps). HF: one "
+         "`generate` call timed end to end; prefill = the call's start to its first new token "
+         "(a streamer's clock), decode = the rest. A ratio is the median over repetitions of "
+         "sluice / HF measured back to back. HF CPU s = the process's CPU time during the call; "
+         "when other processes want the cores it grows far beyond the call's work, torch's OpenMP "
+         "threads spinning while they wait for a descheduled sibling. load = the 1-minute load "
+         "average when the runs started. Every run, with its exact command and load, is in the .jsonl.")
+with open(md, "w") as f:
+    f.write("\n".join(L) + "\n")
+print(md)
+PY
+}
+if [[ -n ${SUMMARIZE:-} ]]; then # the table again, from a finished or interrupted run
+	[[ -f $SUMMARIZE && $SUMMARIZE == *.jsonl ]] || die "SUMMARIZE must name a .jsonl file of this script"
+	summarize "$SUMMARIZE" "${SUMMARIZE%.jsonl}.md"
+	exit 0
+fi
+
+for v in P G REPEAT TIMEOUT; do
+	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer (got '${!v}')"
 done
-if ((REPEAT < 1)); then
-    echo "cpu_compare: REPEAT must be >= 1" >&2
-    exit 2
-fi
-if [[ $SKIP_SLUICE != 1 && ! -x $SLUICE ]]; then
-    echo "cpu_compare: warning: $SLUICE is not an executable; sluice runs will be recorded as failed" >&2
-fi
+((REPEAT >= 1)) || die "REPEAT must be >= 1"
+for w in $SLUICE_BLAS $HF_BLAS; do
+	[[ $w =~ ^[A-Za-z0-9_]+$ ]] || die "a BLAS word must be inherit, unset or a core name (got '$w')"
+done
+[[ -x $SLUICE ]] || die "$SLUICE is not an executable (build it: ninja -C build)"
+"$PYTHON" -c 'import torch, transformers' 2>/dev/null ||
+	die "$PYTHON cannot import torch and transformers (set PYTHON to a virtualenv's python)"
+LIBOPENBLAS=${LIBOPENBLAS:-$(ldd "$SLUICE" 2>/dev/null | awk '/libopenblas/ { print $3; exit }')}
+[[ -f $LIBOPENBLAS ]] || die "cannot find the libopenblas $SLUICE links (ldd); set LIBOPENBLAS"
+
+# blas_env WORD: the env(1) prefix of a BLAS word, one argument per line
+blas_env() {
+	case $1 in
+	inherit) ;;
+	unset) printf '%s\n' env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ;;
+	*) printf '%s\n' env "OPENBLAS_CORETYPE=$1" ;;
+	esac
+}
 
 mkdir -p "$OUTDIR"
 STAMP=$(date -u +%Y%m%d-%H%M%S)
@@ -74,190 +242,139 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 : >"$JSONL"
 
-# ---- machine ------------------------------------------------------------
-cpu_model=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)
-sockets=$(lscpu 2>/dev/null | sed -n 's/^Socket(s):[[:space:]]*//p' | head -n1)
-cores_per_socket=$(lscpu 2>/dev/null | sed -n 's/^Core(s) per socket:[[:space:]]*//p' | head -n1)
-threads_per_core=$(lscpu 2>/dev/null | sed -n 's/^Thread(s) per core:[[:space:]]*//p' | head -n1)
-logical_cpus=$(nproc)
-mem_kib=$(sed -n 's/^MemTotal:[[:space:]]*\([0-9]*\) kB/\1/p' /proc/meminfo)
-gpu=""
-if command -v nvidia-smi >/dev/null 2>&1; then
-    gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -n1 || true)
-fi
-git_rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git_dirty=$(git status --porcelain 2>/dev/null | head -c1 | wc -c)
-
-"$PYTHON" - "$JSONL" "$STAMP" "$cpu_model" "$sockets" "$cores_per_socket" "$threads_per_core" \
-    "$logical_cpus" "${mem_kib:-0}" "$gpu" "$git_rev" "$git_dirty" "$MODELS" "$BATCHES" \
-    "$P" "$G" "$REPEAT" "$HF_THREADS" "$HF_DTYPE" <<'PY'
-import json, sys
-(path, stamp, cpu, sockets, cps, tpc, ncpu, mem_kib, gpu, rev, dirty,
- models, batches, p, g, repeat, hf_threads, hf_dtype) = sys.argv[1:19]
+# ---- machine, versions, environment -------------------------------------
+lscpu >"$TMP/lscpu" 2>/dev/null || : >"$TMP/lscpu"
+# the OpenBLAS core and config that each BLAS word gives, from the library
+# sluice links, in that word's environment
+probe='import ctypes, json, os, sys
+l = ctypes.CDLL(sys.argv[1])
+l.openblas_get_corename.restype = l.openblas_get_config.restype = ctypes.c_char_p
+print(json.dumps({"corename": l.openblas_get_corename().decode(),
+                  "config": l.openblas_get_config().decode(),
+                  "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+                  "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE")}))'
+: >"$TMP/blas"
+# shellcheck disable=SC2086 # word lists
+for w in $(printf "%s\n" $SLUICE_BLAS $HF_BLAS | sort -u); do
+	mapfile -t pre < <(blas_env "$w")
+	printf '%s\t%s\n' "$w" "$(${pre[@]+"${pre[@]}"} "$PYTHON" -c "$probe" "$LIBOPENBLAS")" >>"$TMP/blas"
+done
+"$PYTHON" -c 'import json, torch, transformers
+print(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__,
+                  "torch_default_threads": torch.get_num_threads(),
+                  "torch_blas": torch.__config__.show().split("BLAS_INFO=")[-1].split(",")[0],
+                  "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}))' \
+	>"$TMP/pyver" 2>/dev/null
+"$PYTHON" - "$JSONL" "$STAMP" "$TMP/lscpu" "$TMP/blas" "$TMP/pyver" "$LIBOPENBLAS" \
+	"$("$SLUICE" version 2>&1 | head -n1)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+	"$(git status --porcelain 2>/dev/null | head -c1 | wc -c)" \
+	"$MODELS" "$BATCHES" "$P" "$G" "$REPEAT" "$SLUICE_BLAS" "$HF_BLAS" "$(nproc)" <<'PY'
+import json, os, sys, time
+(path, stamp, lscpu, blas, pyver, libopenblas, sluice_version, rev, dirty,
+ models, batches, p, g, repeat, sluice_blas, hf_blas, nproc) = sys.argv[1:18]
+lc = {}
+for line in open(lscpu):
+    k, _, v = line.partition(":")
+    lc[k.strip()] = v.strip()
+mem_kib = 0
+for line in open("/proc/meminfo"):
+    if line.startswith("MemTotal:"):
+        mem_kib = int(line.split()[1])
 rec = {
-    "type": "machine", "date_utc": stamp, "cpu_model": cpu,
-    "sockets": sockets, "cores_per_socket": cps, "threads_per_core": tpc,
-    "logical_cpus": int(ncpu), "mem_total_gib": round(int(mem_kib) / 2**20, 1),
-    "gpu": gpu, "git_rev": rev, "git_dirty": int(dirty) > 0,
-    "grid": {"models": models.split(), "batches": batches.split(),
+    "type": "machine", "date_utc": stamp, "t_start": time.time(), "cpu_model": lc.get("Model name", "unknown"),
+    "cpu_family_model": f'{lc.get("CPU family", "?")}/{lc.get("Model", "?")}',
+    "sockets": lc.get("Socket(s)"), "cores_per_socket": lc.get("Core(s) per socket"),
+    "threads_per_core": lc.get("Thread(s) per core"), "logical_cpus": int(nproc),
+    "avx512": "avx512f" in lc.get("Flags", ""), "mem_total_gib": round(mem_kib / 2**20, 1),
+    "loadavg_start": open("/proc/loadavg").read().split()[:3],
+    "git_rev": rev, "git_dirty": int(dirty) > 0, "sluice_version": sluice_version,
+    "libopenblas": libopenblas, "python_libs": json.load(open(pyver)),
+    "blas_words": {w: json.loads(j) for w, j in (l.rstrip("\n").split("\t", 1) for l in open(blas))},
+    "env_inherited": {k: os.environ.get(k) for k in (
+        "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+        "OMP_WAIT_POLICY", "MKL_NUM_THREADS")},
+    "grid": {"models": models.split(), "batches": [int(b) for b in batches.split()],
              "prompt_len": int(p), "gen_len": int(g), "repeat": int(repeat),
-             "hf_threads": int(hf_threads), "hf_dtype": hf_dtype},
+             "sluice_blas": sluice_blas.split(), "hf_blas": hf_blas.split()},
 }
 with open(path, "a") as f:
     f.write(json.dumps(rec) + "\n")
 PY
 
+
 # ---- runs ---------------------------------------------------------------
-# record SYSTEM MODEL BATCH REP RC CMD STDOUT STDERR SECONDS
+# record SYSTEM WORD MODEL BATCH REP RC CMD STDOUT STDERR SECONDS LOAD0
 record() {
-    "$PYTHON" - "$JSONL" "$@" <<'PY'
-import json, sys
-path, system, model, batch, rep, rc, cmd, out, err, secs = sys.argv[1:11]
-result, stdout_tail = None, ""
-with open(out, errors="replace") as f:
-    lines = f.read().splitlines()
+	"$PYTHON" - "$JSONL" "$@" <<'PY'
+import json, sys, time
+path, system, word, model, batch, rep, rc, cmd, out, err, secs, load0 = sys.argv[1:13]
+result = None
+lines = open(out, errors="replace").read().splitlines()
 for line in reversed(lines):  # the last line that is a JSON object
-    line = line.strip()
-    if line.startswith("{"):
+    if line.strip().startswith("{"):
         try:
             result = json.loads(line)
             break
         except ValueError:
             pass
-if result is None:
-    stdout_tail = "\n".join(lines[-5:])
-with open(err, errors="replace") as f:
-    stderr_tail = "\n".join(f.read().splitlines()[-8:])
-rec = {"type": "run", "system": system, "model": model, "batch": int(batch),
-       "repeat_idx": int(rep), "cmd": cmd, "rc": int(rc), "wall_s": float(secs),
+rec = {"type": "run", "system": system, "blas": word, "model": model, "batch": int(batch),
+       "repeat_idx": int(rep), "cmd": cmd, "rc": int(rc), "wall_s": float(secs), "t_end": time.time(),
+       "loadavg_1m": [float(load0), float(open("/proc/loadavg").read().split()[0])],
        "ok": int(rc) == 0 and result is not None, "result": result}
 if not rec["ok"]:
-    rec["stderr_tail"] = stderr_tail
-    rec["stdout_tail"] = stdout_tail
+    rec["stderr_tail"] = "\n".join(open(err, errors="replace").read().splitlines()[-8:])
+    rec["stdout_tail"] = "\n".join(lines[-5:])
 with open(path, "a") as f:
     f.write(json.dumps(rec) + "\n")
-status = "ok" if rec["ok"] else f"FAILED rc={rc}"
 tput = result.get("throughput_tok_s") if isinstance(result, dict) else None
-print(f"  {system:15s} {model} B={batch} rep {rep}: {status}"
-      + (f", {tput} tok/s" if tput is not None else ""), file=sys.stderr)
+print(f"  {system:6s} {word:8s} {model} B={batch} rep {rep}: "
+      + ("ok" if rec["ok"] else f"FAILED rc={rc}")
+      + (f", {tput} tok/s" if tput is not None else "") + f" (load {load0})", file=sys.stderr)
 PY
 }
 
-# run_cmd SYSTEM MODEL BATCH REP CMD...
-run_cmd() {
-    local system=$1 model=$2 batch=$3 rep=$4
-    shift 4
-    local cmd_str rc=0 t0 t1
-    cmd_str=$(printf '%q ' "$@")
-    cmd_str=${cmd_str% }
-    t0=$(date +%s.%N)
-    if ((TIMEOUT > 0)); then
-        timeout "$TIMEOUT" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-    else
-        "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-    fi
-    t1=$(date +%s.%N)
-    record "$system" "$model" "$batch" "$rep" "$rc" "$cmd_str" "$TMP/out" "$TMP/err" \
-        "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')"
+# run_one SYSTEM WORD MODEL BATCH REP
+run_one() {
+	local system=$1 word=$2 model=$3 batch=$4 rep=$5 rc=0 t0 t1 load0
+	local -a pre cmd
+	mapfile -t pre < <(blas_env "$word")
+	if [[ $system == sluice ]]; then
+		read -r -a extra <<<"$SLUICE_ARGS"
+		cmd=("$SLUICE" bench --backend cpu --dummy "$model" --prompt-len "$P" --gen-len "$G"
+			--batch "$batch" --json ${extra[@]+"${extra[@]}"})
+	else
+		read -r -a extra <<<"$HF_ARGS"
+		cmd=("$PYTHON" bench/hf_cpu_bench.py --model "$model" --prompt-len "$P" --gen-len "$G"
+			--batch "$batch" --json ${extra[@]+"${extra[@]}"})
+	fi
+	cmd=(${pre[@]+"${pre[@]}"} "${cmd[@]}")
+	((TIMEOUT > 0)) && cmd=(timeout "$TIMEOUT" "${cmd[@]}")
+	load0=$(cut -d' ' -f1 /proc/loadavg)
+	t0=$(date +%s.%N)
+	"${cmd[@]}" >"$TMP/out" 2>"$TMP/err" || rc=$?
+	t1=$(date +%s.%N)
+	record "$system" "$word" "$model" "$batch" "$rep" "$rc" "${cmd[*]}" "$TMP/out" "$TMP/err" \
+		"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" "$load0"
 }
 
-read -r -a sluice_extra <<<"$SLUICE_ARGS"
-read -r -a hf_extra <<<"$HF_ARGS"
-
+jobs=()
+for w in $SLUICE_BLAS; do jobs+=("sluice $w"); done
+for w in $HF_BLAS; do jobs+=("hf $w"); done
 for model in $MODELS; do
-    for batch in $BATCHES; do
-        echo "== $model batch=$batch P=$P G=$G" >&2
-        for ((rep = 1; rep <= REPEAT; rep++)); do
-            if [[ $SKIP_SLUICE != 1 ]]; then
-                run_cmd sluice "$model" "$batch" "$rep" \
-                    ${blas_env[@]+"${blas_env[@]}"} "$SLUICE" bench --dummy "$model" --prompt-len "$P" --gen-len "$G" \
-                    --batch "$batch" --json ${sluice_extra[@]+"${sluice_extra[@]}"}
-            fi
-            if [[ $SKIP_HF != 1 ]]; then
-                run_cmd hf-transformers "$model" "$batch" "$rep" \
-                    "$PYTHON" bench/hf_cpu_bench.py --model "$model" --prompt-len "$P" \
-                    --gen-len "$G" --batch "$batch" --threads "$HF_THREADS" \
-                    --dtype "$HF_DTYPE" --json ${hf_extra[@]+"${hf_extra[@]}"}
-            fi
-        done
-    done
+	for batch in $BATCHES; do
+		echo "== $model batch=$batch P=$P G=$G" >&2
+		for ((rep = 1; rep <= REPEAT; rep++)); do
+			order=("${jobs[@]}")
+			if ((rep % 2 == 0)); then # reversed every other repetition
+				order=()
+				for ((i = ${#jobs[@]} - 1; i >= 0; i--)); do order+=("${jobs[i]}"); done
+			fi
+			for j in "${order[@]}"; do
+				run_one "${j% *}" "${j#* }" "$model" "$batch" "$rep"
+			done
+		done
+	done
 done
 
-# ---- summary: medians, ratio, markdown ----------------------------------
-"$PYTHON" - "$JSONL" "$MD" <<'PY'
-import json, statistics, sys
-jsonl, md = sys.argv[1], sys.argv[2]
-recs = [json.loads(l) for l in open(jsonl) if l.strip()]
-mach = next(r for r in recs if r["type"] == "machine")
-runs = [r for r in recs if r["type"] == "run"]
-grid = mach["grid"]
-
-def med(rs, key):
-    vals = [r["result"][key] for r in rs if r["ok"] and isinstance(r["result"].get(key), (int, float))]
-    return statistics.median(vals) if vals else None
-
-summaries, cmds = [], {}
-for model in grid["models"]:
-    for batch in map(int, grid["batches"]):
-        cell = {"type": "summary", "model": model, "batch": batch,
-                "prompt_len": grid["prompt_len"], "gen_len": grid["gen_len"]}
-        for system in ("sluice", "hf-transformers"):
-            rs = [r for r in runs if r["system"] == system and r["model"] == model and r["batch"] == batch]
-            if rs:
-                cmds.setdefault(system, rs[0]["cmd"])
-            cell[system] = {
-                "n_ok": sum(r["ok"] for r in rs), "n_runs": len(rs),
-                "throughput_tok_s": med(rs, "throughput_tok_s"),
-                "prefill_s": med(rs, "prefill_s"), "decode_s": med(rs, "decode_s"),
-            }
-            if system == "sluice":
-                cell[system]["gemm_gflops"] = med(rs, "gemm_gflops")
-        s, h = cell["sluice"]["throughput_tok_s"], cell["hf-transformers"]["throughput_tok_s"]
-        cell["ratio_sluice_over_hf"] = (s / h) if (s is not None and h) else None
-        summaries.append(cell)
-
-with open(jsonl, "a") as f:
-    for c in summaries:
-        f.write(json.dumps(c) + "\n")
-
-def fmt(v, nd=3):
-    return "n/a" if v is None else f"{v:.{nd}f}"
-
-L = []
-L.append(f"# sluice vs HF transformers (CPU baseline), {mach['date_utc']} UTC\n")
-L.append("## Machine\n")
-L.append(f"- CPU: {mach['cpu_model'] or 'unknown'} ({mach['sockets']} socket(s) x "
-         f"{mach['cores_per_socket']} cores x {mach['threads_per_core']} threads; "
-         f"{mach['logical_cpus']} logical CPUs)")
-L.append(f"- Memory: {mach['mem_total_gib']} GiB")
-L.append(f"- GPU: {mach['gpu'] or 'none found (nvidia-smi)'}")
-L.append(f"- sluice git rev: {mach['git_rev']}{' (dirty tree)' if mach['git_dirty'] else ''}")
-L.append(f"- Grid: prompt_len={grid['prompt_len']}, gen_len={grid['gen_len']}, "
-         f"repeat={grid['repeat']} (medians), HF threads={grid['hf_threads']}, HF dtype={grid['hf_dtype']}\n")
-L.append("## Commands (first cell; other cells differ only in --model/--dummy and --batch)\n")
-for system, c in cmds.items():
-    L.append(f"- {system}: `{c}`")
-L.append("\nAll exact commands are in the `cmd` field of every `run` record of the .jsonl file.\n")
-L.append("## Results (median over repeats)\n")
-L.append("| model | batch | sluice tok/s | HF tok/s | sluice/HF | sluice prefill s | HF prefill s "
-         "| sluice decode s | HF decode s | sluice GEMM GFLOP/s | ok runs (sluice/HF) |")
-L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-for c in summaries:
-    s, h = c["sluice"], c["hf-transformers"]
-    L.append(f"| {c['model']} | {c['batch']} | {fmt(s['throughput_tok_s'], 2)} | {fmt(h['throughput_tok_s'], 2)} "
-             f"| {fmt(c['ratio_sluice_over_hf'], 2)} | {fmt(s['prefill_s'])} | {fmt(h['prefill_s'])} "
-             f"| {fmt(s['decode_s'])} | {fmt(h['decode_s'])} | {fmt(s['gemm_gflops'], 1)} "
-             f"| {s['n_ok']}/{s['n_runs']} , {h['n_ok']}/{h['n_runs']} |")
-failed = [r for r in runs if not r["ok"]]
-if failed:
-    L.append("\n## Failed runs\n")
-    for r in failed:
-        tail = (r.get("stderr_tail") or r.get("stdout_tail") or "").strip().splitlines()[-1:] or [""]
-        L.append(f"- {r['system']} {r['model']} B={r['batch']} rep {r['repeat_idx']}: rc={r['rc']} {tail[0][:200]}")
-L.append("\nthroughput = batch * gen_len / (prefill_s + decode_s); prefill = one forward over the "
-         "prompt batch (yields the first token), decode = the other gen_len-1 steps.")
-with open(md, "w") as f:
-    f.write("\n".join(L) + "\n")
-print(md)
-PY
+summarize "$JSONL" "$MD"
 echo "wrote $JSONL and $MD" >&2

@@ -1,19 +1,30 @@
 #!/usr/bin/env python3
-"""CPU baseline: Hugging Face transformers OPT batch generation throughput.
+"""CPU baseline: Hugging Face transformers OPT generation as a user runs it.
 
-Builds an OPT model with the published shapes and random weights (no hub
-access), then times, FlexGen style:
+Builds an OPT model of the published shapes with random weights (no hub
+access) the library's way, and times the library's own generation:
 
-  prefill_s         one forward pass over the [batch, prompt_len] prompt batch
-                    (use_cache=True, logits only for the last position, as
-                    HF generate does); it yields the first new token
-  decode_s          the remaining gen_len-1 greedy decode steps, one token per
-                    step, reusing the model's own KV cache object
-  throughput_tok_s  batch * gen_len / (prefill_s + decode_s)
+  model = AutoModelForCausalLM.from_config(OPTConfig(...shapes...)).eval()
+  out = model.generate(input_ids, attention_mask=mask, max_new_tokens=G,
+                       min_new_tokens=G, do_sample=False)
 
-A warm-up generation (prompt 8, 1 new token) runs first and is not timed.
-With --repeat R the measurement is repeated and the median of each metric is
-reported (the per-run numbers are kept under "runs" in the JSON).
+Nothing is tuned: torch's default thread count (all cores) unless --threads
+is given, the default attention implementation (sdpa), fp32 unless --dtype
+says otherwise. --dtype fp16 builds the model from a config whose dtype is
+float16, which is what `from_pretrained("facebook/opt-...")` gives with
+transformers 5 (the hub configs say float16 and the default dtype is "auto").
+
+Timing, per repetition, of one generate call:
+  total_s           the wall time of the call, end to end (as a user times it)
+  prefill_s         from the call to the first new token, taken by a streamer
+                    (generate hands it each step's tokens; it only reads the
+                    clock); this is the prompt's forward pass and the first
+                    token's selection
+  decode_s          total_s - prefill_s: the other gen_len-1 steps
+  throughput_tok_s  batch * gen_len / total_s
+  cpu_s             the process's CPU time during the call (all threads)
+A warm-up call (the same batch, prompt 8, 2 new tokens) runs first and is not
+timed. With --repeat R the medians are reported; every run is under "runs".
 
 Example:
   python3 bench/hf_cpu_bench.py --model opt-125m --prompt-len 128 \\
@@ -21,7 +32,6 @@ Example:
 """
 
 import argparse
-import inspect
 import json
 import os
 import statistics
@@ -38,6 +48,7 @@ MODELS = {
 }
 VOCAB = 50272
 MAX_POS = 2048
+DTYPES = {"fp32": None, "fp16": "float16", "bf16": "bfloat16"}
 
 
 def parse_args(argv=None):
@@ -46,16 +57,17 @@ def parse_args(argv=None):
     ap.add_argument("--prompt-len", type=int, required=True)
     ap.add_argument("--gen-len", type=int, required=True)
     ap.add_argument("--batch", type=int, required=True)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch.set_num_threads(N); default: torch's own choice")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--force", action="store_true",
                     help="run even if the weights look larger than available memory")
     a = ap.parse_args(argv)
-    if a.prompt_len < 1 or a.gen_len < 1 or a.batch < 1 or a.repeat < 1 or a.threads < 1:
-        ap.error("prompt-len, gen-len, batch, repeat and threads must be >= 1")
+    if a.prompt_len < 1 or a.gen_len < 1 or a.batch < 1 or a.repeat < 1 or a.threads < 0:
+        ap.error("prompt-len, gen-len, batch and repeat must be >= 1, threads >= 0")
     if a.prompt_len + a.gen_len > MAX_POS:
         ap.error(f"prompt-len + gen-len must be <= {MAX_POS}")
     return a
@@ -64,14 +76,11 @@ def parse_args(argv=None):
 def opt_config(name, dtype_name):
     from transformers import OPTConfig
     layers, heads, hidden, proj, pre_ln = MODELS[name]
+    kw = {} if dtype_name is None else {"dtype": dtype_name}
     return OPTConfig(
         num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden,
         ffn_dim=4 * hidden, word_embed_proj_dim=proj, do_layer_norm_before=pre_ln,
-        vocab_size=VOCAB, max_position_embeddings=MAX_POS,
-        activation_function="relu", enable_bias=True, dropout=0.0,
-        attention_dropout=0.0, layerdrop=0.0, pad_token_id=1, bos_token_id=2,
-        eos_token_id=2, tie_word_embeddings=True, dtype=dtype_name,
-    )
+        vocab_size=VOCAB, max_position_embeddings=MAX_POS, **kw)
 
 
 def n_params(name):
@@ -93,74 +102,52 @@ def mem_available_bytes():
     return None
 
 
-def build_model(name, dtype, seed):
-    """Random-weight OPTForCausalLM without HF's (slow) default init."""
-    import torch
-    from transformers import OPTForCausalLM
+def loaded_blas_libs():
+    """The BLAS-like shared libraries this process has mapped."""
+    names = set()
     try:
-        from transformers.initialization import no_init_weights
-    except ImportError:  # transformers 4.x
-        from transformers.modeling_utils import no_init_weights
-
-    cfg = opt_config(name, "float32" if dtype == torch.float32 else "bfloat16")
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with no_init_weights():
-            model = OPTForCausalLM(cfg)
-    finally:
-        torch.set_default_dtype(old)
-    # no_init_weights also skips HF's init_weights(), which is where the
-    # lm_head <-> embed_tokens tie is made: tie explicitly
-    model.tie_weights()
-    assert model.lm_head.weight is model.model.decoder.embed_tokens.weight
-    gen = torch.Generator().manual_seed(seed)
-    seen = set()
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            if "layer_norm" in pname and pname.endswith(".weight"):
-                p.fill_(1.0)
-            elif pname.endswith(".bias"):
-                p.zero_()
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
-    return model.to(dtype).eval()
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                base = os.path.basename(path)
+                if any(s in base.lower() for s in ("blas", "mkl", "dnnl", "gomp", "iomp")):
+                    names.add(base)
+    except OSError:
+        pass
+    return sorted(names)
 
 
-def cache_kwarg(model):
-    """transformers 5.x renamed past_key_values -> cache in forward()."""
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+class FirstTokenClock:
+    """A generate streamer that notes when the first new token arrives."""
+
+    def __init__(self):
+        self.puts = 0
+        self.first_token_t = None
+
+    def put(self, value):
+        self.puts += 1
+        if self.puts == 2:  # the first put is the prompt
+            self.first_token_t = time.perf_counter()
+
+    def end(self):
+        pass
 
 
-def returned_cache(out):
-    c = getattr(out, "cache", None)
-    return c if c is not None else out.past_key_values
-
-
-def run_once(model, ids, gen_len, ckw):
-    """Greedy generation; returns (prefill_s, decode_s, generated ids)."""
+def run_once(model, ids, mask, gen_len):
     import torch
-    extra = {}
-    if "logits_to_keep" in inspect.signature(model.forward).parameters:
-        extra["logits_to_keep"] = 1
+    clock = FirstTokenClock()
+    c0 = time.process_time()
     t0 = time.perf_counter()
-    out = model(input_ids=ids, use_cache=True, **extra)
-    nxt = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
-    cache = returned_cache(out)
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=gen_len,
+                         min_new_tokens=gen_len, do_sample=False, streamer=clock)
     t1 = time.perf_counter()
-    toks = [nxt]
-    for _ in range(gen_len - 1):
-        out = model(input_ids=nxt, use_cache=True, **{ckw: cache}, **extra)
-        cache = returned_cache(out)
-        nxt = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
-        toks.append(nxt)
-    t2 = time.perf_counter()
-    del cache, out
-    return t1 - t0, t2 - t1, torch.cat(toks, dim=1)
+    cpu = time.process_time() - c0
+    if out.shape != (ids.shape[0], ids.shape[1] + gen_len) or not torch.equal(out[:, :ids.shape[1]], ids):
+        raise RuntimeError(f"generate returned shape {tuple(out.shape)}, expected "
+                           f"{(ids.shape[0], ids.shape[1] + gen_len)} starting with the prompt")
+    prefill = clock.first_token_t - t0
+    return {"total_s": t1 - t0, "prefill_s": prefill, "decode_s": t1 - clock.first_token_t,
+            "cpu_s": cpu, "throughput_tok_s": ids.shape[0] * gen_len / (t1 - t0)}
 
 
 def main(argv=None):
@@ -169,35 +156,29 @@ def main(argv=None):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     import transformers
-    torch.set_num_threads(a.threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
+    from transformers import AutoModelForCausalLM
+    if a.threads:
+        torch.set_num_threads(a.threads)
 
     need = n_params(a.model) * (4 if a.dtype == "fp32" else 2)
     avail = mem_available_bytes()
     if avail is not None and need > 0.9 * avail and not a.force:
-        sys.exit(f"hf_cpu_bench: {a.model} {a.dtype} weights need ~{need / 2**30:.1f} GiB, "
-                 f"only {avail / 2**30:.1f} GiB available (use --force to try anyway)")
+        print(f"hf_cpu_bench: {a.model} {a.dtype} weights need ~{need / 2**30:.1f} GiB, "
+              f"only {avail / 2**30:.1f} GiB available (use --force to try anyway)", file=sys.stderr)
+        return 1
 
+    torch.manual_seed(a.seed)
     tb = time.perf_counter()
-    model = build_model(a.model, dtype, a.seed)
+    model = AutoModelForCausalLM.from_config(opt_config(a.model, DTYPES[a.dtype])).eval()
     build_s = time.perf_counter() - tb
-    ckw = cache_kwarg(model)
 
     g = torch.Generator().manual_seed(a.seed + 1)
     ids = torch.randint(3, VOCAB, (a.batch, a.prompt_len), generator=g)
+    mask = torch.ones_like(ids)
     warm = torch.randint(3, VOCAB, (a.batch, 8), generator=g)
 
-    runs = []
-    with torch.inference_mode():
-        run_once(model, warm, 1, ckw)  # warm-up: prompt 8, 1 new token
-        for _ in range(a.repeat):
-            pre, dec, _toks = run_once(model, ids, a.gen_len, ckw)
-            runs.append({"prefill_s": pre, "decode_s": dec,
-                         "throughput_tok_s": a.batch * a.gen_len / (pre + dec)})
+    run_once(model, warm, torch.ones_like(warm), 2)
+    runs = [run_once(model, ids, mask, a.gen_len) for _ in range(a.repeat)]
 
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     res = {
@@ -206,10 +187,13 @@ def main(argv=None):
         "prompt_len": a.prompt_len,
         "gen_len": a.gen_len,
         "batch": a.batch,
-        "threads": a.threads,
-        "dtype": a.dtype,
+        "threads": torch.get_num_threads(),
+        "threads_set": a.threads or None,
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "prefill_s": round(med["prefill_s"], 6),
         "decode_s": round(med["decode_s"], 6),
+        "total_s": round(med["total_s"], 6),
+        "cpu_s": round(med["cpu_s"], 3),
         "throughput_tok_s": round(med["throughput_tok_s"], 4),
         "repeat": a.repeat,
         "runs": [{k: round(v, 6) for k, v in r.items()} for r in runs],
@@ -217,15 +201,24 @@ def main(argv=None):
         "attn_implementation": model.config._attn_implementation,
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
+        "torch_blas": torch.__config__.show().split("BLAS_INFO=")[-1].split(",")[0]
+        if "BLAS_INFO=" in torch.__config__.show() else None,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "loaded_blas_libs": loaded_blas_libs(),
+        "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                               "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE",
+                                               "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")},
     }
     if a.json:
         print(json.dumps(res))
     else:
-        print(f"hf-transformers {a.model} {a.dtype} P={a.prompt_len} G={a.gen_len} "
-              f"B={a.batch} threads={a.threads}: prefill {res['prefill_s']:.3f} s, "
+        print(f"hf-transformers {a.model} {res['dtype']} P={a.prompt_len} G={a.gen_len} "
+              f"B={a.batch} threads={res['threads']}: prefill {res['prefill_s']:.3f} s, "
               f"decode {res['decode_s']:.3f} s, {res['throughput_tok_s']:.2f} tok/s "
-              f"(median of {a.repeat}; attn={res['attn_implementation']}, "
-              f"torch {torch.__version__}, transformers {transformers.__version__})")
+              f"(cpu {res['cpu_s']:.1f} s; median of {a.repeat}; "
+              f"attn={res['attn_implementation']}, torch {torch.__version__}, "
+              f"transformers {transformers.__version__})")
     return 0
 
 
