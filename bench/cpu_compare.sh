@@ -139,8 +139,10 @@ L = [f"# sluice against Hugging Face transformers on the CPU, {mach['date_utc']}
      "- Environment this script inherited: " + ", ".join(
          f"{k}={v if v is not None else 'unset'}" for k, v in mach["env_inherited"].items()),
      f"- Grid: prompt {grid['prompt_len']}, {grid['gen_len']} new tokens, batches "
-     f"{', '.join(map(str, grid['batches']))}; {grid['repeat']} repetitions, interleaved "
-     f"(order reversed every other one); medians. The whole run took {elapsed / 60:.1f} min.\n",
+     f"{', '.join(map(str, grid['batches']))}; "
+     + (f"{grid['repeat']} repetitions, interleaved (order reversed every other one); medians."
+        if grid["repeat"] > 1 else "one repetition.")
+     + f" The whole run took {elapsed / 60:.1f} min.\n",
      "## Environments (the OpenBLAS core is read from the library sluice links, in that environment)\n"]
 for s, w in systems:
     if s == "sluice":
