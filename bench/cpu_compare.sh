@@ -35,8 +35,12 @@
 #   LIBOPENBLAS=(the libopenblas that ldd finds for $SLUICE)
 #   SUMMARIZE=FILE.jsonl: only remake FILE.md from the runs in FILE (a run
 #                         that was stopped, or a changed table)
-# With the defaults it takes about 40 minutes on a quiet 2-core VM (the
-# opt-1.3b batch-32 cell is half of it).
+# How long, on the busy 2-vCPU VM of 2026-12-03 (load average 5 to 10): the
+# opt-125m cells 41 minutes for 3 repetitions (7.5 for batches 1 and 8 at
+# load 5); opt-1.3b at batches 1 and 8 21 minutes per repetition; opt-1.3b
+# at batch 32 over 25 minutes for sluice's run with Prescott kernels alone.
+# The defaults thus take 3 to 4 hours there; a quiet machine is faster, and
+# MODELS, BATCHES and REPEAT cut the grid.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
