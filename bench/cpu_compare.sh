@@ -38,8 +38,8 @@
 # How long, on the busy 2-vCPU VM of 2026-12-03 (load average 5 to 10): the
 # opt-125m cells 41 minutes for 3 repetitions (7.5 for batches 1 and 8 at
 # load 5); opt-1.3b at batches 1 and 8 21 minutes per repetition; opt-1.3b
-# at batch 32 over 25 minutes for sluice's run with Prescott kernels alone.
-# The defaults thus take 3 to 4 hours there; a quiet machine is faster, and
+# at batch 32 46 minutes per repetition (31 of them sluice with Prescott).
+# The defaults thus take about 4.5 hours there; a quiet machine is faster, and
 # MODELS, BATCHES and REPEAT cut the grid.
 set -euo pipefail
 
