@@ -763,6 +763,15 @@ for o in out:
 PY
 	done
 
+	# bench on the same model: its prompt reaches position 20 in the
+	# prefill, so the first new token's logits are NaN; one line, exit 1
+	"$sluice" bench --backend cpu --model "$tmp/kjv-ovf" --prompt-len 24 --gen-len 3 --batch 2 \
+		>"$tmp/stdout" 2>"$tmp/stderr"
+	rc=$?
+	if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/stderr")" -eq 1 ] &&
+		grep -qF "sequence 0 of the block: the logits at step 0 (new token 1) are not finite" "$tmp/stderr"; then
+		ok; else bad "bench, non-finite logits: exit $rc, $(cat "$tmp/stderr")"; fi
+
 	# a perplexity beyond the largest double (logits scaled up 60000 times:
 	# finite, but the continuation's mean log-probability is far below
 	# -709.78) is null; every other field is there

@@ -851,6 +851,17 @@ static int max_batch(sl_model *m, int plen, int glen, int *out)
 	return 0;
 }
 
+/* bench's greedy next tokens; logits that are not finite (argmax -1)
+ * stop it with the line generate gives. */
+static int bench_next(sl_model *m, int nseq, int32_t *next, int step)
+{
+	SL_TRY(sl_model_argmax(m, nseq, next));
+	for (int s = 0; s < nseq; s++)
+		if (next[s] < 0)
+			return sl_model_nonfinite_err(0, NULL, s, step, "new token");
+	return 0;
+}
+
 static int cmd_bench(int argc, char **argv)
 {
 	common_opts co;
@@ -949,8 +960,8 @@ static int cmd_bench(int argc, char **argv)
 		int wl = SL_MIN(8, plen);
 		kv->nseq = 1;
 		if ((rc = sl_model_prefill(m, kv, ids, npad, wl, NULL)) < 0 ||
-		    (rc = sl_model_argmax(m, 1, next)) < 0 || (rc = sl_model_decode(m, kv, next)) < 0 ||
-		    (rc = sl_model_argmax(m, 1, next)) < 0)
+		    (rc = bench_next(m, 1, next, 0)) < 0 || (rc = sl_model_decode(m, kv, next)) < 0 ||
+		    (rc = bench_next(m, 1, next, 1)) < 0)
 			die(rc);
 		kv->nseq = batch;
 	}
@@ -958,7 +969,7 @@ static int cmd_bench(int argc, char **argv)
 	sl_model_stats_reset(m);
 	double t0 = sl_now();
 	if ((rc = sl_model_prefill(m, kv, ids, npad, plen, NULL)) < 0 ||
-	    (rc = sl_model_argmax(m, batch, next)) < 0)
+	    (rc = bench_next(m, batch, next, 0)) < 0)
 		die(rc);
 	double t1 = sl_now();
 	/* each phase's breakdown: the prefill and the decode have different
@@ -968,7 +979,7 @@ static int cmd_bench(int argc, char **argv)
 	sl_model_stats_reset(m);
 	double pf_gemm_s = be->gemm_seconds, pf_gemm_flop = be->gemm_flop;
 	for (int step = 1; step < glen; step++)
-		if ((rc = sl_model_decode(m, kv, next)) < 0 || (rc = sl_model_argmax(m, batch, next)) < 0)
+		if ((rc = sl_model_decode(m, kv, next)) < 0 || (rc = bench_next(m, batch, next, step)) < 0)
 			die(rc);
 	double t2 = sl_now();
 	double dc_gemm_s = be->gemm_seconds - pf_gemm_s;
