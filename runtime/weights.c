@@ -716,9 +716,14 @@ static int finish_load(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int 
 		w->stats.stall_s += sl_now() - t0;
 		s->disk_pending = false;
 		SL_TRY(rc);
-		if (!b->ops->dev_is_host)
+		if (!b->ops->dev_is_host) {
+			/* into the slot: not before the compute queue is done
+			 * with what it holds (a unit without a host part issued
+			 * no such wait in start_load) */
+			SL_TRY(b->ops->queue_wait(b, w->copy_q, s->free_ev));
 			SL_TRY(b->ops->copy_h2d(b, w->copy_q, (char *)s->buf + w->stage_disk[s->unit],
 						s->bounce, w->disk_len[s->unit]));
+		}
 	}
 	SL_TRY(b->ops->event_record(b, s->ready_ev, w->copy_q));
 	return b->ops->queue_wait(b, compute, s->ready_ev);
