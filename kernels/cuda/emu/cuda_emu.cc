@@ -1,11 +1,12 @@
 /*
  * cuda_emu.cc - the CPU stand-ins declared in cuda_emu.h: a fiber
  * scheduler that runs a block's threads cooperatively, the runtime API on
- * host memory, and a reference cublasGemmEx.  Test tool only (see the
+ * host memory, and cublasGemmEx on OpenBLAS.  Test tool only (see the
  * header); single host thread.
  */
 #include "cuda_emu.h"
 
+#include <cblas.h>
 #include <ucontext.h>
 
 #include <map>
@@ -28,6 +29,16 @@ namespace {
 
 /* ---- fibers -------------------------------------------------------------- */
 
+/*
+ * A fiber is one GPU thread.  Fibers are kept from launch to launch (a pool
+ * as large as the largest block so far): each one runs the kernel body for
+ * its thread of a block, marks itself done and yields; the scheduler resumes
+ * it for the next block.  Switching is a few instructions on x86-64 (the
+ * callee-saved registers and the stack pointer, sl_emu_switch below), and
+ * swapcontext elsewhere, which costs two system calls (the signal mask) per
+ * switch.
+ */
+
 enum { F_READY, F_WAITING, F_DONE };
 
 struct barrier {
@@ -35,7 +46,11 @@ struct barrier {
 };
 
 struct fiber {
+#if defined(__x86_64__)
+	void *sp = nullptr; /* saved stack pointer while switched out */
+#else
 	ucontext_t ctx;
+#endif
 	char *stack = nullptr;
 	int state = F_READY;
 	barrier *wait = nullptr;
@@ -51,9 +66,10 @@ struct warp_state {
 
 const size_t k_stack = 256 * 1024;
 
-ucontext_t g_sched;
 fiber *g_cur = nullptr;
-std::vector<fiber> g_fibers;
+std::vector<fiber *> g_pool; /* fibers, in thread order; a launch uses the first ones */
+unsigned g_nthreads = 0;     /* of the running launch */
+unsigned g_releases = 0;     /* barriers released so far */
 barrier g_block_bar;
 std::vector<warp_state> g_warps;
 std::vector<unsigned char> g_smem;
@@ -65,6 +81,83 @@ std::map<const void *, int> g_smem_attr;
 void *g_sched_fake_stack = nullptr;
 #endif
 
+#if defined(__x86_64__)
+/* sl_emu_switch(&save, to): push the callee-saved registers, save the stack
+ * pointer in *save, load `to` and pop the registers saved there (System V
+ * AMD64: rbx, rbp, r12-r15 are the callee-saved ones; the x87 and SSE
+ * control words are not changed by the kernels). */
+extern "C" void sl_emu_switch(void **save, void *to);
+__asm__(".text\n"
+	".globl sl_emu_switch\n"
+	".hidden sl_emu_switch\n"
+	".type sl_emu_switch, @function\n"
+	"sl_emu_switch:\n"
+	"\tpushq %rbp\n"
+	"\tpushq %rbx\n"
+	"\tpushq %r12\n"
+	"\tpushq %r13\n"
+	"\tpushq %r14\n"
+	"\tpushq %r15\n"
+	"\tmovq %rsp, (%rdi)\n"
+	"\tmovq %rsi, %rsp\n"
+	"\tpopq %r15\n"
+	"\tpopq %r14\n"
+	"\tpopq %r13\n"
+	"\tpopq %r12\n"
+	"\tpopq %rbx\n"
+	"\tpopq %rbp\n"
+	"\tret\n"
+	".size sl_emu_switch, .-sl_emu_switch\n");
+void *g_sched_sp = nullptr;
+#else
+ucontext_t g_sched;
+#endif
+
+void fiber_entry();
+
+/* The pool lives as long as the process; freed at exit, so that leak
+ * checkers see nothing left (destroyed before g_pool, declared above). */
+struct pool_owner {
+	~pool_owner()
+	{
+		for (fiber *f : g_pool) {
+			free(f->stack);
+			delete f;
+		}
+		g_pool.clear();
+	}
+} g_pool_owner;
+
+fiber *fiber_new(unsigned tid)
+{
+	fiber *f = new fiber();
+	f->tid = tid;
+	f->stack = (char *)malloc(k_stack);
+	if (!f->stack) {
+		fprintf(stderr, "cuda_emu: out of memory for fiber stacks\n");
+		abort();
+	}
+#if defined(__x86_64__)
+	/* a frame sl_emu_switch can return into: six registers, then
+	 * fiber_entry's address, then a null return address, with the stack
+	 * aligned as at a function's entry (rsp + 8 a multiple of 16) */
+	uintptr_t top = ((uintptr_t)f->stack + k_stack) & ~(uintptr_t)15;
+	void **sp = (void **)top;
+	*--sp = nullptr;
+	*--sp = (void *)fiber_entry;
+	for (int i = 0; i < 6; i++)
+		*--sp = nullptr;
+	f->sp = sp;
+#else
+	getcontext(&f->ctx);
+	f->ctx.uc_stack.ss_sp = f->stack;
+	f->ctx.uc_stack.ss_size = k_stack;
+	f->ctx.uc_link = nullptr;
+	makecontext(&f->ctx, fiber_entry, 0);
+#endif
+	return f;
+}
+
 void switch_to_fiber(fiber *f)
 {
 	g_cur = f;
@@ -73,36 +166,44 @@ void switch_to_fiber(fiber *f)
 #ifdef SL_EMU_ASAN
 	__sanitizer_start_switch_fiber(&g_sched_fake_stack, f->stack, k_stack);
 #endif
+#if defined(__x86_64__)
+	sl_emu_switch(&g_sched_sp, f->sp);
+#else
 	swapcontext(&g_sched, &f->ctx);
+#endif
 #ifdef SL_EMU_ASAN
 	__sanitizer_finish_switch_fiber(g_sched_fake_stack, nullptr, nullptr);
 #endif
 	g_cur = nullptr;
 }
 
-void switch_to_scheduler(bool finished)
+void switch_to_scheduler(void)
 {
 #ifdef SL_EMU_ASAN
 	void *fake = nullptr;
-	/* a finished fiber's stack is not coming back: pass NULL to free it */
-	__sanitizer_start_switch_fiber(finished ? nullptr : &fake, nullptr, 0);
-#else
-	(void)finished;
+	__sanitizer_start_switch_fiber(&fake, nullptr, 0);
 #endif
+#if defined(__x86_64__)
+	sl_emu_switch(&g_cur->sp, g_sched_sp);
+#else
 	swapcontext(&g_cur->ctx, &g_sched);
+#endif
 #ifdef SL_EMU_ASAN
 	__sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
 }
 
+/* A fiber's life: the body for its thread of each block it is given. */
 void fiber_entry()
 {
 #ifdef SL_EMU_ASAN
 	__sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
-	g_body(g_body_ctx);
-	g_cur->state = F_DONE;
-	switch_to_scheduler(true);
+	for (;;) {
+		g_body(g_body_ctx);
+		g_cur->state = F_DONE;
+		switch_to_scheduler();
+	}
 }
 
 void barrier_wait(barrier &b)
@@ -114,12 +215,13 @@ void barrier_wait(barrier &b)
 	if (++b.count == b.n) { /* the last to arrive releases the others */
 		b.count = 0;
 		b.gen++;
+		g_releases++;
 		return;
 	}
 	g_cur->state = F_WAITING;
 	g_cur->wait = &b;
 	g_cur->wait_gen = b.gen;
-	switch_to_scheduler(false);
+	switch_to_scheduler();
 }
 
 void report_deadlock(const sl_emu_launch_info &info)
@@ -129,7 +231,8 @@ void report_deadlock(const sl_emu_launch_info &info)
 		"that others never reach\n",
 		info.name, blockIdx.x, blockIdx.y, blockIdx.z);
 	int shown = 0;
-	for (const fiber &f : g_fibers) {
+	for (unsigned i = 0; i < g_nthreads; i++) {
+		const fiber &f = *g_pool[i];
 		if (shown >= 8)
 			break;
 		const char *what = f.state == F_DONE ? "exited"
@@ -184,7 +287,10 @@ uint64_t sl_emu_shfl_bits(uint64_t bits, int src_lane)
 	return w.buf[r][src_lane];
 }
 
-bool sl_emu_run(const sl_emu_launch_info &info, void (*body)(void *), void *ctx)
+namespace {
+
+/* What a GPU would refuse at launch (sets the last error). */
+bool launch_ok(const sl_emu_launch_info &info)
 {
 	const unsigned long long nthreads =
 		(unsigned long long)info.block.x * info.block.y * info.block.z;
@@ -202,24 +308,24 @@ bool sl_emu_run(const sl_emu_launch_info &info, void (*body)(void *), void *ctx)
 			    "dynamic shared memory over the limit (cudaFuncSetAttribute?)");
 	if (info.param_bytes > 4096)
 		return fail(cudaErrorInvalidValue, info, "parameters over 4 KiB");
+	return true;
+}
 
+/* Run a checked launch: body once per thread of every block. */
+void run_kernel(const sl_emu_launch_info &info, void (*body)(void *), void *ctx)
+{
+	const unsigned nthreads = info.block.x * info.block.y * info.block.z;
 	blockDim = info.block;
 	gridDim = info.grid;
 	g_body = body;
 	g_body_ctx = ctx;
-	g_fibers.assign(nthreads, fiber());
-	for (unsigned i = 0; i < nthreads; i++) {
-		g_fibers[i].tid = i;
-		g_fibers[i].stack = (char *)malloc(k_stack);
-		if (!g_fibers[i].stack) {
-			fprintf(stderr, "cuda_emu: out of memory for fiber stacks\n");
-			abort();
-		}
-	}
-	const unsigned nwarps = (unsigned)((nthreads + 31) / 32);
+	while (g_pool.size() < nthreads)
+		g_pool.push_back(fiber_new((unsigned)g_pool.size()));
+	g_nthreads = nthreads;
+	const unsigned nwarps = (nthreads + 31) / 32;
 	g_warps.assign(nwarps, warp_state());
 	for (unsigned w = 0; w < nwarps; w++)
-		g_warps[w].bar.n = (unsigned)SL_MIN(32ull, nthreads - 32ull * w);
+		g_warps[w].bar.n = SL_MIN(32u, nthreads - 32u * w);
 	g_smem.assign(info.smem ? info.smem : 1, 0xff);
 
 	for (unsigned bz = 0; bz < info.grid.z; bz++)
@@ -227,7 +333,7 @@ bool sl_emu_run(const sl_emu_launch_info &info, void (*body)(void *), void *ctx)
 			for (unsigned bx = 0; bx < info.grid.x; bx++) {
 				blockIdx = dim3(bx, by, bz);
 				g_block_bar = barrier();
-				g_block_bar.n = (unsigned)nthreads;
+				g_block_bar.n = nthreads;
 				for (warp_state &w : g_warps) {
 					w.bar.count = 0;
 					w.bar.gen = 0;
@@ -236,15 +342,11 @@ bool sl_emu_run(const sl_emu_launch_info &info, void (*body)(void *), void *ctx)
 				 * value (3.4e38, which max() does not skip) on the rest */
 				const unsigned bsum = bx + by + bz;
 				memset(g_smem.data(), (bsum >> 1) & 1 ? 0x7f : 0xff, g_smem.size());
-				for (fiber &f : g_fibers) {
+				for (unsigned i = 0; i < nthreads; i++) {
+					fiber &f = *g_pool[i];
 					f.state = F_READY;
 					f.wait = nullptr;
 					f.shfl_round = 0;
-					getcontext(&f.ctx);
-					f.ctx.uc_stack.ss_sp = f.stack;
-					f.ctx.uc_stack.ss_size = k_stack;
-					f.ctx.uc_link = nullptr;
-					makecontext(&f.ctx, fiber_entry, 0);
 				}
 				/* Greedy order: always resume the first runnable thread
 				 * of a priority list, so one warp runs as far as it can
@@ -252,32 +354,45 @@ bool sl_emu_run(const sl_emu_launch_info &info, void (*body)(void *), void *ctx)
 				 * the list is reversed on odd blocks.  A read of what
 				 * another warp (or lane) writes without a barrier in
 				 * between then sees the 0xff poison in one of the two
-				 * orders instead of passing by luck. */
+				 * orders instead of passing by luck.  The threads before
+				 * the one that ran last are all waiting or done, unless
+				 * it released a barrier since: the search starts after it
+				 * or, after a release, from the start. */
 				const bool rev = (bsum & 1) != 0;
-				for (;;) {
+				unsigned ndone = 0, from = 0, releases = g_releases;
+				while (ndone < nthreads) {
+					if (g_releases != releases) {
+						releases = g_releases;
+						from = 0;
+					}
 					fiber *next = nullptr;
-					bool all_done = true;
-					for (size_t o = 0; o < g_fibers.size(); o++) {
-						fiber &f = g_fibers[rev ? g_fibers.size() - 1 - o : o];
-						if (f.state == F_DONE)
-							continue;
-						all_done = false;
-						if (f.state == F_WAITING && f.wait->gen == f.wait_gen)
+					unsigned o = from;
+					for (; o < nthreads; o++) {
+						fiber &f = *g_pool[rev ? nthreads - 1 - o : o];
+						if (f.state == F_DONE ||
+						    (f.state == F_WAITING && f.wait->gen == f.wait_gen))
 							continue;
 						next = &f;
 						break;
 					}
-					if (all_done)
-						break;
 					if (!next)
 						report_deadlock(info);
 					next->state = F_READY;
 					switch_to_fiber(next);
+					if (next->state == F_DONE)
+						ndone++;
+					from = o + 1;
 				}
 			}
-	for (fiber &f : g_fibers)
-		free(f.stack);
-	g_fibers.clear();
+}
+
+} /* namespace */
+
+bool sl_emu_run(const sl_emu_launch_info &info, void (*body)(void *), void *ctx)
+{
+	if (!launch_ok(info))
+		return false;
+	run_kernel(info, body, ctx);
 	return true;
 }
 
@@ -517,6 +632,46 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m)
 	return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
+namespace {
+
+/* op(X) of a stored column-major fp16 matrix (rows x cols, leading
+ * dimension ld) as fp32, column-major with leading dimension rows. */
+std::vector<float> widen(const uint16_t *x, int rows, int cols, int ld)
+{
+	std::vector<float> f((size_t)SL_MAX(rows, 1) * SL_MAX(cols, 1));
+	for (int j = 0; j < cols; j++)
+		for (int i = 0; i < rows; i++)
+			f[i + (size_t)j * rows] = sl_half_to_float(x[i + (size_t)j * ld]);
+	return f;
+}
+
+/* The product, as cuBLAS computes it with CUBLAS_COMPUTE_32F: fp32
+ * accumulation (here OpenBLAS's sgemm on the widened operands); C is not
+ * read where beta is 0. */
+void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al,
+	      const uint16_t *a, int lda, const uint16_t *b, int ldb, float be, float *c, int ldc)
+{
+	if (m == 0 || n == 0)
+		return;
+	if (be == 0.f)
+		for (int j = 0; j < n; j++)
+			memset(c + (size_t)j * ldc, 0, (size_t)m * sizeof(float));
+	if (k == 0) {
+		for (int j = 0; j < n; j++)
+			for (int i = 0; i < m; i++)
+				c[i + (size_t)j * ldc] *= be;
+		return;
+	}
+	const int arows = ta == CUBLAS_OP_N ? m : k, acols = ta == CUBLAS_OP_N ? k : m;
+	const int brows = tb == CUBLAS_OP_N ? k : n, bcols = tb == CUBLAS_OP_N ? n : k;
+	std::vector<float> af = widen(a, arows, acols, lda), bf = widen(b, brows, bcols, ldb);
+	cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+		    tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, af.data(), arows,
+		    bf.data(), brows, be, c, ldc);
+}
+
+} /* namespace */
+
 /* column-major C (m, n) = alpha op(A) op(B) + beta C; fp16 A, B; fp32 C */
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
 			    int n, int k, const void *alpha, const void *A, cudaDataType_t at,
@@ -537,18 +692,6 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 	const float al = *(const float *)alpha, be = *(const float *)beta;
 	const uint16_t *a = (const uint16_t *)A, *b = (const uint16_t *)B;
 	float *c = (float *)C;
-	for (int j = 0; j < n; j++)
-		for (int i = 0; i < m; i++) {
-			double s = 0.0;
-			for (int p = 0; p < k; p++) {
-				const uint16_t av = ta == CUBLAS_OP_N ? a[i + (size_t)p * lda]
-								      : a[p + (size_t)i * lda];
-				const uint16_t bv = tb == CUBLAS_OP_N ? b[p + (size_t)j * ldb]
-								      : b[j + (size_t)p * ldb];
-				s += (double)sl_half_to_float(av) * sl_half_to_float(bv);
-			}
-			float *cp = c + i + (size_t)j * ldc;
-			*cp = be == 0.f ? al * (float)s : al * (float)s + be * *cp;
-		}
+	gemm_run(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc);
 	return CUBLAS_STATUS_SUCCESS;
 }

@@ -6,7 +6,8 @@
  *
  * It is a test tool, not a backend: one host thread runs every kernel to
  * completion at launch, block after block; the threads of a block are
- * cooperative fibers (ucontext) that switch at __syncthreads and at warp
+ * cooperative fibers (a register switch on x86-64, ucontext elsewhere; kept
+ * from launch to launch) that switch at __syncthreads and at warp
  * shuffles.  What it checks beyond the arithmetic:
  *   - a barrier or shuffle that not all threads (lanes) reach is reported
  *     as a deadlock, with the kernel and block, and aborts;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-emu-tests.sh [BUILDDIR] - build the CUDA backend's own sources with g++
 # against the CPU emulation in this folder (cuda_emu.h: kernels run as
-# fibers, cuBLAS as a reference loop) and run tests/test_cross_backend on it,
+# fibers, cuBLAS as OpenBLAS's sgemm) and run tests/test_cross_backend on it,
 # so the backend's launchers and kernels are checked against the CPU backend
 # on a machine without a GPU or nvcc.  Slow kernels, so the big cases are
 # skipped (SL_CROSS_SMALL).  Needs gcc/g++, OpenBLAS, OpenMP and Check.
