@@ -1,15 +1,19 @@
 /*
  * cuda_emu.cc - the CPU stand-ins declared in cuda_emu.h: a fiber
  * scheduler that runs a block's threads cooperatively, the runtime API on
- * host memory, and cublasGemmEx on OpenBLAS.  Test tool only (see the
+ * host memory with deferred compute and eager copies (the stream model of
+ * the header), and a reference cublasGemmEx.  Test tool only (see the
  * header); single host thread.
  */
 #include "cuda_emu.h"
 
 #include <cblas.h>
+#include <pthread.h>
 #include <ucontext.h>
 
+#include <deque>
 #include <map>
+#include <memory>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -388,25 +392,168 @@ void run_kernel(const sl_emu_launch_info &info, void (*body)(void *), void *ctx)
 
 } /* namespace */
 
-bool sl_emu_run(const sl_emu_launch_info &info, void (*body)(void *), void *ctx)
-{
-	if (!launch_ok(info))
-		return false;
-	run_kernel(info, body, ctx);
-	return true;
-}
-
 /* ---- runtime API ------------------------------------------------------------ */
 
+/* ---- streams: deferred compute, eager copies, ordered by events only ------ */
+
+namespace {
+
+/* One cudaEventRecord: done once its stream has run everything before it. */
+struct record {
+	sl_emu_stream *stream;
+	bool done;
+};
+typedef std::shared_ptr<record> record_ptr;
+
+enum op_kind {
+	OP_COMPUTE, /* a kernel or a cuBLAS call: runs when the stream is forced */
+	OP_COPY,    /* a copy or memset: runs as soon as the stream reaches it */
+	OP_RECORD,  /* completes rec */
+	OP_WAIT,    /* blocks the stream until rec is done */
+};
+
+struct op {
+	op_kind kind;
+	std::function<void()> fn; /* OP_COMPUTE, OP_COPY */
+	record_ptr rec;           /* OP_RECORD, OP_WAIT */
+};
+
+} /* namespace */
+
 struct sl_emu_stream {
-	int unused;
+	std::deque<op> ops; /* issued, not yet run, in issue order */
 };
 struct sl_emu_event {
-	int unused;
+	record_ptr last; /* the latest record; NULL: never recorded */
 };
 struct sl_emu_blas {
 	cudaStream_t stream;
 };
+
+namespace {
+
+std::vector<sl_emu_stream *> g_streams; /* every live stream */
+sl_emu_stream *g_null_stream = nullptr;  /* launches on stream 0 */
+int g_sync_mode = -1;                    /* SL_EMU_STREAMS=sync: run at enqueue */
+bool g_have_thread = false;
+pthread_t g_thread;
+
+void one_thread(void)
+{
+	if (!g_have_thread) {
+		g_thread = pthread_self();
+		g_have_thread = true;
+	} else if (!pthread_equal(g_thread, pthread_self())) {
+		fprintf(stderr, "cuda_emu: called from a second host thread (it serves one)\n");
+		abort();
+	}
+}
+
+bool sync_mode(void)
+{
+	if (g_sync_mode < 0) {
+		const char *e = getenv("SL_EMU_STREAMS");
+		g_sync_mode = e && !strcmp(e, "sync");
+	}
+	return g_sync_mode != 0;
+}
+
+void force_until(const record_ptr &r);
+
+/* Run the first op of s where it may run now: copies and records always,
+ * waits once their record is done, compute only when forced (a forced
+ * wait first forces the stream it waits for).  Returns whether anything
+ * ran (a forced wait counts: its record is done now). */
+bool step(sl_emu_stream *s, bool force)
+{
+	if (s->ops.empty())
+		return false;
+	op &head = s->ops.front();
+	if (head.kind == OP_WAIT && !head.rec->done) {
+		if (!force)
+			return false;
+		force_until(head.rec);
+		return true;
+	}
+	if (head.kind == OP_COMPUTE && !force && !sync_mode())
+		return false;
+	op o = std::move(head);
+	s->ops.pop_front();
+	if (o.kind == OP_RECORD)
+		o.rec->done = true;
+	else if (o.fn)
+		o.fn();
+	return true;
+}
+
+/* Force r's stream up to r. */
+void force_until(const record_ptr &r)
+{
+	while (!r->done)
+		if (!step(r->stream, true)) {
+			fprintf(stderr, "cuda_emu: an event record that never completes\n");
+			abort();
+		}
+}
+
+/* Let every stream run what it may without forcing, until nothing moves. */
+void pump(void)
+{
+	for (bool moved = true; moved;) {
+		moved = false;
+		for (size_t i = 0; i < g_streams.size(); i++)
+			while (step(g_streams[i], false))
+				moved = true;
+	}
+}
+
+void drain(sl_emu_stream *s)
+{
+	while (!s->ops.empty())
+		step(s, true);
+}
+
+/* cudaDeviceSynchronize: what cudaFree and cudaFreeHost do first. */
+void drain_all(void)
+{
+	for (size_t i = 0; i < g_streams.size(); i++)
+		drain(g_streams[i]);
+	pump();
+}
+
+void enqueue(sl_emu_stream *s, op_kind kind, std::function<void()> fn, record_ptr rec)
+{
+	one_thread();
+	s->ops.push_back(op{ kind, std::move(fn), std::move(rec) });
+	pump();
+}
+
+sl_emu_stream *stream_or_null(cudaStream_t s)
+{
+	if (s)
+		return s;
+	if (!g_null_stream) {
+		g_null_stream = new sl_emu_stream();
+		g_streams.push_back(g_null_stream);
+	}
+	return g_null_stream;
+}
+
+} /* namespace */
+
+bool sl_emu_launch_body(const sl_emu_launch_info &info, cudaStream_t st,
+			std::function<void()> body)
+{
+	if (!launch_ok(info))
+		return false;
+	enqueue(stream_or_null(st), OP_COMPUTE,
+		[info, body]() {
+			run_kernel(info, [](void *c) { (*static_cast<const std::function<void()> *>(c))(); },
+				   (void *)&body);
+		},
+		nullptr);
+	return true;
+}
 
 const char *cudaGetErrorString(cudaError_t e)
 {
@@ -482,6 +629,8 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
 
 cudaError_t cudaFree(void *p)
 {
+	if (p)
+		drain_all(); /* as CUDA's: the device is synchronised first */
 	free(p);
 	return cudaSuccess;
 }
@@ -503,6 +652,8 @@ cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags)
 
 cudaError_t cudaFreeHost(void *p)
 {
+	if (p)
+		drain_all();
 	free(p);
 	return cudaSuccess;
 }
@@ -510,25 +661,45 @@ cudaError_t cudaFreeHost(void *p)
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
 	(void)flags;
+	one_thread();
 	*s = new sl_emu_stream();
+	g_streams.push_back(*s);
 	return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
+	if (!s)
+		return ret(cudaErrorInvalidValue);
+	drain(s); /* CUDA finishes a destroyed stream's work */
+	pump();
+	for (size_t i = 0; i < g_streams.size(); i++)
+		if (g_streams[i] == s) {
+			g_streams.erase(g_streams.begin() + (long)i);
+			break;
+		}
 	delete s;
 	return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-	return ret(s ? cudaSuccess : cudaErrorInvalidValue);
+	if (!s)
+		return ret(cudaErrorInvalidValue);
+	drain(s);
+	pump();
+	return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
 	(void)flags;
-	return ret(s && e ? cudaSuccess : cudaErrorInvalidValue);
+	if (!s || !e)
+		return ret(cudaErrorInvalidValue);
+	/* never recorded, or reached already: nothing to wait for */
+	if (e->last && !e->last->done)
+		enqueue(s, OP_WAIT, nullptr, e->last);
+	return cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
@@ -540,18 +711,28 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
-	delete e;
+	delete e; /* waits already issued keep its records */
 	return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
-	return ret(s && e ? cudaSuccess : cudaErrorInvalidValue);
+	if (!s || !e)
+		return ret(cudaErrorInvalidValue);
+	e->last = std::make_shared<record>(record{ s, false });
+	enqueue(s, OP_RECORD, nullptr, e->last);
+	return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
-	return ret(e ? cudaSuccess : cudaErrorInvalidValue);
+	if (!e)
+		return ret(cudaErrorInvalidValue);
+	one_thread();
+	if (e->last)
+		force_until(e->last);
+	pump();
+	return cudaSuccess;
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k,
@@ -560,7 +741,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 	(void)k;
 	if (!s || (n && (!dst || !src)))
 		return ret(cudaErrorInvalidValue);
-	memmove(dst, src, n);
+	enqueue(s, OP_COPY, [dst, src, n]() { memmove(dst, src, n); }, nullptr);
 	return cudaSuccess;
 }
 
@@ -568,7 +749,7 @@ cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t s)
 {
 	if (!s || (n && !dst))
 		return ret(cudaErrorInvalidValue);
-	memset(dst, v, n);
+	enqueue(s, OP_COPY, [dst, v, n]() { memset(dst, v, n); }, nullptr);
 	return cudaSuccess;
 }
 
@@ -672,7 +853,8 @@ void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, f
 
 } /* namespace */
 
-/* column-major C (m, n) = alpha op(A) op(B) + beta C; fp16 A, B; fp32 C */
+/* column-major C (m, n) = alpha op(A) op(B) + beta C; fp16 A, B; fp32 C;
+ * queued on the handle's stream */
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
 			    int n, int k, const void *alpha, const void *A, cudaDataType_t at,
 			    int lda, const void *B, cudaDataType_t bt, int ldb, const void *beta,
@@ -689,9 +871,11 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 	if (m < 0 || n < 0 || k < 0 || lda < SL_MAX(1, arows) || ldb < SL_MAX(1, brows) ||
 	    ldc < SL_MAX(1, m))
 		return CUBLAS_STATUS_INVALID_VALUE;
+	/* the pointer mode is host: alpha and beta are read now */
 	const float al = *(const float *)alpha, be = *(const float *)beta;
 	const uint16_t *a = (const uint16_t *)A, *b = (const uint16_t *)B;
 	float *c = (float *)C;
-	gemm_run(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc);
+	enqueue(stream_or_null(h->stream), OP_COMPUTE,
+		[=]() { gemm_run(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc); }, nullptr);
 	return CUBLAS_STATUS_SUCCESS;
 }

@@ -19,7 +19,23 @@
  *     go before the next), reversed on odd blocks, so that a missing
  *     barrier between a write and another thread's read shows;
  *   - cuBLAS argument rules (leading dimensions) as cublasGemmEx has them.
- * Streams and events are trivially ordered (everything is synchronous).
+ *
+ * Streams are adversarial but legal, so that a missing event between two
+ * queues shows as wrong output instead of passing by luck: compute (kernel
+ * launches and cuBLAS calls) is deferred, queued on its stream and run only
+ * when something forces it (a cudaStreamSynchronize, a cudaEventSynchronize
+ * of an event recorded after it, a stream whose copy waits on such an
+ * event and is itself forced, cudaFree and cudaFreeHost, which synchronise
+ * the device as CUDA's do); copies and memsets run eagerly, at enqueue
+ * time, unless their stream still holds earlier work or waits for an event
+ * not yet reached, in which case they run as soon as it is.  Only events
+ * (cudaEventRecord, cudaStreamWaitEvent) order one stream after another;
+ * a wait applies to the event's latest record at the time of the call.
+ * So a copy queue that overwrites a buffer without waiting for the event
+ * that says the compute stream is done with it overwrites it before the
+ * compute reads it.  SL_EMU_STREAMS=sync runs everything at enqueue time
+ * instead (to tell such a race from an arithmetic fault).  One host thread
+ * only: a call from a second thread aborts.
  */
 #ifndef SL_CUDA_EMU_H
 #define SL_CUDA_EMU_H
@@ -30,6 +46,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <functional>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -200,8 +218,10 @@ struct sl_emu_launch_info {
 	size_t param_bytes;
 };
 /* Checks the configuration (sets the last error and returns false where a
- * GPU would refuse it), then runs body once per thread of every block. */
-bool sl_emu_run(const sl_emu_launch_info &info, void (*body)(void *), void *ctx);
+ * GPU would refuse it), then queues body on the stream: it runs once per
+ * thread of every block when the stream is forced (see the top). */
+bool sl_emu_launch_body(const sl_emu_launch_info &info, cudaStream_t st,
+			std::function<void()> body);
 
 template <typename... P>
 static constexpr size_t sl_emu_param_bytes(void (*)(P...))
@@ -213,11 +233,12 @@ template <typename... P, typename... A>
 static inline void sl_emu_launch(const char *name, void (*k)(P...), dim3 grid, dim3 block,
 				 size_t smem, cudaStream_t st, A &&...args)
 {
-	(void)st;
 	sl_emu_launch_info info = { name, (const void *)k, grid, block, smem,
 				    sl_emu_param_bytes(k) };
-	auto call = [&]() { k(args...); };
-	sl_emu_run(info, [](void *c) { (*static_cast<decltype(call) *>(c))(); }, &call);
+	/* the parameters by value, converted at launch as a GPU's are: the
+	 * kernel runs later */
+	std::tuple<P...> params(std::forward<A>(args)...);
+	sl_emu_launch_body(info, st, [k, params]() { std::apply(k, params); });
 }
 
 #define SL_CU_LAUNCH(k, grid, block, smem, stream, ...)                         \
