@@ -6,6 +6,7 @@
  * header); single host thread.
  */
 #include "cuda_emu.h"
+#include "cuda_emu_stats.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -433,6 +434,8 @@ struct sl_emu_blas {
 namespace {
 
 std::vector<sl_emu_stream *> g_streams; /* every live stream */
+unsigned long g_computed = 0;            /* compute ops run */
+unsigned long g_dry_waits = 0;           /* sl_emu_dry_waits */
 sl_emu_stream *g_null_stream = nullptr;  /* launches on stream 0 */
 int g_sync_mode = -1;                    /* SL_EMU_STREAMS=sync: run at enqueue */
 bool g_have_thread = false;
@@ -483,6 +486,8 @@ bool step(sl_emu_stream *s, bool force)
 		o.rec->done = true;
 	else if (o.fn)
 		o.fn();
+	if (o.kind == OP_COMPUTE)
+		g_computed++;
 	return true;
 }
 
@@ -505,6 +510,19 @@ void pump(void)
 			while (step(g_streams[i], false))
 				moved = true;
 	}
+}
+
+/* After a host wait that began when g_computed was `before`: count it when
+ * it ran compute and none is left queued. */
+void host_waited(unsigned long before)
+{
+	if (g_computed == before)
+		return;
+	for (sl_emu_stream *s : g_streams)
+		for (const op &o : s->ops)
+			if (o.kind == OP_COMPUTE)
+				return;
+	g_dry_waits++;
 }
 
 void drain(sl_emu_stream *s)
@@ -686,8 +704,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
 	if (!s)
 		return ret(cudaErrorInvalidValue);
+	const unsigned long before = g_computed;
 	drain(s);
 	pump();
+	host_waited(before);
 	return cudaSuccess;
 }
 
@@ -729,9 +749,11 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 	if (!e)
 		return ret(cudaErrorInvalidValue);
 	one_thread();
+	const unsigned long before = g_computed;
 	if (e->last)
 		force_until(e->last);
 	pump();
+	host_waited(before);
 	return cudaSuccess;
 }
 
@@ -878,4 +900,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 	enqueue(stream_or_null(h->stream), OP_COMPUTE,
 		[=]() { gemm_run(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc); }, nullptr);
 	return CUBLAS_STATUS_SUCCESS;
+}
+
+unsigned long sl_emu_dry_waits(void)
+{
+	return g_dry_waits;
 }
