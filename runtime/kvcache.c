@@ -87,7 +87,20 @@ struct kv_stage {
 	int nw, wcap;
 	sl_event *done_ev;  /* compute finished with the stage */
 	sl_event *ready_ev; /* loads landed */
+	/* The write-back a step leaves to finish (kv_flush): with H2O, the
+	 * positions say which rows changed (PEND_POS: they are on their way to
+	 * the host); on disk, the pages are on their way to the bounce
+	 * (PEND_DISK).  Finished at the next step's end, when the compute has
+	 * moved on, or before the stage is reused, or at the pass's end: never
+	 * by waiting for the step's own compute. */
+	int pend;
+	int pmb, pg;        /* the step's micro-batch and sequences */
+	sl_event *wb_ev;    /* the positions or pages landed on the host */
+	size_t *offs, *lens; /* PEND_DISK: page ranges of the disk part, room for nrmax */
+	int nr, nrmax;
 };
+
+enum { PEND_NONE, PEND_POS, PEND_DISK };
 
 struct sl_kv_tiers {
 	split full;      /* split of a whole micro-batch */
@@ -180,6 +193,9 @@ static void tiers_free(sl_model *m, sl_kv *kv)
 				sl_disk_wait(T->disk, st->wticket[j]);
 		}
 		free(st->wticket);
+		free(st->offs);
+		if (st->wb_ev)
+			be->ops->event_free(be, st->wb_ev);
 		if (st->done_ev)
 			be->ops->event_free(be, st->done_ev);
 		if (st->ready_ev)
@@ -269,8 +285,20 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 			goto fail;
 		}
 		if ((rc = o->event_create(be, &st->done_ev)) < 0 ||
-		    (rc = o->event_create(be, &st->ready_ev)) < 0)
+		    (rc = o->event_create(be, &st->ready_ev)) < 0 ||
+		    (rc = o->event_create(be, &st->wb_ev)) < 0)
 			goto fail;
+		/* a decode step writes a row per sequence and head (K and V),
+		 * plus the scores and positions: sized here, not per step */
+		st->nrmax = 2 * maxdisk * c->n_head + 2;
+		st->wcap = st->nrmax;
+		st->offs = malloc(sizeof *st->offs * 2 * (size_t)st->nrmax);
+		st->wticket = malloc(sizeof *st->wticket * (size_t)st->wcap);
+		if (!st->offs || !st->wticket) {
+			rc = sl_err(SL_ENOMEM, "out of memory");
+			goto fail;
+		}
+		st->lens = st->offs + st->nrmax;
 	}
 	if (m->cpu_cache_compute && !o->dev_is_host && T->nhost > 0) {
 		/* attention over the host tier runs on a CPU backend beside the device */
@@ -582,13 +610,17 @@ static int add_wticket(kv_stage *st, uint64_t t)
 	return 0;
 }
 
+static int kv_flush(sl_model *m, sl_kv *kv, kv_stage *st);
+
 /* Issue the loads of step (l, s0) into stage st. */
 static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g, bool prefill)
 {
 	sl_backend *be = m->be;
 	const sl_backend_ops *o = be->ops;
 	sl_kv_tiers *T = kv->tiers;
-	/* the stage's last user: its disk writes read from it */
+	/* the stage's last user: its write-back finished, its disk writes
+	 * (which read from it) done */
+	SL_TRY(kv_flush(m, kv, st));
 	SL_TRY(wait_writes(T, st));
 	st->l = l;
 	st->s0 = s0;
@@ -693,15 +725,18 @@ int sl_kv_step_begin(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
 	return 0;
 }
 
-/* Write the byte ranges [offs[i], offs[i] + lens[i]) of the disk part
- * back: the pages holding them, coalesced, from the stage (or its bounce,
- * where the device is not host memory). */
-static int write_pages(sl_model *m, sl_kv *kv, kv_stage *st, int mb, size_t *offs, size_t *lens,
-		       int cnt)
+/* The pages holding the byte ranges [offs[i], offs[i] + lens[i]), i < cnt,
+ * of the disk part of stage st (st->offs, st->lens), sorted and coalesced
+ * in place; where the device is not host memory they are copied to the
+ * stage's bounce after the step's compute, and wb_ev follows them.  The
+ * disk writes wait for kv_flush. */
+static int disk_pages(sl_model *m, sl_kv *kv, kv_stage *st, int cnt)
 {
 	sl_backend *be = m->be;
 	const sl_backend_ops *o = be->ops;
 	sl_kv_tiers *T = kv->tiers;
+	size_t *offs = st->offs, *lens = st->lens;
+	st->nr = 0;
 	if (cnt == 0)
 		return 0;
 	/* sort by offset (they come nearly sorted: insertion sort) */
@@ -715,47 +750,53 @@ static int write_pages(sl_model *m, sl_kv *kv, kv_stage *st, int mb, size_t *off
 		offs[j + 1] = x;
 		lens[j + 1] = y;
 	}
-	const char *base = st->buf + T->stage_disk_off;
-	if (!o->dev_is_host) /* bring the touched pages to the bounce, then write */
-		SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
-	size_t lo = offs[0] / PAGE * PAGE, hi = align_page(offs[0] + lens[0]);
+	/* coalesce into pages, in place (range nr is written after range i >= nr
+	 * was read) */
 	int nr = 0;
-	size_t ranges[2 * 64];
+	size_t lo = offs[0] / PAGE * PAGE, hi = align_page(offs[0] + lens[0]);
 	for (int i = 1; i <= cnt; i++) {
 		if (i < cnt && offs[i] / PAGE * PAGE <= hi) {
 			hi = SL_MAX(hi, align_page(offs[i] + lens[i]));
 			continue;
 		}
-		ranges[2 * nr] = lo;
-		ranges[2 * nr + 1] = hi - lo;
-		nr++;
-		if (nr == 64 || i == cnt) {
-			if (!o->dev_is_host) {
-				for (int r = 0; r < nr; r++) {
-					SL_TRY(o->copy_d2h(be, T->cq, (char *)st->bounce + ranges[2 * r],
-							   base + ranges[2 * r], ranges[2 * r + 1]));
-					m->kv_stats.d2h_bytes += ranges[2 * r + 1];
-				}
-				SL_TRY(o->queue_sync(be, T->cq));
-			} else {
-				SL_TRY(o->event_sync(be, st->done_ev));
-			}
-			for (int r = 0; r < nr; r++) {
-				const void *src = (o->dev_is_host ? base : (const char *)st->bounce) +
-						  ranges[2 * r];
-				uint64_t tk;
-				SL_TRY(sl_disk_write(T->disk, seg_off(T, st->l, mb) + ranges[2 * r], src,
-						     ranges[2 * r + 1], &tk));
-				SL_TRY(add_wticket(st, tk));
-				m->kv_stats.disk_write_bytes += ranges[2 * r + 1];
-			}
-			nr = 0;
-		}
-		if (i < cnt) {
-			lo = offs[i] / PAGE * PAGE;
-			hi = align_page(offs[i] + lens[i]);
-		}
+		const size_t nlo = i < cnt ? offs[i] / PAGE * PAGE : 0;
+		const size_t nhi = i < cnt ? align_page(offs[i] + lens[i]) : 0;
+		offs[nr] = lo;
+		lens[nr++] = hi - lo;
+		lo = nlo;
+		hi = nhi;
 	}
+	st->nr = nr;
+	st->pend = PEND_DISK;
+	if (o->dev_is_host) /* the disk writes read the stage after done_ev */
+		return 0;
+	const char *base = st->buf + T->stage_disk_off;
+	SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
+	for (int r = 0; r < nr; r++) {
+		SL_TRY(o->copy_d2h(be, T->cq, (char *)st->bounce + st->offs[r], base + st->offs[r],
+				   st->lens[r]));
+		m->kv_stats.d2h_bytes += st->lens[r];
+	}
+	return o->event_record(be, st->wb_ev, T->cq);
+}
+
+/* PEND_DISK: once the pages are on the host, write them. */
+static int flush_disk(sl_model *m, sl_kv *kv, kv_stage *st)
+{
+	sl_backend *be = m->be;
+	const sl_backend_ops *o = be->ops;
+	sl_kv_tiers *T = kv->tiers;
+	st->pend = PEND_NONE;
+	SL_TRY(o->event_sync(be, o->dev_is_host ? st->done_ev : st->wb_ev));
+	const char *src = o->dev_is_host ? st->buf + T->stage_disk_off : (const char *)st->bounce;
+	for (int r = 0; r < st->nr; r++) {
+		uint64_t tk;
+		SL_TRY(sl_disk_write(T->disk, seg_off(T, st->l, st->pmb) + st->offs[r], src + st->offs[r],
+				     st->lens[r], &tk));
+		SL_TRY(add_wticket(st, tk));
+		m->kv_stats.disk_write_bytes += st->lens[r];
+	}
+	st->nr = 0;
 	return 0;
 }
 
@@ -795,6 +836,98 @@ static int new_ranges(const sl_kv *kv, const int32_t *pos, int s, int nh, size_t
 	return n;
 }
 
+/* The host part's rows a decode step changed, back to their home: the
+ * new token's row of each sequence (dense: slot len; H2O: where hpos, the
+ * part's positions on the host, say each head put it). */
+static int host_rows_back(sl_model *m, sl_kv *kv, kv_stage *st, const split *b, const split *p,
+			  const int32_t *hpos)
+{
+	sl_backend *be = m->be;
+	sl_kv_tiers *T = kv->tiers;
+	const int nh = m->cfg.n_head, l = st->l, s0 = st->s0;
+	const size_t hrow = T->sb / kv->cap / nh, sn = (size_t)nh * kv->cap;
+	const size_t hi0 = (size_t)st->pmb * T->full.host;
+	size_t roff[SL_KV_MAX_HEADS], rlen[SL_KV_MAX_HEADS];
+	SL_TRY(be->ops->queue_wait(be, T->cq, st->done_ev));
+	for (int j = 0; j < p->host; j++) {
+		const int s = s0 + p->dev + j;
+		const int n = new_ranges(kv, hpos ? hpos + j * sn : NULL, s, nh, hrow, roff, rlen);
+		for (int v = PART_K; v <= PART_V; v++) {
+			char *home = host_home(T, l, hi0 + j, v);
+			char *dev = st->buf + grp_off((size_t)b->host, T->sb, T->ss, v, (size_t)j);
+			for (int r = 0; r < n; r++) {
+				SL_TRY(be->ops->copy_d2h(be, T->cq, home + roff[r], dev + roff[r], rlen[r]));
+				m->kv_stats.d2h_bytes += rlen[r];
+			}
+		}
+	}
+	/* H2O: every kept score changed; the scores and positions whole */
+	for (int x = PART_S; T->ss && x <= PART_P; x++)
+		SL_TRY(copy_rows(be, T->cq, false, host_home(T, l, hi0, x),
+				 st->buf + grp_off((size_t)b->host, T->sb, T->ss, x, 0), T->ss, p->host,
+				 &m->kv_stats.d2h_bytes));
+	return 0;
+}
+
+/* The disk part's pages a decode step changed (dpos: the part's H2O
+ * positions on the host, or NULL), to disk_pages. */
+static int disk_rows_back(sl_model *m, sl_kv *kv, kv_stage *st, const split *b, const split *p,
+			  const int32_t *dpos)
+{
+	sl_kv_tiers *T = kv->tiers;
+	const int nh = m->cfg.n_head, s0 = st->s0;
+	const size_t hrow = T->sb / kv->cap / nh, sn = (size_t)nh * kv->cap;
+	size_t roff[SL_KV_MAX_HEADS], rlen[SL_KV_MAX_HEADS];
+	int cnt = 0;
+	for (int j = 0; j < p->disk; j++) {
+		const int s = s0 + p->dev + p->host + j;
+		const int n = new_ranges(kv, dpos ? dpos + j * sn : NULL, s, nh, hrow, roff, rlen);
+		for (int v = PART_K; v <= PART_V; v++)
+			for (int r = 0; r < n; r++) {
+				st->offs[cnt] = grp_off((size_t)b->disk, T->sb, T->ss, v, (size_t)j) + roff[r];
+				st->lens[cnt++] = rlen[r];
+			}
+	}
+	for (int x = PART_S; T->ss && x <= PART_P; x++) {
+		st->offs[cnt] = grp_off((size_t)b->disk, T->sb, T->ss, x, 0);
+		st->lens[cnt++] = (size_t)p->disk * T->ss;
+	}
+	return disk_pages(m, kv, st, cnt);
+}
+
+/* Finish what stage st's step left (see kv_stage.pend): wait for its
+ * positions or pages to reach the host, then issue the rest. */
+static int kv_flush(sl_model *m, sl_kv *kv, kv_stage *st)
+{
+	sl_backend *be = m->be;
+	const sl_backend_ops *o = be->ops;
+	sl_kv_tiers *T = kv->tiers;
+	if (st->pend == PEND_POS) {
+		st->pend = PEND_NONE;
+		split b, p;
+		mb_split(m, kv, T->nseq0, st->pmb, st->pg, &b, &p);
+		const bool host_part = p.host && !m->cpu_cache_compute;
+		const size_t sn = (size_t)m->cfg.n_head * kv->cap;
+		const int32_t *hpos, *dpos;
+		SL_TRY(o->event_sync(be, o->dev_is_host ? st->done_ev : st->wb_ev));
+		if (o->dev_is_host) { /* in the stage */
+			hpos = (const int32_t *)(st->buf + grp_off((size_t)b.host, T->sb, T->ss, PART_P, 0));
+			dpos = (const int32_t *)(st->buf + T->stage_disk_off +
+						 grp_off((size_t)b.disk, T->sb, T->ss, PART_P, 0));
+		} else { /* read back by step_end */
+			hpos = T->pos_host;
+			dpos = T->pos_host + (host_part ? (size_t)p.host * sn : 0);
+		}
+		if (host_part)
+			SL_TRY(host_rows_back(m, kv, st, &b, &p, hpos));
+		if (p.disk)
+			SL_TRY(disk_rows_back(m, kv, st, &b, &p, dpos));
+	}
+	if (st->pend == PEND_DISK)
+		SL_TRY(flush_disk(m, kv, st));
+	return 0;
+}
+
 int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, const int *npad,
 		   int t)
 {
@@ -805,95 +938,65 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
 	const sl_backend_ops *o = be->ops;
 	kv_stage *st = &T->st[T->cur];
 	SL_TRY(o->event_record(be, st->done_ev, m->q));
+	/* the steps before: their compute is done or nearly, while this
+	 * step's is queued behind it */
+	for (int i = 0; i < NSTAGE; i++)
+		if (&T->st[i] != st)
+			SL_TRY(kv_flush(m, kv, &T->st[i]));
 	const int mb = s0 / kv->gs, nh = m->cfg.n_head;
 	split b, p;
 	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
-	const size_t slot_bytes = T->sb / kv->cap, hrow = slot_bytes / nh;
-	const size_t sn = (size_t)nh * kv->cap, hi0 = (size_t)mb * T->full.host;
-	size_t roff[SL_KV_MAX_HEADS], rlen[SL_KV_MAX_HEADS];
 	if (nh > SL_KV_MAX_HEADS)
 		return sl_err(SL_EUNSUPPORTED, "%d attention heads (at most %d)", nh, SL_KV_MAX_HEADS);
 	const bool host_part = p.host && !(m->cpu_cache_compute && !prefill);
 	if (!host_part && !p.disk)
 		return 0;
-	char *hbase = st->buf, *dbase = st->buf + T->stage_disk_off;
-	/* H2O decode: where each head put the new token, from the staged
-	 * positions (host part, then disk part) */
-	const int32_t *hpos = NULL, *dpos = NULL;
+	st->pmb = mb;
+	st->pg = g;
 	if (kv->h2o && !prefill) {
-		const int32_t *sh = (const int32_t *)(hbase + grp_off((size_t)b.host, T->sb, T->ss, PART_P, 0));
-		const int32_t *sd = (const int32_t *)(dbase + grp_off((size_t)b.disk, T->sb, T->ss, PART_P, 0));
-		if (o->dev_is_host) {
-			SL_TRY(o->event_sync(be, st->done_ev));
-			hpos = sh;
-			dpos = sd;
-		} else {
-			SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
-			int32_t *ph = T->pos_host, *pd = T->pos_host + (host_part ? (size_t)p.host * sn : 0);
-			if (host_part)
-				SL_TRY(copy_rows(be, T->cq, false, (char *)ph, (const char *)sh, T->ss, p.host,
-						 &m->kv_stats.d2h_bytes));
-			if (p.disk)
-				SL_TRY(copy_rows(be, T->cq, false, (char *)pd, (const char *)sd, T->ss, p.disk,
-						 &m->kv_stats.d2h_bytes));
-			hpos = ph;
-			dpos = pd;
-			SL_TRY(o->queue_sync(be, T->cq));
-		}
+		/* which rows changed is in the positions: on their way to the
+		 * host (the device's copy), or read in place after done_ev */
+		st->pend = PEND_POS;
+		if (o->dev_is_host)
+			return 0;
+		const size_t sn = (size_t)nh * kv->cap;
+		const char *hbase = st->buf, *dbase = st->buf + T->stage_disk_off;
+		int32_t *ph = T->pos_host, *pd = T->pos_host + (host_part ? (size_t)p.host * sn : 0);
+		SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
+		if (host_part)
+			SL_TRY(copy_rows(be, T->cq, false, (char *)ph,
+					 hbase + grp_off((size_t)b.host, T->sb, T->ss, PART_P, 0), T->ss,
+					 p.host, &m->kv_stats.d2h_bytes));
+		if (p.disk)
+			SL_TRY(copy_rows(be, T->cq, false, (char *)pd,
+					 dbase + grp_off((size_t)b.disk, T->sb, T->ss, PART_P, 0), T->ss,
+					 p.disk, &m->kv_stats.d2h_bytes));
+		return o->event_record(be, st->wb_ev, T->cq);
 	}
-	if (host_part) {
+	if (host_part && !prefill)
+		SL_TRY(host_rows_back(m, kv, st, &b, &p, NULL));
+	if (host_part && prefill) { /* the rows kept */
+		const size_t slot_bytes = T->sb / kv->cap, hi0 = (size_t)mb * T->full.host;
 		SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
 		for (int j = 0; j < p.host; j++) {
 			const int s = s0 + p.dev + j;
-			int n = prefill ? 0 : new_ranges(kv, hpos ? hpos + j * sn : NULL, s, nh, hrow, roff, rlen);
-			for (int v = PART_K; v <= PART_V; v++) {
-				char *home = host_home(T, l, hi0 + j, v);
-				char *dev = hbase + grp_off((size_t)b.host, T->sb, T->ss, v, (size_t)j);
-				if (prefill) {
-					SL_TRY(copy_rows(be, T->cq, false, home, dev, slot_bytes,
-							 rows_of(kv, s, true, npad, t), &m->kv_stats.d2h_bytes));
-					continue;
-				}
-				for (int r = 0; r < n; r++) {
-					SL_TRY(o->copy_d2h(be, T->cq, home + roff[r], dev + roff[r], rlen[r]));
-					m->kv_stats.d2h_bytes += rlen[r];
-				}
-			}
+			for (int v = PART_K; v <= PART_V; v++)
+				SL_TRY(copy_rows(be, T->cq, false, host_home(T, l, hi0 + j, v),
+						 st->buf + grp_off((size_t)b.host, T->sb, T->ss, v, (size_t)j),
+						 slot_bytes, rows_of(kv, s, true, npad, t),
+						 &m->kv_stats.d2h_bytes));
 		}
-		/* H2O: every kept score changed; the scores and positions whole */
 		for (int x = PART_S; T->ss && x <= PART_P; x++)
 			SL_TRY(copy_rows(be, T->cq, false, host_home(T, l, hi0, x),
-					 hbase + grp_off((size_t)b.host, T->sb, T->ss, x, 0), T->ss, p.host,
+					 st->buf + grp_off((size_t)b.host, T->sb, T->ss, x, 0), T->ss, p.host,
 					 &m->kv_stats.d2h_bytes));
 	}
-	if (p.disk) {
-		if (prefill) {
-			size_t off0 = 0, len0 = (size_t)b.disk * unit_bytes(T->sb, T->ss);
-			SL_TRY(write_pages(m, kv, st, mb, &off0, &len0, 1));
-		} else {
-			const size_t most = (size_t)p.disk * nh * 2 + 2;
-			size_t *offs = malloc(sizeof *offs * most * 2);
-			if (!offs)
-				return sl_err(SL_ENOMEM, "out of memory");
-			size_t *lens = offs + most;
-			int cnt = 0;
-			for (int j = 0; j < p.disk; j++) {
-				const int s = s0 + p.dev + p.host + j;
-				int n = new_ranges(kv, dpos ? dpos + j * sn : NULL, s, nh, hrow, roff, rlen);
-				for (int v = PART_K; v <= PART_V; v++)
-					for (int r = 0; r < n; r++) {
-						offs[cnt] = grp_off((size_t)b.disk, T->sb, T->ss, v, (size_t)j) + roff[r];
-						lens[cnt++] = rlen[r];
-					}
-			}
-			for (int x = PART_S; T->ss && x <= PART_P; x++) {
-				offs[cnt] = grp_off((size_t)b.disk, T->sb, T->ss, x, 0);
-				lens[cnt++] = (size_t)p.disk * T->ss;
-			}
-			int rc = write_pages(m, kv, st, mb, offs, lens, cnt);
-			free(offs);
-			SL_TRY(rc);
-		}
+	if (p.disk && prefill) {
+		st->offs[0] = 0;
+		st->lens[0] = (size_t)b.disk * unit_bytes(T->sb, T->ss);
+		SL_TRY(disk_pages(m, kv, st, 1));
+	} else if (p.disk) {
+		SL_TRY(disk_rows_back(m, kv, st, &b, &p, NULL));
 	}
 	return 0;
 }
@@ -949,9 +1052,10 @@ int sl_kv_pass_end(sl_model *m, sl_kv *kv)
 		return 0;
 	int rc = 0;
 	for (int i = 0; i < NSTAGE; i++) {
-		int r = T->disk ? wait_writes(T, &T->st[i]) : 0;
-		if (r < 0 && rc == 0)
-			rc = r;
+		int r = kv_flush(m, kv, &T->st[i]);
+		int w = T->disk ? wait_writes(T, &T->st[i]) : 0;
+		if (rc == 0)
+			rc = r < 0 ? r : w;
 		T->st[i].l = -1; /* the next pass loads afresh */
 	}
 	int r = m->be->ops->queue_sync(m->be, T->cq);

@@ -22,7 +22,11 @@
  * sequence; under H2O one piece per head, at the slot its positions say the
  * token took), or, after a prefill, the rows kept; on disk, the 4 KiB pages
  * holding them.  Order between the copy
- * queue, the compute queue and the disk is by events and tickets.
+ * queue, the compute queue and the disk is by events and tickets: what the
+ * host must see before it can finish a write-back (H2O's positions, the
+ * pages for the disk) is finished at the next step's end, when the device
+ * has this step's work queued, never by waiting for the step's own
+ * compute.
  *
  * cpu_cache_compute: decode attention of host-tier sequences runs over their
  * home, with the cache not copied; on a backend whose device memory is not
