@@ -351,8 +351,11 @@ static int embed(sl_model *m, int rows)
 		m->act_d2h_bytes += n * h * sizeof(float);
 	}
 	m->abuf_s0[0] = m->abuf_s0[1] = -1;
-	/* the first step's load (on the copy queue) reads these rows */
-	return o->queue_sync(m->be, m->q);
+	/* the first steps' loads (on the copy queue, after a_done) read these
+	 * rows, into buffers the embedding used */
+	for (int i = 0; i < 2; i++)
+		SL_TRY(o->event_record(m->be, m->a_done[i], m->q));
+	return 0;
 }
 
 /*
@@ -591,8 +594,12 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 			}
 		SL_TRY(sl_weights_release(m->be, m->q, &m->w, l, halves ? SL_UNIT_MLP : SL_UNIT_LAYER));
 	}
-	if (m->act_host) /* every row back on the host */
-		SL_TRY(m->be->ops->queue_sync(m->be, m->acq));
+	if (m->act_host) {
+		/* every row back on the host before the head reads them:
+		 * a_ready[0], unused until the next pass loads, marks the stores */
+		SL_TRY(m->be->ops->event_record(m->be, m->a_ready[0], m->acq));
+		SL_TRY(m->be->ops->queue_wait(m->be, m->q, m->a_ready[0]));
+	}
 	return sl_kv_pass_end(m, kv);
 }
 
