@@ -15,9 +15,10 @@
  *  - a re-recorded event stands for its latest record;
  *  - queue_free and dev_free/host_free wait for pending copies;
  *  - the NULL queue is a queue like the others.
- * Every test runs in three modes: the default (copies under 64 KiB inline
+ * Every test runs in four modes: the default (copies under 64 KiB inline
  * on an idle queue), every copy on the worker (SLUICE_CPU_INLINE_BYTES=0),
- * and SLUICE_CPU_SYNC_QUEUES=1 (the serial schedule).
+ * every copy on the worker and started late (SLUICE_CPU_LATE_COPIES, the
+ * adversarial mode), and SLUICE_CPU_SYNC_QUEUES=1 (the serial schedule).
  */
 #include "backend.h"
 
@@ -41,22 +42,27 @@
 		FAIL_IF(rc_ != 0, "%s failed: %d (%s)", what, rc_, sl_errmsg()); \
 	} while (0)
 
-enum { MODE_DEFAULT, MODE_ALL_QUEUED, MODE_SYNC, N_MODES };
-static const char *const mode_names[N_MODES] = { "default", "all copies queued", "sync" };
+enum { MODE_DEFAULT, MODE_ALL_QUEUED, MODE_LATE, MODE_SYNC, N_MODES };
+static const char *const mode_names[N_MODES] = { "default", "all copies queued", "copies late",
+						 "sync" };
 
 /* A CPU backend in the given mode (the variables are read at creation). */
 static sl_backend *make_backend(int mode)
 {
 	unsetenv("SLUICE_CPU_SYNC_QUEUES");
 	unsetenv("SLUICE_CPU_INLINE_BYTES");
+	unsetenv("SLUICE_CPU_LATE_COPIES");
 	if (mode == MODE_SYNC)
 		setenv("SLUICE_CPU_SYNC_QUEUES", "1", 1);
 	if (mode == MODE_ALL_QUEUED)
 		setenv("SLUICE_CPU_INLINE_BYTES", "0", 1);
+	if (mode == MODE_LATE)
+		setenv("SLUICE_CPU_LATE_COPIES", "100", 1);
 	sl_backend *b = NULL;
 	ok(sl_backend_create("cpu", 2, &b), "sl_backend_create");
 	unsetenv("SLUICE_CPU_SYNC_QUEUES");
 	unsetenv("SLUICE_CPU_INLINE_BYTES");
+	unsetenv("SLUICE_CPU_LATE_COPIES");
 	return b;
 }
 

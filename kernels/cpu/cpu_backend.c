@@ -35,7 +35,10 @@
  * every call runs to completion before it returns, events are always
  * complete and no thread is started.  SLUICE_CPU_INLINE_BYTES=N sets the
  * size below which a copy on an idle queue runs inline (default 65536; 0
- * queues every copy).
+ * queues every copy).  SLUICE_CPU_LATE_COPIES=US is adversarial (for
+ * tests): every copy and memset goes to the worker, which starts it US
+ * microseconds late, so that a caller that reads a copy's destination, or
+ * overwrites its source, without waiting for its event sees the race.
  */
 #include "cpu_backend.h"
 #include "cpu_internal.h"
@@ -148,6 +151,8 @@ static void *worker_main(void *arg)
 				pthread_cond_wait(&c->qdone, &c->qlock);
 		} else {
 			pthread_mutex_unlock(&c->qlock);
+			if (c->late_us)
+				usleep(c->late_us);
 			const int rc = run_task(t);
 			pthread_mutex_lock(&c->qlock);
 			if (rc < 0 && !q->err) {
@@ -552,6 +557,12 @@ int sl_cpu_backend_create(int nthreads, sl_backend **out)
 	const char *im = getenv("SLUICE_CPU_INLINE_BYTES");
 	if (im && *im)
 		c->inline_max = (size_t)strtoull(im, NULL, 10);
+	const char *late = getenv("SLUICE_CPU_LATE_COPIES");
+	if (late && *late) {
+		c->late_us = (unsigned)strtoul(late, NULL, 10);
+		if (c->late_us)
+			c->inline_max = 0;
+	}
 	pthread_mutex_init(&c->qlock, NULL);
 	pthread_cond_init(&c->qdone, NULL);
 	openblas_set_num_threads(nthreads);

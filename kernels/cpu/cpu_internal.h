@@ -20,6 +20,7 @@ typedef struct sl_cpu_ctx {
 	uint64_t next_qid;         /* queue ids are never reused */
 	bool sync_queues;          /* SLUICE_CPU_SYNC_QUEUES: run every call inline */
 	size_t inline_max;         /* copies below this run inline on an idle queue */
+	unsigned late_us;          /* SLUICE_CPU_LATE_COPIES: every copy on the worker, this late */
 	/* workspace grown on demand, reused across calls (never freed in the
 	 * per-token loop once large enough) */
 	float *gemm_wf;  /* fp32 copy of a weight panel */
