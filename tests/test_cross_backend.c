@@ -16,7 +16,11 @@
  *
  * Exits 77 (meson SKIP) where this build has no CUDA backend or the
  * machine no usable GPU.  SL_CROSS_BACKEND=name compares another backend
- * instead of "cuda" (e.g. "cpu" to check the test itself).
+ * instead of "cuda" (e.g. "cpu" to check the test itself).  Where it runs:
+ * on a GPU (tools/gpu-check.sh) and on the CUDA emulation (meson test
+ * cuda_emu_cross_backend, every build), every case; SL_CROSS_SMALL=1 skips
+ * the big ones (head_dim 128 with 32 heads, long decodes, the largest
+ * GEMMs and H2O prompts) for a quick run.
  */
 #include "backend.h"
 #include "sl_config.h"
@@ -166,7 +170,7 @@ typedef struct gemm_case {
 	int m, n, k;
 	int ldx_pad, ldy_pad;
 	float alpha;
-	bool big; /* skipped when SL_CROSS_SMALL is set (the emulator) */
+	bool big; /* skipped when SL_CROSS_SMALL is set (quick runs) */
 } gemm_case;
 
 static const gemm_case gemm_cases[] = {
