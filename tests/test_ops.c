@@ -4,8 +4,8 @@
  * The references below are written independently of the implementation:
  * plain loops, double accumulation, fp16 rounding done with frexp/ldexp and
  * nearbyint (round to nearest even), fp16 widening with ldexp.  Where the
- * CPU has F16C, the fp16 conversions of sl_common.h are also compared with
- * the hardware.  Each op runs over a case table (Check loop tests); random
+ * CPU converts fp16 itself (F16C on x86-64, FCVT on AArch64), the fp16
+ * conversions of sl_common.h are also compared with the hardware.  Each op runs over a case table (Check loop tests); random
  * values come from a fixed-seed xorshift generator, in [-1, 1] (weights
  * rounded to fp16).  Buffers are malloc'd at their exact size and the
  * memory around the block an op may touch is poisoned (NaN bit patterns,
@@ -13,8 +13,9 @@
  * op must not read or write are checked too.
  *
  * Two CPU backends are created per test: the default one (AVX2/F16C
- * kernels where the CPU has them) and one with SLUICE_NO_SIMD set (the
- * portable paths); ops whose code differs between the two run on both.
+ * kernels where the CPU has them) and one with SLUICE_CPU_KERNELS=generic
+ * (the portable paths, the only ones on other architectures); ops whose
+ * code differs between the two run on both.
  *
  * The GEMM small-m threshold (SLUICE_GEMM_SMALL_M, default 16) is read once
  * per process, so the m values of the table straddle it instead: m <= 16
@@ -26,10 +27,12 @@
 
 #include <check.h>
 #include <float.h>
-#include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 /* ck_assert reports every passing assertion to the parent process, far too
  * slow for element loops: element checks only call Check when they fail. */
@@ -148,7 +151,10 @@ static sl_half rand_half(rng *r)
 	return ref_f2h(rng_unif(r));
 }
 
-static bool cpu_has_f16c(void)
+/* The hardware's fp16 conversions, where the CPU has them: F16C on x86-64,
+ * the __fp16 type (FCVT) on AArch64. */
+#if defined(__x86_64__)
+static bool cpu_has_hw_half(void)
 {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("f16c");
@@ -163,6 +169,42 @@ __attribute__((target("f16c"))) static uint16_t hw_float_to_half(float f)
 {
 	return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
 }
+#elif defined(__aarch64__)
+static bool cpu_has_hw_half(void)
+{
+	return true;
+}
+
+static float hw_half_to_float(uint16_t h)
+{
+	__fp16 v;
+	memcpy(&v, &h, sizeof v);
+	return (float)v;
+}
+
+static uint16_t hw_float_to_half(float f)
+{
+	const __fp16 v = (__fp16)f;
+	uint16_t h;
+	memcpy(&h, &v, sizeof h);
+	return h;
+}
+#else
+static bool cpu_has_hw_half(void)
+{
+	return false;
+}
+
+static float hw_half_to_float(uint16_t h)
+{
+	return sl_half_to_float(h);
+}
+
+static uint16_t hw_float_to_half(float f)
+{
+	return sl_float_to_half(f);
+}
+#endif
 
 static bool half_is_nan(uint16_t h)
 {
@@ -180,21 +222,21 @@ static bool half_same(uint16_t a, uint16_t b)
 
 /* ---- fixture -------------------------------------------------------------- */
 
-static sl_backend *be, *be_scalar; /* default; SLUICE_NO_SIMD */
+static sl_backend *be, *be_scalar; /* default; SLUICE_CPU_KERNELS=generic */
 static sl_queue *qu, *qu_scalar;
 
 static void setup(void)
 {
 	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
 	ck_assert_int_eq(be->ops->queue_create(be, &qu), 0);
-	const char *old = getenv("SLUICE_NO_SIMD");
+	const char *old = getenv("SLUICE_CPU_KERNELS");
 	char *saved = old ? strdup(old) : NULL;
-	setenv("SLUICE_NO_SIMD", "1", 1);
+	setenv("SLUICE_CPU_KERNELS", "generic", 1);
 	int rc = sl_backend_create("cpu", 0, &be_scalar);
 	if (saved)
-		setenv("SLUICE_NO_SIMD", saved, 1);
+		setenv("SLUICE_CPU_KERNELS", saved, 1);
 	else
-		unsetenv("SLUICE_NO_SIMD");
+		unsetenv("SLUICE_CPU_KERNELS");
 	free(saved);
 	ck_assert_int_eq(rc, 0);
 	ck_assert_int_eq(be_scalar->ops->queue_create(be_scalar, &qu_scalar), 0);
@@ -221,7 +263,7 @@ static void teardown(void)
 /* sl_half_to_float: all 65536 patterns, in four chunks. */
 START_TEST(test_half_to_float_all)
 {
-	const bool hw = cpu_has_f16c();
+	const bool hw = cpu_has_hw_half();
 	const uint32_t per = 65536u / H2F_CHUNKS;
 	for (uint32_t u = (uint32_t)_i * per; u < (uint32_t)(_i + 1) * per; u++) {
 		const sl_half h = (sl_half)u;
@@ -311,7 +353,7 @@ START_TEST(test_float_to_half_edges)
 		      (double)c->x, got, c->want);
 	ck_assert_msg(half_same(ref_f2h(c->x), c->want), "the test's reference is wrong on %s",
 		      c->what);
-	if (cpu_has_f16c())
+	if (cpu_has_hw_half())
 		ck_assert_msg(half_same(hw_float_to_half(c->x), c->want),
 			      "%s: hardware gives 0x%04x, the table 0x%04x", c->what,
 			      hw_float_to_half(c->x), c->want);
@@ -322,7 +364,7 @@ END_TEST
  * neighbouring halves (and the floats either side of it) rounds right. */
 START_TEST(test_float_to_half_ties)
 {
-	const bool hw = cpu_has_f16c();
+	const bool hw = cpu_has_hw_half();
 	for (uint32_t h = 0; h < 0x7c00; h++) {
 		for (uint32_t sign = 0; sign <= 0x8000; sign += 0x8000) {
 			const sl_half hs = (sl_half)(h | sign);
@@ -361,7 +403,7 @@ END_TEST
  * with the exponent where fp16 results are not 0 or inf. */
 START_TEST(test_float_to_half_random)
 {
-	const bool hw = cpu_has_f16c();
+	const bool hw = cpu_has_hw_half();
 	rng r = rng_seed(1000 + (uint64_t)_i);
 	for (uint32_t i = 0; i < F2H_RANDOM_PER; i++) {
 		uint32_t u = rng_u32(&r);
@@ -539,14 +581,27 @@ static void gemm_check(sl_backend *b, sl_queue *q, int m, int n, int k, uint64_t
 	free(wd);
 }
 
+/* SL_OPS_STRIDE=N: test_gemm checks a rotating Nth of the 48 variants of
+ * each shape (tools/test.sh, under qemu-user, where all would take long);
+ * default all. */
+static int gemm_stride(void)
+{
+	const char *e = getenv("SL_OPS_STRIDE");
+	const int s = e ? atoi(e) : 1;
+	return s >= 1 && s <= GEMM_VARIANTS ? s : 1;
+}
+
 START_TEST(test_gemm)
 {
 	int m, n, k;
+	const int step = gemm_stride();
 	for (int ki = 0; gemm_shape(_i, ki, &m, &n, &k); ki++)
-		gemm_check(be, qu, m, n, k, 2000 + 8 * (uint64_t)_i + (uint64_t)ki, 0, 1);
+		gemm_check(be, qu, m, n, k, 2000 + 8 * (uint64_t)_i + (uint64_t)ki,
+			   (_i + ki) % step, step);
 }
 END_TEST
 
+#if defined(__x86_64__)
 /* The portable (no SIMD) paths: a rotating seventh of the variants. */
 START_TEST(test_gemm_scalar)
 {
@@ -556,6 +611,7 @@ START_TEST(test_gemm_scalar)
 			   (_i + ki) % 7, 7);
 }
 END_TEST
+#endif
 
 /*
  * The direct (small-m) kernel sums each output in an order independent of
@@ -1545,12 +1601,41 @@ START_TEST(test_argmax)
 }
 END_TEST
 
+/* ---- kernel choice -------------------------------------------------------- */
+
+/* SLUICE_CPU_KERNELS names an instruction set or the backend is refused,
+ * saying which variable is wrong. */
+START_TEST(test_cpu_kernels_env)
+{
+	const char *old = getenv("SLUICE_CPU_KERNELS");
+	char *saved = old ? strdup(old) : NULL;
+	sl_backend *b = NULL;
+	setenv("SLUICE_CPU_KERNELS", "sse9", 1);
+	const int rc = sl_backend_create("cpu", 0, &b);
+	char msg[256];
+	snprintf(msg, sizeof msg, "%s", sl_errmsg());
+	setenv("SLUICE_CPU_KERNELS", "generic", 1);
+	sl_backend *g = NULL;
+	const int rc_generic = sl_backend_create("cpu", 0, &g);
+	if (saved)
+		setenv("SLUICE_CPU_KERNELS", saved, 1);
+	else
+		unsetenv("SLUICE_CPU_KERNELS");
+	free(saved);
+	ck_assert_int_eq(rc, SL_EINVAL);
+	ck_assert_ptr_null(b);
+	ck_assert_msg(strstr(msg, "SLUICE_CPU_KERNELS=sse9") != NULL, "message: %s", msg);
+	ck_assert_int_eq(rc_generic, 0);
+	sl_backend_free(g);
+}
+END_TEST
+
 /* ---- main ------------------------------------------------------------------- */
 
 int main(void)
 {
-	if (!cpu_has_f16c())
-		fprintf(stderr, "test_ops: this CPU has no F16C: fp16 conversions are checked "
+	if (!cpu_has_hw_half())
+		fprintf(stderr, "test_ops: this CPU has no fp16 conversions: they are checked "
 				"against the test's reference only, not the hardware\n");
 	Suite *s = suite_create("ops");
 
@@ -1567,7 +1652,9 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_gemm, 0, GEMM_CASES);
+#if defined(__x86_64__) /* elsewhere the default backend is the generic one */
 	tcase_add_loop_test(tc, test_gemm_scalar, 0, GEMM_CASES);
+#endif
 	tcase_add_loop_test(tc, test_gemm_small_m_bit_identical, 0, GEMM_BITID_CASES);
 	tcase_add_test(tc, test_gemm_k0);
 	tcase_add_loop_test(tc, test_gemm_args, 0, (int)SL_ARRAY_LEN(gemm_arg_cases));
@@ -1588,6 +1675,10 @@ int main(void)
 	tcase_add_loop_test(tc, test_attn_bad_args, 0, (int)SL_ARRAY_LEN(attn_bad_cases));
 	tcase_add_loop_test(tc, test_attn_cache_layout, 0, 4);
 	tcase_add_loop_test(tc, test_h2o_cache_layout, 0, 4);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("backend");
+	tcase_add_test(tc, test_cpu_kernels_env);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("argmax");

@@ -242,8 +242,9 @@ START_TEST(test_score_matches_hf)
 		for (int j = 0; j < seqs[s].cont_len; j++) {
 			const float *row = ref[s] + (size_t)(seqs[s].prompt_len + j - 1) * V;
 			double mx = row[0], sum = 0;
-			for (int i = 1; i < V; i++)
-				mx = fmax(mx, row[i]);
+			for (int i = 1; i < V; i++) /* not fmax: GCC 12.2 AArch64 -O3 */
+				if (row[i] > mx)
+					mx = row[i];
 			for (int i = 0; i < V; i++)
 				sum += exp(row[i] - mx);
 			double want = row[seqs[s].cont[j]] - mx - log(sum);

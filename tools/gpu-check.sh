@@ -100,7 +100,13 @@ echo "cores: $jobs   git: $(git rev-parse --short HEAD 2>/dev/null || echo none)
 # the system's .pc files (PKG_CONFIG_LIBDIR): a check of .debs/ itself on a
 # machine that has the packages.  GPU_CHECK_DEBS=off ignores .debs/.
 say "dependencies"
-ma=x86_64-linux-gnu
+# this machine's library folder and ldconfig's tag for its libraries
+# (x86-64, or AArch64 on a GH200)
+ma=$(gcc -print-multiarch 2>/dev/null) || ma="$(uname -m)-linux-gnu"
+case $(uname -m) in
+aarch64) ld_tag=AArch64 ;;
+*) ld_tag=x86-64 ;;
+esac
 debs_mode=${GPU_CHECK_DEBS:-auto}
 debs_prefix=${GPU_CHECK_DEBS_PREFIX:-/tmp/sluice-deps}
 # meson and ninja may come from pip: a module, with or without a command on PATH
@@ -176,7 +182,7 @@ use_debs() {
 		for f in "$lib"/lib*.so.*; do
 			n=${f##*/}
 			[[ -L $f && $n =~ $soname_re ]] || continue
-			sys=$(awk -v n="$n" '$1 == n && /x86-64/ { print $NF; exit }' <<<"$cache")
+			sys=$(awk -v n="$n" -v t="$ld_tag" '$1 == n && index($0, t) { print $NF; exit }' <<<"$cache")
 			[[ -n $sys && -e $sys && $sys != "$debs_prefix"/* ]] || continue
 			real=$(readlink "$f")
 			rm -f "$f" "$lib/$real"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/test.sh - build sluice and run every test, then run them all again
-# under AddressSanitizer and UndefinedBehaviorSanitizer.  Installs what is
+# under AddressSanitizer and UndefinedBehaviorSanitizer, then cross-build for
+# aarch64 and run the op tests there under qemu-user.  Installs what is
 # missing.  Warnings are errors here.  CUDA code is compiled and linked
 # where nvcc is found; GPU tests skip (exit 77) where there is no GPU.
 # Exit status: non-zero on any failure.
@@ -38,8 +39,26 @@ export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp
 run_suite "asan+ubsan" build-asan -Dwerror=true -Dbuildtype=debugoptimized -Dcuda=disabled \
 	-Db_sanitize=address,undefined -Db_lundef=false $SLUICE_MESON_ARGS
 
+# aarch64 (the CPU of a GH200, say): everything cross-compiled with
+# Debian's cross compiler against the arm64 libraries of its multiarch,
+# warnings as errors, and the kernels' tests run under qemu-user (the
+# portable kernels; tests/test_ops.c also runs them on this machine).
+# SLUICE_CROSS=0 leaves it out; it needs an x86-64 Debian machine.
+if [ "${SLUICE_CROSS:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ] && command -v apt-get >/dev/null; then
+	sluice_cross_deps
+	unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+	echo "== aarch64: cross-compile (build-aarch64) and run the op tests under qemu-user"
+	[ -f build-aarch64/build.ninja ] ||
+		meson setup build-aarch64 --cross-file tools/cross/aarch64-linux-gnu.ini -Dcuda=disabled \
+			-Dwerror=true -Dbuildtype=release >/dev/null
+	ninja -C build-aarch64 -j "$jobs"
+	if ! SL_OPS_STRIDE=6 meson test -C build-aarch64 --print-errorlogs --num-processes 1 ops; then
+		status=1
+	fi
+fi
+
 passed=0 failed=0 skipped=0
-for d in build-test build-asan; do
+for d in build-test build-asan build-aarch64; do
 	f="$d/meson-logs/testlog.json"
 	[ -f "$f" ] || continue
 	passed=$((passed + $(grep -c '"result": "OK"' "$f" || true)))

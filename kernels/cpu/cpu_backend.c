@@ -532,6 +532,28 @@ static bool env_flag(const char *name)
 	return v && *v && strcmp(v, "0") != 0;
 }
 
+/* The best kernels this CPU runs, capped by SLUICE_CPU_KERNELS. */
+static int cpu_isa(sl_cpu_isa *out)
+{
+	static const char *const names[] = { [SL_CPU_GENERIC] = "generic", [SL_CPU_AVX2] = "avx2" };
+	sl_cpu_isa best = SL_CPU_GENERIC;
+#if defined(__x86_64__)
+	best = sl_cpu_x86_isa();
+#endif
+	const char *e = getenv("SLUICE_CPU_KERNELS");
+	if (e && *e) {
+		int cap = -1;
+		for (int i = 0; i < (int)SL_ARRAY_LEN(names); i++)
+			if (!strcmp(e, names[i]))
+				cap = i;
+		if (cap < 0)
+			return sl_err(SL_EINVAL, "SLUICE_CPU_KERNELS=%s: expected generic or avx2", e);
+		best = SL_MIN(best, (sl_cpu_isa)cap);
+	}
+	*out = best;
+	return 0;
+}
+
 int sl_cpu_backend_create(int nthreads, sl_backend **out)
 {
 	*out = NULL;
@@ -547,11 +569,13 @@ int sl_cpu_backend_create(int nthreads, sl_backend **out)
 		nthreads = n > 0 ? (int)n : 1;
 	}
 	c->nthreads = nthreads;
-	__builtin_cpu_init();
-	c->simd = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		  __builtin_cpu_supports("f16c");
-	if (getenv("SLUICE_NO_SIMD"))
-		c->simd = 0;
+	int rc = cpu_isa(&c->isa);
+	if (rc < 0) {
+		free(b);
+		free(c);
+		return rc;
+	}
+	c->simd = c->isa >= SL_CPU_AVX2;
 	c->sync_queues = env_flag("SLUICE_CPU_SYNC_QUEUES");
 	c->inline_max = (size_t)64 << 10;
 	const char *im = getenv("SLUICE_CPU_INLINE_BYTES");
@@ -568,7 +592,7 @@ int sl_cpu_backend_create(int nthreads, sl_backend **out)
 	openblas_set_num_threads(nthreads);
 	b->ops = &cpu_ops;
 	b->ctx = c;
-	int rc = queue_new(b, &c->defq);
+	rc = queue_new(b, &c->defq);
 	if (rc < 0) {
 		cpu_free(b);
 		return rc;

@@ -2,7 +2,8 @@
  * cpu_gemm.c - y (+)= act(alpha * (x w^T + bias)) with fp16 weights.
  *
  * Two paths:
- *  - few rows (decode, m <= small_m): a direct kernel that widens each fp16
+ *  - few rows (decode, m <= small_m): a direct kernel (AVX2 in cpu_x86.c
+ *    where the CPU has it, the portable twin here) that widens each fp16
  *    weight row once and multiplies it with every x row.  Weights are read
  *    from memory exactly once, so decode runs at the memory-bandwidth
  *    roofline of 2 bytes per weight.  Each output is summed in the same
@@ -15,7 +16,6 @@
 #include "cpu_internal.h"
 
 #include <cblas.h>
-#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -32,129 +32,21 @@ static int small_m_limit(void)
 	return limit;
 }
 
-static inline float epilogue(const sl_gemm_args *a, float s, int n, float alpha, float old)
-{
-	if (a->bias)
-		s += sl_half_to_float(a->bias[n]);
-	s *= alpha;
-	if ((a->flags & SL_GEMM_RELU) && !(s > 0.0f))
-		s = 0.0f;
-	return (a->flags & SL_GEMM_ACCUM) ? old + s : s;
-}
-
-__attribute__((target("avx2,fma,f16c")))
-void sl_cpu_half_to_float_avx2(const sl_half *src, float *dst, size_t n)
-{
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-	for (; i < n; i++)
-		dst[i] = sl_half_to_float(src[i]);
-}
-
 void sl_cpu_half_to_float(const sl_half *src, float *dst, size_t n, int simd)
 {
+#if defined(__x86_64__)
 	if (simd) {
 		sl_cpu_half_to_float_avx2(src, dst, n);
 		return;
 	}
+#endif
 	for (size_t i = 0; i < n; i++)
 		dst[i] = sl_half_to_float(src[i]);
 }
 
-__attribute__((target("avx2,fma")))
-static inline float hsum256(__m256 v)
-{
-	__m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-	__m128 s = _mm_add_ps(lo, hi);
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
-/*
- * One register tile: NR weight rows against MR x rows, NR * MR <= 8
- * accumulators, each summing 8 lanes over k then reduced by hsum256, so
- * every output sees the same order of operations whatever the tile.
- * Weight rows are prefetched a few cache lines ahead: with several rows in
- * flight the hardware prefetcher alone falls behind.
- */
-__attribute__((target("avx2,fma,f16c"), always_inline))
-static inline void tile_avx2(const sl_gemm_args *a, float alpha, int n, int r0, const int NR,
-			     const int MR)
-{
-	const int k = a->k, k8 = k & ~7;
-	const sl_half *w[8];
-	const float *x[8];
-	for (int j = 0; j < NR; j++)
-		w[j] = a->w + (size_t)(n + j) * k;
-	for (int r = 0; r < MR; r++)
-		x[r] = a->x + (size_t)(r0 + r) * a->ldx;
-	__m256 c[8];
-	for (int i = 0; i < NR * MR; i++)
-		c[i] = _mm256_setzero_ps();
-	for (int kk = 0; kk < k8; kk += 8) {
-		__m256 wv[8];
-		for (int j = 0; j < NR; j++) {
-			_mm_prefetch((const char *)(w[j] + kk) + 512, _MM_HINT_T0);
-			wv[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[j] + kk)));
-		}
-		for (int r = 0; r < MR; r++) {
-			__m256 xv = _mm256_loadu_ps(x[r] + kk);
-			for (int j = 0; j < NR; j++)
-				c[j * MR + r] = _mm256_fmadd_ps(wv[j], xv, c[j * MR + r]);
-		}
-	}
-	for (int j = 0; j < NR; j++)
-		for (int r = 0; r < MR; r++) {
-			float sum = hsum256(c[j * MR + r]);
-			for (int kk = k8; kk < k; kk++)
-				sum += sl_half_to_float(w[j][kk]) * x[r][kk];
-			float *y = a->y + (size_t)(r0 + r) * a->ldy + n + j;
-			*y = epilogue(a, sum, n + j, alpha, *y);
-		}
-}
-
-/* Columns [n0, n1) for all m rows: row blocks of 8, 4, 2, 1 with the
- * matching weight-row count, weight rows of a block read once from memory. */
-__attribute__((target("avx2,fma,f16c")))
-static void gemm_small_avx2(const sl_gemm_args *a, float alpha, int n0, int n1)
-{
-	const int m = a->m;
-	for (int n = n0; n < n1;) {
-		int r0 = 0;
-		int nr = (m >= 8) ? 1 : (m >= 4) ? 2 : (m >= 2) ? 4 : 8;
-		nr = SL_MIN(nr, n1 - n);
-		for (; r0 + 8 <= m; r0 += 8)
-			for (int j = 0; j < nr; j++)
-				tile_avx2(a, alpha, n + j, r0, 1, 8);
-		for (; r0 + 4 <= m; r0 += 4) {
-			if (nr == 2)
-				tile_avx2(a, alpha, n, r0, 2, 4);
-			else
-				for (int j = 0; j < nr; j++)
-					tile_avx2(a, alpha, n + j, r0, 1, 4);
-		}
-		for (; r0 + 2 <= m; r0 += 2) {
-			if (nr == 4)
-				tile_avx2(a, alpha, n, r0, 4, 2);
-			else
-				for (int j = 0; j < nr; j++)
-					tile_avx2(a, alpha, n + j, r0, 1, 2);
-		}
-		for (; r0 < m; r0++) {
-			if (nr == 8)
-				tile_avx2(a, alpha, n, r0, 8, 1);
-			else
-				for (int j = 0; j < nr; j++)
-					tile_avx2(a, alpha, n + j, r0, 1, 1);
-		}
-		n += nr;
-	}
-}
-
-/* Portable twin of gemm_small_avx2 with the same summation order. */
-static void gemm_small_scalar(const sl_gemm_args *a, float alpha, int n0, int n1)
+/* Portable twin of sl_cpu_gemm_direct_avx2 (cpu_x86.c) with the same
+ * summation order. */
+static void gemm_direct_generic(const sl_gemm_args *a, float alpha, int n0, int n1)
 {
 	const int k = a->k, k8 = k & ~7;
 	for (int n = n0; n < n1; n++) {
@@ -168,11 +60,7 @@ static void gemm_small_scalar(const sl_gemm_args *a, float alpha, int n0, int n1
 			/* same tree as hsum256: (l0+l4, l1+l5, l2+l6, l3+l7), then pairs */
 			float t0 = lane[0] + lane[4], t1 = lane[1] + lane[5];
 			float t2 = lane[2] + lane[6], t3 = lane[3] + lane[7];
-			float s = (t0 + t2) + (t1 + t3);
-			for (int kk = k8; kk < k; kk++)
-				s += sl_half_to_float(w[kk]) * x[kk];
-			float *y = a->y + (size_t)r * a->ldy + n;
-			*y = epilogue(a, s, n, alpha, *y);
+			sl_cpu_gemm_finish(a, alpha, r, n, (t0 + t2) + (t1 + t3));
 		}
 	}
 }
@@ -204,7 +92,7 @@ static int gemm_panel(sl_backend *b, const sl_gemm_args *a, float alpha)
 				float *y = a->y + (size_t)(m0 + r) * a->ldy + n0;
 				const float *s = ct + (size_t)r * cur;
 				for (int j = 0; j < cur; j++)
-					y[j] = epilogue(a, s[j], n0 + j, alpha, y[j]);
+					y[j] = sl_cpu_epilogue(a, s[j], n0 + j, alpha, y[j]);
 			}
 		}
 	}
@@ -226,7 +114,7 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 		for (int r = 0; r < a->m; r++)
 			for (int n = 0; n < a->n; n++) {
 				float *y = a->y + (size_t)r * a->ldy + n;
-				*y = epilogue(a, 0.0f, n, alpha, *y);
+				*y = sl_cpu_epilogue(a, 0.0f, n, alpha, *y);
 			}
 	} else if (a->m <= small_m_limit()) {
 		/* split n across threads in even chunks */
@@ -235,10 +123,13 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 #pragma omp parallel for num_threads(nt) schedule(static)
 		for (int n0 = 0; n0 < a->n; n0 += chunk) {
 			int n1 = SL_MIN(a->n, n0 + chunk);
-			if (c->simd)
-				gemm_small_avx2(a, alpha, n0, n1);
-			else
-				gemm_small_scalar(a, alpha, n0, n1);
+#if defined(__x86_64__)
+			if (c->isa >= SL_CPU_AVX2) {
+				sl_cpu_gemm_direct_avx2(a, alpha, n0, n1);
+				continue;
+			}
+#endif
+			gemm_direct_generic(a, alpha, n0, n1);
 		}
 	} else {
 		rc = gemm_panel(b, a, alpha);

@@ -9,9 +9,19 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+/*
+ * The instruction sets the CPU kernels are written for, in order.  A
+ * backend uses the best its CPU has (x86-64: AVX2 with FMA and F16C),
+ * capped by SLUICE_CPU_KERNELS=generic|avx2 (a test's way to run the
+ * portable kernels on any machine).  The generic kernels are plain C and
+ * build for any architecture.
+ */
+typedef enum sl_cpu_isa { SL_CPU_GENERIC, SL_CPU_AVX2 } sl_cpu_isa;
+
 typedef struct sl_cpu_ctx {
 	int nthreads;
-	int simd; /* 1: AVX2 + FMA + F16C kernels usable */
+	sl_cpu_isa isa;
+	int simd; /* isa >= SL_CPU_AVX2: x86 fp16 conversions usable */
 	/* queues (cpu_backend.c): one lock guards every queue's state */
 	pthread_mutex_t qlock;
 	pthread_cond_t qdone;      /* broadcast when any queue finishes a task */
@@ -53,5 +63,36 @@ int sl_cpu_argmax(sl_backend *b, sl_queue *q, int rows, int n, const float *x, i
 
 /* fp16 -> fp32 for a run of values (vectorised where the CPU allows). */
 void sl_cpu_half_to_float(const sl_half *src, float *dst, size_t n, int simd);
+
+/* A GEMM output's epilogue: bias, alpha, ReLU, accumulation onto old. */
+static inline float sl_cpu_epilogue(const sl_gemm_args *a, float s, int n, float alpha, float old)
+{
+	if (a->bias)
+		s += sl_half_to_float(a->bias[n]);
+	s *= alpha;
+	if ((a->flags & SL_GEMM_RELU) && !(s > 0.0f))
+		s = 0.0f;
+	return (a->flags & SL_GEMM_ACCUM) ? old + s : s;
+}
+
+/* The last step of the direct kernels' output y[r][n] (cpu_gemm.c): s, the
+ * sum over the first k & ~7 terms, plus the remaining terms one at a time,
+ * then the epilogue. */
+static inline void sl_cpu_gemm_finish(const sl_gemm_args *a, float alpha, int r, int n, float s)
+{
+	const sl_half *w = a->w + (size_t)n * a->k;
+	const float *x = a->x + (size_t)r * a->ldx;
+	for (int kk = a->k & ~7; kk < a->k; kk++)
+		s += sl_half_to_float(w[kk]) * x[kk];
+	float *y = a->y + (size_t)r * a->ldy + n;
+	*y = sl_cpu_epilogue(a, s, n, alpha, *y);
+}
+
+#if defined(__x86_64__)
+/* cpu_x86.c */
+sl_cpu_isa sl_cpu_x86_isa(void);
+void sl_cpu_half_to_float_avx2(const sl_half *src, float *dst, size_t n);
+void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1);
+#endif
 
 #endif
