@@ -441,8 +441,7 @@ START_TEST(test_batch_equals_alone)
 END_TEST
 
 /* Micro-batches address each sequence's slots, scores and scratch by its
- * offset: the tokens do not depend on the micro-batch size (the
- * row-invariant GEMM kernel is pinned for this program, see main). */
+ * offset: the tokens do not depend on the micro-batch size. */
 START_TEST(test_micro_batches)
 {
 	load_prompts("opt-wide");
@@ -558,7 +557,6 @@ int main(int argc, char **argv)
 {
 	if (argc > 1)
 		fixtures_dir = argv[1];
-	setenv("SLUICE_GEMM_SMALL_M", "1000000", 1);
 	/* The cache's disk tier binds its I/O threads through hwloc, whose
 	 * first load dlopens plugins; load it here, before Check forks a test,
 	 * as LeakSanitizer cannot walk the thread-local storage of libraries

@@ -335,7 +335,8 @@ static void cpu_free(sl_backend *b)
 	pthread_cond_destroy(&c->qdone);
 	pthread_mutex_destroy(&c->qlock);
 	free(c->gemm_wf);
-	free(c->gemm_c);
+	free(c->gemm_x);
+	free(c->gemm_part);
 	free(c->attn_ws);
 	free(c);
 	free(b);
@@ -535,7 +536,8 @@ static bool env_flag(const char *name)
 /* The best kernels this CPU runs, capped by SLUICE_CPU_KERNELS. */
 static int cpu_isa(sl_cpu_isa *out)
 {
-	static const char *const names[] = { [SL_CPU_GENERIC] = "generic", [SL_CPU_AVX2] = "avx2" };
+	static const char *const names[] = { [SL_CPU_GENERIC] = "generic", [SL_CPU_AVX2] = "avx2",
+					     [SL_CPU_AVX512] = "avx512" };
 	sl_cpu_isa best = SL_CPU_GENERIC;
 #if defined(__x86_64__)
 	best = sl_cpu_x86_isa();
@@ -547,7 +549,7 @@ static int cpu_isa(sl_cpu_isa *out)
 			if (!strcmp(e, names[i]))
 				cap = i;
 		if (cap < 0)
-			return sl_err(SL_EINVAL, "SLUICE_CPU_KERNELS=%s: expected generic or avx2", e);
+			return sl_err(SL_EINVAL, "SLUICE_CPU_KERNELS=%s: expected generic, avx2 or avx512", e);
 		best = SL_MIN(best, (sl_cpu_isa)cap);
 	}
 	*out = best;

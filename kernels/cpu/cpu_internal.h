@@ -11,12 +11,13 @@
 
 /*
  * The instruction sets the CPU kernels are written for, in order.  A
- * backend uses the best its CPU has (x86-64: AVX2 with FMA and F16C),
- * capped by SLUICE_CPU_KERNELS=generic|avx2 (a test's way to run the
- * portable kernels on any machine).  The generic kernels are plain C and
- * build for any architecture.
+ * backend uses the best its CPU has (x86-64: AVX2 with FMA and F16C;
+ * AVX-512 F and DQ on top), capped by SLUICE_CPU_KERNELS=generic|avx2|
+ * avx512 (a test's way to run the other kernels on any machine).  The
+ * generic kernels are plain C and build for any architecture.  All of them
+ * compute every result bit for bit the same (cpu_gemm.c).
  */
-typedef enum sl_cpu_isa { SL_CPU_GENERIC, SL_CPU_AVX2 } sl_cpu_isa;
+typedef enum sl_cpu_isa { SL_CPU_GENERIC, SL_CPU_AVX2, SL_CPU_AVX512 } sl_cpu_isa;
 
 typedef struct sl_cpu_ctx {
 	int nthreads;
@@ -33,10 +34,12 @@ typedef struct sl_cpu_ctx {
 	unsigned late_us;          /* SLUICE_CPU_LATE_COPIES: every copy on the worker, this late */
 	/* workspace grown on demand, reused across calls (never freed in the
 	 * per-token loop once large enough) */
-	float *gemm_wf;  /* fp32 copy of a weight panel */
+	float *gemm_wf;  /* packed GEMM: a weight panel, widened to fp32 */
 	size_t gemm_wf_cap;
-	float *gemm_c;   /* fp32 result tile */
-	size_t gemm_c_cap;
+	float *gemm_x;   /* packed GEMM: x tiles */
+	size_t gemm_x_cap;
+	float *gemm_part; /* packed GEMM: partial lanes between k chunks */
+	size_t gemm_part_cap;
 	float *attn_ws;  /* per-thread attention scratch */
 	size_t attn_ws_per_thread;
 } sl_cpu_ctx;
@@ -88,11 +91,45 @@ static inline void sl_cpu_gemm_finish(const sl_gemm_args *a, float alpha, int r,
 	*y = sl_cpu_epilogue(a, s, n, alpha, *y);
 }
 
+/*
+ * The packed GEMM (cpu_gemm.c).  Weights are widened to fp32 in groups of
+ * 8 columns (weight rows), k-step by k-step (a step is 8 consecutive k):
+ * group g, step s holds 8 floats of each of its 8 columns, [s][col][lane],
+ * 64 floats.  x rows are copied in tiles of mr rows, [s][row][lane], rows
+ * past m repeating the last one.  A tile kernel multiplies one x tile with
+ * one group over the steps [s0, s1) of a k chunk: its 8 lanes per output
+ * start at zero (s0 == 0) or from part, [row][col][lane] (mr * 64 floats),
+ * and go back there (s1 < k / 8) or are reduced and finished into y.
+ */
+typedef struct sl_gemm_tile {
+	const sl_gemm_args *a;
+	float alpha;
+	const float *xp; /* the x tile at step s0 */
+	const float *wp; /* the group at step s0 */
+	float *part;
+	int s0, s1, ks; /* steps of this chunk; ks = k / 8 */
+	int r0, n0;     /* the tile's first row and column */
+} sl_gemm_tile;
+
+/* The 8 lanes of an output, reduced in the one order every kernel uses:
+ * (l0 + l4, l1 + l5, l2 + l6, l3 + l7) = (t0, t1, t2, t3), then
+ * (t0 + t2) + (t1 + t3). */
+static inline float sl_cpu_lanes_sum(const float *l)
+{
+	const float t0 = l[0] + l[4], t1 = l[1] + l[5], t2 = l[2] + l[6], t3 = l[3] + l[7];
+	return (t0 + t2) + (t1 + t3);
+}
+
 #if defined(__x86_64__)
 /* cpu_x86.c */
 sl_cpu_isa sl_cpu_x86_isa(void);
 void sl_cpu_half_to_float_avx2(const sl_half *src, float *dst, size_t n);
 void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1);
+void sl_cpu_pack_w_avx2(const sl_half *w, int k, int rows, int s0, int s1, float *dst);
+#define SL_GEMM_MR_AVX2 3
+void sl_cpu_gemm_tile_avx2(const sl_gemm_tile *t);
+#define SL_GEMM_MR_AVX512 6
+void sl_cpu_gemm_tile_avx512(const sl_gemm_tile *t);
 #endif
 
 #endif

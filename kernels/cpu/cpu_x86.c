@@ -1,8 +1,9 @@
 /*
- * cpu_x86.c - the CPU backend's x86 kernels (AVX2 + FMA + F16C), built
- * only for x86-64 (meson.build) and used only where the CPU has them
- * (sl_cpu_x86_isa).  Each computes exactly what its portable twin in
- * cpu_gemm.c computes, bit for bit: the same operations in the same order.
+ * cpu_x86.c - the CPU backend's x86 kernels (AVX2 + FMA + F16C, and
+ * AVX-512 F + DQ), built only for x86-64 (meson.build) and used only where
+ * the CPU has them (sl_cpu_x86_isa).  Each computes exactly what its
+ * portable twin in cpu_gemm.c computes, bit for bit: the same operations in
+ * the same order (cpu_gemm.c's header).
  */
 #include "cpu_internal.h"
 
@@ -11,10 +12,12 @@
 sl_cpu_isa sl_cpu_x86_isa(void)
 {
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	    __builtin_cpu_supports("f16c"))
-		return SL_CPU_AVX2;
-	return SL_CPU_GENERIC;
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+	    !__builtin_cpu_supports("f16c"))
+		return SL_CPU_GENERIC;
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))
+		return SL_CPU_AVX512;
+	return SL_CPU_AVX2;
 }
 
 __attribute__((target("avx2,fma,f16c")))
@@ -110,5 +113,164 @@ void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1)
 					tile_avx2(a, alpha, n + j, r0, 1, 1);
 		}
 		n += nr;
+	}
+}
+
+/* ---- the packed path (cpu_internal.h, sl_gemm_tile) ----------------------- */
+
+/* Twin of cpu_gemm.c's pack_w_generic. */
+__attribute__((target("avx2,fma,f16c")))
+void sl_cpu_pack_w_avx2(const sl_half *w, int k, int rows, int s0, int s1, float *dst)
+{
+	for (int j = 0; j < 8; j++) {
+		const sl_half *src = w + (size_t)j * k;
+		float *d = dst + j * 8;
+		for (int s = s0; s < s1; s++, d += 64)
+			_mm256_store_ps(d, j < rows ? _mm256_cvtph_ps(_mm_loadu_si128(
+							      (const __m128i *)(src + 8 * s)))
+						    : _mm256_setzero_ps());
+	}
+}
+
+/* AVX2 tile: 3 rows, the group's columns four at a time (12 accumulators
+ * of 8 lanes), each reduced by hsum256. */
+__attribute__((target("avx2,fma,f16c")))
+void sl_cpu_gemm_tile_avx2(const sl_gemm_tile *t)
+{
+	enum { MR = SL_GEMM_MR_AVX2 };
+	const sl_gemm_args *a = t->a;
+	const int steps = t->s1 - t->s0;
+	for (int c0 = 0; c0 < 8; c0 += 4) {
+		__m256 acc[MR][4];
+		for (int r = 0; r < MR; r++)
+			for (int c = 0; c < 4; c++)
+				acc[r][c] = t->s0 ? _mm256_load_ps(t->part + r * 64 + (c0 + c) * 8)
+						  : _mm256_setzero_ps();
+		const float *xs = t->xp, *ws = t->wp + c0 * 8;
+		for (int s = 0; s < steps; s++, xs += MR * 8, ws += 64) {
+			/* the 3 x rows held, each column loaded once: 16 registers */
+			const __m256 x0 = _mm256_load_ps(xs), x1 = _mm256_load_ps(xs + 8);
+			const __m256 x2 = _mm256_load_ps(xs + 16);
+			for (int c = 0; c < 4; c++) {
+				const __m256 w = _mm256_load_ps(ws + c * 8);
+				acc[0][c] = _mm256_fmadd_ps(w, x0, acc[0][c]);
+				acc[1][c] = _mm256_fmadd_ps(w, x1, acc[1][c]);
+				acc[2][c] = _mm256_fmadd_ps(w, x2, acc[2][c]);
+			}
+		}
+		for (int r = 0; r < MR; r++)
+			for (int c = 0; c < 4; c++) {
+				if (t->s1 < t->ks)
+					_mm256_store_ps(t->part + r * 64 + (c0 + c) * 8, acc[r][c]);
+				else if (t->r0 + r < a->m && t->n0 + c0 + c < a->n)
+					sl_cpu_gemm_finish(a, t->alpha, t->r0 + r, t->n0 + c0 + c,
+							   hsum256(acc[r][c]));
+			}
+	}
+}
+
+/*
+ * The lanes of 16 outputs, two rows of 8 columns, reduced at once: P[p]
+ * holds row r's columns 2p and 2p + 1 (8 lanes each), Q[p] row r + 1's.
+ * Every sum is the tree of sl_cpu_lanes_sum, done for 16 outputs by
+ * whole-register adds between shuffled copies; the result is row r's 8
+ * columns then row r + 1's.
+ */
+__attribute__((target("avx512f,avx512dq")))
+static inline __m512 reduce16(const __m512 P[4], const __m512 Q[4])
+{
+	const int lo = _MM_SHUFFLE(2, 0, 2, 0), hi = _MM_SHUFFLE(3, 1, 3, 1);
+	/* 128-bit lanes: [c lanes 0-3 | c lanes 4-7 | c+1 0-3 | c+1 4-7] ->
+	 * t_i = l_i + l_{i+4} for 4 columns per register */
+	const __m512 p01 = _mm512_add_ps(_mm512_shuffle_f32x4(P[0], P[1], lo),
+					 _mm512_shuffle_f32x4(P[0], P[1], hi));
+	const __m512 p23 = _mm512_add_ps(_mm512_shuffle_f32x4(P[2], P[3], lo),
+					 _mm512_shuffle_f32x4(P[2], P[3], hi));
+	const __m512 q01 = _mm512_add_ps(_mm512_shuffle_f32x4(Q[0], Q[1], lo),
+					 _mm512_shuffle_f32x4(Q[0], Q[1], hi));
+	const __m512 q23 = _mm512_add_ps(_mm512_shuffle_f32x4(Q[2], Q[3], lo),
+					 _mm512_shuffle_f32x4(Q[2], Q[3], hi));
+	/* u0 = t0 + t2, u1 = t1 + t3: [u0 u1 of column j | u0 u1 of column j+4] */
+	const __m512 pu = _mm512_add_ps(_mm512_shuffle_ps(p01, p23, _MM_SHUFFLE(1, 0, 1, 0)),
+					_mm512_shuffle_ps(p01, p23, _MM_SHUFFLE(3, 2, 3, 2)));
+	const __m512 qu = _mm512_add_ps(_mm512_shuffle_ps(q01, q23, _MM_SHUFFLE(1, 0, 1, 0)),
+					_mm512_shuffle_ps(q01, q23, _MM_SHUFFLE(3, 2, 3, 2)));
+	/* u0 + u1: 128-bit lane j = [r: j, j+4 | r+1: j, j+4] */
+	const __m512 sum = _mm512_add_ps(_mm512_shuffle_ps(pu, qu, _MM_SHUFFLE(2, 0, 2, 0)),
+					 _mm512_shuffle_ps(pu, qu, _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+	return _mm512_permutexvar_ps(order, sum);
+}
+
+/* sl_cpu_epilogue on 16 sums, rows r and r + 1 of the 8 columns from n0. */
+__attribute__((target("avx512f,avx512dq,f16c")))
+static inline void epilogue16(const sl_gemm_tile *t, int r, __m512 s)
+{
+	const sl_gemm_args *a = t->a;
+	if (a->bias) {
+		const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a->bias + t->n0)));
+		s = _mm512_add_ps(s, _mm512_insertf32x8(_mm512_castps256_ps512(b), b, 1));
+	}
+	s = _mm512_mul_ps(s, _mm512_set1_ps(t->alpha));
+	if (a->flags & SL_GEMM_RELU)
+		s = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_GT_OQ), s);
+	float *y0 = a->y + (size_t)r * a->ldy + t->n0, *y1 = y0 + a->ldy;
+	__m256 lo = _mm512_castps512_ps256(s), hi = _mm512_extractf32x8_ps(s, 1);
+	if (a->flags & SL_GEMM_ACCUM) {
+		lo = _mm256_add_ps(_mm256_loadu_ps(y0), lo);
+		hi = _mm256_add_ps(_mm256_loadu_ps(y1), hi);
+	}
+	_mm256_storeu_ps(y0, lo);
+	_mm256_storeu_ps(y1, hi);
+}
+
+/*
+ * AVX-512 tile: 6 rows x 8 columns, each register holding two outputs' 8
+ * lanes (columns 2p and 2p + 1 of one row): per step, 4 loads of the group,
+ * 6 broadcasts of x and 24 fused multiply-adds.  The lanes are the same as
+ * every other kernel's, so are the sums.
+ */
+__attribute__((target("avx512f,avx512dq,f16c")))
+void sl_cpu_gemm_tile_avx512(const sl_gemm_tile *t)
+{
+	enum { MR = SL_GEMM_MR_AVX512 };
+	const sl_gemm_args *a = t->a;
+	__m512 acc[MR][4];
+	for (int r = 0; r < MR; r++)
+		for (int p = 0; p < 4; p++)
+			acc[r][p] = t->s0 ? _mm512_load_ps(t->part + r * 64 + p * 16) : _mm512_setzero_ps();
+	const float *xs = t->xp, *ws = t->wp;
+	for (int s = t->s0; s < t->s1; s++, xs += MR * 8, ws += 64) {
+		const __m512 w0 = _mm512_load_ps(ws), w1 = _mm512_load_ps(ws + 16);
+		const __m512 w2 = _mm512_load_ps(ws + 32), w3 = _mm512_load_ps(ws + 48);
+		for (int r = 0; r < MR; r++) {
+			const __m512 x = _mm512_broadcast_f32x8(_mm256_load_ps(xs + r * 8));
+			acc[r][0] = _mm512_fmadd_ps(w0, x, acc[r][0]);
+			acc[r][1] = _mm512_fmadd_ps(w1, x, acc[r][1]);
+			acc[r][2] = _mm512_fmadd_ps(w2, x, acc[r][2]);
+			acc[r][3] = _mm512_fmadd_ps(w3, x, acc[r][3]);
+		}
+	}
+	if (t->s1 < t->ks) {
+		for (int r = 0; r < MR; r++)
+			for (int p = 0; p < 4; p++)
+				_mm512_store_ps(t->part + r * 64 + p * 16, acc[r][p]);
+		return;
+	}
+	const bool whole = (a->k & 7) == 0 && t->n0 + 8 <= a->n;
+	for (int r = 0; r < MR; r += 2) {
+		const int row = t->r0 + r;
+		if (row >= a->m)
+			break;
+		const __m512 sum = reduce16(acc[r], acc[r + 1]);
+		if (whole && row + 1 < a->m) {
+			epilogue16(t, row, sum);
+			continue;
+		}
+		float v[16];
+		_mm512_storeu_ps(v, sum);
+		for (int q = 0; q < 2 && row + q < a->m; q++)
+			for (int c = 0; c < 8 && t->n0 + c < a->n; c++)
+				sl_cpu_gemm_finish(a, t->alpha, row + q, t->n0 + c, v[q * 8 + c]);
 	}
 }
