@@ -7,19 +7,17 @@
 # For every (model, batch) of the grid, REPEAT times, interleaved (the order
 # is reversed every other repetition, so a slow minute of a shared machine
 # falls on both), it runs
-#   sluice, once per word of SLUICE_BLAS:
-#     [env ...] $SLUICE bench --backend cpu --dummy MODEL --prompt-len P \
+#   sluice, once, with its own CPU kernels (the default GEMM; the OpenBLAS
+#   environment does not touch it; SLUICE_ARGS="--cpu-gemm openblas" would):
+#     $SLUICE bench --backend cpu --dummy MODEL --prompt-len P \
 #         --gen-len G --batch B --json
 #   Hugging Face, once per word of HF_BLAS:
 #     [env ...] $PYTHON bench/hf_cpu_bench.py --model MODEL --prompt-len P \
 #         --gen-len G --batch B --json
 # A BLAS word sets the OpenBLAS environment of that run: "inherit" (as this
-# shell has it), "unset" (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed, so
-# OpenBLAS picks the kernels for this CPU, as on a user's machine), or a core
-# name (OPENBLAS_CORETYPE=NAME, e.g. Haswell, which these development
-# machines set for old OpenBLAS builds, or SkylakeX). The OpenBLAS core that
-# ran is taken from the library sluice links, loaded with ctypes in the same
-# environment, and from sluice's own JSON where it reports it.
+# shell has it), "unset" (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed), or
+# a core name (OPENBLAS_CORETYPE=NAME).  The kernels sluice ran are taken
+# from its JSON (cpu_kernels, cpu_gemm, blas_core).
 #
 # Results: $OUTDIR/cpu-<UTC date-time>.jsonl (machine, every run, summaries)
 # and .md (machine, versions, environment, commands, the median table).
@@ -29,18 +27,17 @@
 #
 # Environment (defaults):
 #   MODELS="opt-125m opt-1.3b"  BATCHES="1 8 32"  P=128  G=32  REPEAT=3
-#   SLUICE=build/sluice  SLUICE_ARGS=""  SLUICE_BLAS="unset Haswell"
+#   SLUICE=build/sluice  SLUICE_ARGS=""
 #   PYTHON=python3  HF_ARGS=""  HF_BLAS="inherit"
 #   TIMEOUT=0 (seconds per command, 0 = none)  OUTDIR=bench/results
-#   LIBOPENBLAS=(the libopenblas that ldd finds for $SLUICE)
 #   SUMMARIZE=FILE.jsonl: only remake FILE.md from the runs in FILE (a run
 #                         that was stopped, or a changed table)
 # How long, on the busy 2-vCPU VM of 2026-12-03 (load average 5 to 10): the
 # opt-125m cells 41 minutes for 3 repetitions (7.5 for batches 1 and 8 at
 # load 5); opt-1.3b at batches 1 and 8 21 minutes per repetition; opt-1.3b
-# at batch 32 46 minutes per repetition (31 of them sluice with Prescott).
-# The defaults thus take about 4.5 hours there; a quiet machine is faster, and
-# MODELS, BATCHES and REPEAT cut the grid.
+# at batch 32 46 minutes per repetition (31 of them sluice with Prescott),
+# when sluice ran twice per cell (OpenBLAS as detected, and Haswell); it runs
+# once now.  MODELS, BATCHES and REPEAT cut the grid.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,7 +50,7 @@ G=${G:-32}
 REPEAT=${REPEAT:-3}
 SLUICE=${SLUICE:-build/sluice}
 SLUICE_ARGS=${SLUICE_ARGS:-}
-SLUICE_BLAS=${SLUICE_BLAS:-"unset Haswell"}
+SLUICE_BLAS=own # one run of sluice per cell, its own kernels
 PYTHON=${PYTHON:-python3}
 HF_ARGS=${HF_ARGS:-}
 HF_BLAS=${HF_BLAS:-inherit}
@@ -96,9 +93,10 @@ for model in grid["models"]:
             d = {"n_ok": len(ok), "n_runs": len(rs)}
             for k in ("throughput_tok_s", "prefill_s", "decode_s", "gemm_gflops", "cpu_s", "threads"):
                 d[k] = med([o.get(k) for o in ok])
-            cores = sorted({o.get("blas_core") for o in ok if o.get("blas_core")})
-            if cores:
-                d["blas_core"] = cores
+            kernels = sorted({" ".join(str(o.get(k)) for k in ("cpu_kernels", "cpu_gemm", "blas_core")
+                                       if o.get(k)) for o in ok if o.get("cpu_kernels")})
+            if kernels:
+                d["kernels"] = kernels
             d["loadavg_1m"] = med([r["loadavg_1m"][0] for r in rs])
             cell["systems"][f"{s}:{w}"] = d
         # ratios: median over repetitions of sluice / HF of the same repetition
@@ -122,11 +120,10 @@ def fmt(v, nd=2):
     return "n/a" if v is None else f"{v:.{nd}f}"
 
 words = mach["blas_words"]
-def blas_desc(w):
-    b = words.get(w, {})
-    env = "OPENBLAS_CORETYPE " + (b.get("OPENBLAS_CORETYPE") or "unset") + \
-          ", OPENBLAS_L2_SIZE " + (b.get("OPENBLAS_L2_SIZE") or "unset")
-    return f"{env}: OpenBLAS core **{b.get('corename', '?')}** ({b.get('config', '?')})"
+def kernels_desc():
+    ks = sorted({k for c in summaries for s, d in c["systems"].items() if s.startswith("sluice:")
+                 for k in d.get("kernels", [])})
+    return ", ".join(f"**{k}**" for k in ks) or "?"
 
 py = mach["python_libs"]
 L = [f"# sluice against Hugging Face transformers on the CPU, {mach['date_utc']} UTC\n",
@@ -135,8 +132,7 @@ L = [f"# sluice against Hugging Face transformers on the CPU, {mach['date_utc']}
      f"{mach['sockets']} socket x {mach['cores_per_socket']} cores x {mach['threads_per_core']} "
      f"threads = {mach['logical_cpus']} logical CPUs; AVX-512: {'yes' if mach['avx512'] else 'no'})",
      f"- Memory: {mach['mem_total_gib']} GiB; load average at the start: {' '.join(mach['loadavg_start'])}",
-     f"- sluice: {mach['sluice_version']}, git {mach['git_rev']}{' (dirty tree)' if mach['git_dirty'] else ''}; "
-     f"links {mach['libopenblas']}",
+     f"- sluice: {mach['sluice_version']}, git {mach['git_rev']}{' (dirty tree)' if mach['git_dirty'] else ''}",
      f"- Hugging Face: torch {py.get('torch')}, transformers {py.get('transformers')}; torch's BLAS "
      f"{py.get('torch_blas')}, CPU capability {py.get('torch_cpu_capability')}, "
      f"default threads {py.get('torch_default_threads')}",
@@ -147,10 +143,11 @@ L = [f"# sluice against Hugging Face transformers on the CPU, {mach['date_utc']}
      + (f"{grid['repeat']} repetitions, interleaved (order reversed every other one); medians."
         if grid["repeat"] > 1 else "one repetition.")
      + f" The whole run took {elapsed / 60:.1f} min.\n",
-     "## Environments (the OpenBLAS core is read from the library sluice links, in that environment)\n"]
+     "## Environments\n"]
 for s, w in systems:
-    if s == "sluice":
-        L.append(f"- {s}:{w}: {blas_desc(w)}")
+    if s == "sluice":  # its own GEMM by default: the OpenBLAS environment is not used
+        L.append(f"- {s}:{w}: the environment inherited; CPU kernels (instruction set, GEMM), "
+                 f"as its JSON reports them: {kernels_desc()}")
     else:  # torch does its matrix products with its own BLAS
         b = words.get(w, {})
         L.append(f"- {s}:{w}: OPENBLAS_CORETYPE {b.get('OPENBLAS_CORETYPE') or 'unset'}, "
@@ -222,19 +219,17 @@ for v in P G REPEAT TIMEOUT; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer (got '${!v}')"
 done
 ((REPEAT >= 1)) || die "REPEAT must be >= 1"
-for w in $SLUICE_BLAS $HF_BLAS; do
+for w in $HF_BLAS; do
 	[[ $w =~ ^[A-Za-z0-9_]+$ ]] || die "a BLAS word must be inherit, unset or a core name (got '$w')"
 done
 [[ -x $SLUICE ]] || die "$SLUICE is not an executable (build it: ninja -C build)"
 "$PYTHON" -c 'import torch, transformers' 2>/dev/null ||
 	die "$PYTHON cannot import torch and transformers (set PYTHON to a virtualenv's python)"
-LIBOPENBLAS=${LIBOPENBLAS:-$(ldd "$SLUICE" 2>/dev/null | awk '/libopenblas/ { print $3; exit }')}
-[[ -f $LIBOPENBLAS ]] || die "cannot find the libopenblas $SLUICE links (ldd); set LIBOPENBLAS"
 
 # blas_env WORD: the env(1) prefix of a BLAS word, one argument per line
 blas_env() {
 	case $1 in
-	inherit) ;;
+	inherit | own) ;;
 	unset) printf '%s\n' env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ;;
 	*) printf '%s\n' env "OPENBLAS_CORETYPE=$1" ;;
 	esac
@@ -250,20 +245,15 @@ trap 'rm -rf "$TMP"' EXIT
 
 # ---- machine, versions, environment -------------------------------------
 lscpu >"$TMP/lscpu" 2>/dev/null || : >"$TMP/lscpu"
-# the OpenBLAS core and config that each BLAS word gives, from the library
-# sluice links, in that word's environment
-probe='import ctypes, json, os, sys
-l = ctypes.CDLL(sys.argv[1])
-l.openblas_get_corename.restype = l.openblas_get_config.restype = ctypes.c_char_p
-print(json.dumps({"corename": l.openblas_get_corename().decode(),
-                  "config": l.openblas_get_config().decode(),
-                  "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+# the OpenBLAS environment that each BLAS word gives
+probe='import json, os
+print(json.dumps({"OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
                   "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE")}))'
 : >"$TMP/blas"
 # shellcheck disable=SC2086 # word lists
 for w in $(printf "%s\n" $SLUICE_BLAS $HF_BLAS | sort -u); do
 	mapfile -t pre < <(blas_env "$w")
-	printf '%s\t%s\n' "$w" "$(${pre[@]+"${pre[@]}"} "$PYTHON" -c "$probe" "$LIBOPENBLAS")" >>"$TMP/blas"
+	printf '%s\t%s\n' "$w" "$(${pre[@]+"${pre[@]}"} "$PYTHON" -c "$probe")" >>"$TMP/blas"
 done
 "$PYTHON" -c 'import json, torch, transformers
 print(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__,
@@ -271,13 +261,13 @@ print(json.dumps({"torch": torch.__version__, "transformers": transformers.__ver
                   "torch_blas": torch.__config__.show().split("BLAS_INFO=")[-1].split(",")[0],
                   "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}))' \
 	>"$TMP/pyver" 2>/dev/null
-"$PYTHON" - "$JSONL" "$STAMP" "$TMP/lscpu" "$TMP/blas" "$TMP/pyver" "$LIBOPENBLAS" \
+"$PYTHON" - "$JSONL" "$STAMP" "$TMP/lscpu" "$TMP/blas" "$TMP/pyver" \
 	"$("$SLUICE" version 2>&1 | head -n1)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
 	"$(git status --porcelain 2>/dev/null | head -c1 | wc -c)" \
 	"$MODELS" "$BATCHES" "$P" "$G" "$REPEAT" "$SLUICE_BLAS" "$HF_BLAS" "$(nproc)" <<'PY'
 import json, os, sys, time
-(path, stamp, lscpu, blas, pyver, libopenblas, sluice_version, rev, dirty,
- models, batches, p, g, repeat, sluice_blas, hf_blas, nproc) = sys.argv[1:18]
+(path, stamp, lscpu, blas, pyver, sluice_version, rev, dirty,
+ models, batches, p, g, repeat, sluice_blas, hf_blas, nproc) = sys.argv[1:17]
 lc = {}
 for line in open(lscpu):
     k, _, v = line.partition(":")
@@ -294,7 +284,7 @@ rec = {
     "avx512": "avx512f" in lc.get("Flags", ""), "mem_total_gib": round(mem_kib / 2**20, 1),
     "loadavg_start": open("/proc/loadavg").read().split()[:3],
     "git_rev": rev, "git_dirty": int(dirty) > 0, "sluice_version": sluice_version,
-    "libopenblas": libopenblas, "python_libs": json.load(open(pyver)),
+    "python_libs": json.load(open(pyver)),
     "blas_words": {w: json.loads(j) for w, j in (l.rstrip("\n").split("\t", 1) for l in open(blas))},
     "env_inherited": {k: os.environ.get(k) for k in (
         "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",

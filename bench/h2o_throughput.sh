@@ -40,7 +40,7 @@ with open(sys.argv[2], "w") as f:
     f.write("# H2O throughput under a fixed host budget (CPU backend)\n\n")
     f.write(f"- {sys.argv[3]}, {sys.argv[4]} vCPUs; model {r0['model']} (dummy weights), prompt {r0['prompt_len']}, "
             f"gen {r0['gen_len']}; weights on the device tier, the KV cache in pinned host memory under "
-            f"--cpu-mem {sys.argv[5]}; micro-batches of the policy's gpu_batch_size; OpenBLAS {r0['blas_core']}; one run each\n")
+            f"--cpu-mem {sys.argv[5]}; micro-batches of the policy's gpu_batch_size; CPU kernels {r0.get('cpu_kernels')}; one run each\n")
     f.write(f"- command (first row): `{r0['cmd']}`\n\n")
     f.write("| cache | largest batch | tok/s | prefill s | decode s | decode tok/s | host peak MiB | host->device GB | device peak MiB |\n"
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -62,7 +62,7 @@ with open(sys.argv[2], "w") as f:
     r0 = rows[0]
     f.write(f"- machine: {sys.argv[3]}, {sys.argv[4]} cores\n")
     f.write(f"- model {r0['model']}, prompt {r0['prompt_len']}, gen {r0['gen_len']}, batch {r0['batch']}; "
-            f"OpenBLAS {r0['blas_core']} kernels; {r0['n']} runs each, interleaved; medians\n")
+            f"{r0.get('cpu_kernels')} CPU kernels; {r0['n']} runs each, interleaved; medians\n")
     f.write(f"- command (first row): `{r0['cmd']}`\n\n")
     f.write("| weights | staged | tok/s (median) | tok/s (runs) | vs whole | device peak MiB | saved MiB | host->device GB | disk GB read | stall s (median) |\n")
     f.write("|---|---|---:|---|---:|---:|---:|---:|---:|---:|\n")

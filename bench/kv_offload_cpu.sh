@@ -53,7 +53,7 @@ with open(sys.argv[2], "w") as f:
     f.write(f"- machine: {sys.argv[3]}, {sys.argv[4]} cores; offload folder on {sys.argv[5]}\n")
     r0 = rows[0]
     f.write(f"- model {r0['model']}, prompt {r0['prompt_len']}, gen {r0['gen_len']}, batch {r0['batch']} "
-            f"in micro-batches; weights on the device; OpenBLAS {r0['blas_core']} kernels; one run each\n")
+            f"in micro-batches; weights on the device; {r0.get('cpu_kernels')} CPU kernels; one run each\n")
     f.write(f"- command (first row): `{r0['cmd']}`\n\n")
     f.write("| cache device / host / disk % | cpu_cache_compute | activations | tok/s | vs on device | decode s | stall s | host->device GB | device->host GB | disk GB read | disk GB written | disk GB/s | probe GB/s | device peak MiB | host peak MiB |\n")
     f.write("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -38,7 +38,7 @@ with open(sys.argv[2], "w") as f:
     f.write("# Weights on disk, CPU backend\n\n")
     f.write(f"- machine: {sys.argv[3]}, {sys.argv[4]} cores; offload folder on {sys.argv[5]}\n")
     f.write(f"- model {rows[0]['model']}, prompt {rows[0]['prompt_len']}, gen {rows[0]['gen_len']}, "
-            f"all decoder-layer weights on disk, device budget from the command; OpenBLAS {rows[0]['blas_core']} kernels\n")
+            f"all decoder-layer weights on disk, device budget from the command; {rows[0].get('cpu_kernels')} CPU kernels\n")
     f.write(f"- command (first row): `{rows[0]['cmd']}`\n\n")
     f.write("| batch | tok/s | wall s | compute s | io s (disk busy) | stall s | prefill compute / io s | decode compute / io s | disk GB read | disk GB/s | O_DIRECT probe GB/s | disk / probe | overlap max(compute, io)/wall | per phase: sum of max / wall | device peak MiB |\n")
     f.write("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")

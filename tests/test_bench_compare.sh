@@ -3,11 +3,10 @@
 # sluice-against-Hugging-Face comparison, with stand-ins for sluice and for
 # the Hugging Face harness (no torch needed): the baseline runs with the
 # library's defaults (no thread count, no dtype) in the environment it
-# inherits; sluice runs once with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE
-# removed and once with OPENBLAS_CORETYPE=Haswell, interleaved with the
+# inherits; sluice runs once, with its own kernels, interleaved with the
 # baseline (order reversed every other repetition); the results name the
-# OpenBLAS core each environment gives (read from the real library), the
-# ratio is sluice / HF, and a failing run is recorded while the grid goes on.
+# CPU kernels sluice reported, the ratio is sluice / HF, and a failing run
+# is recorded while the grid goes on.
 set -u
 sluice=$1
 root=$2
@@ -20,23 +19,19 @@ bad() {
 	fails=$((fails + 1))
 }
 
-lib=$(ldd "$sluice" | awk '/libopenblas/ { print $3; exit }')
-if [[ ! -f $lib ]]; then
-	echo "FAIL: cannot find the libopenblas $sluice links"
-	exit 1
-fi
 mkdir -p "$tmp/bin" "$tmp/py/torch" "$tmp/py/transformers" "$tmp/out"
 log=$tmp/log
 
-# sluice stand-in: logs its arguments and OpenBLAS environment; 100 tok/s
-# with OPENBLAS_CORETYPE unset, 50 with it set; batch 32 fails
+# sluice stand-in: logs its arguments and OpenBLAS environment; 100 tok/s;
+# batch 32 fails
 cat >"$tmp/bin/sluice" <<EOF
 #!/usr/bin/env bash
 if [[ \$1 == version ]]; then echo "sluice 0.0.0-stand-in"; exit 0; fi
 echo "sluice \$* | CORETYPE=\${OPENBLAS_CORETYPE-(unset)} L2=\${OPENBLAS_L2_SIZE-(unset)}" >>"$log"
 if [[ " \$* " == *" --batch 32 "* ]]; then echo "sluice: out of memory (stand-in)" >&2; exit 1; fi
-t=100; [[ -n \${OPENBLAS_CORETYPE-} ]] && t=50
-echo "{\"throughput_tok_s\": \$t, \"prefill_s\": 1.0, \"decode_s\": 2.0, \"gemm_gflops\": 10.0}"
+echo "{\"throughput_tok_s\": 100, \"prefill_s\": 1.0, \"decode_s\": 2.0, \"gemm_gflops\": 10.0,
+      \"cpu_kernels\": \"avx2\", \"cpu_gemm\": \"sluice\", \"blas_core\": null}" | tr -d '\n'
+echo
 EOF
 # python stand-in: the HF harness is replaced, everything else runs in python3
 # with stand-in torch and transformers modules
@@ -73,7 +68,7 @@ chmod +x "$tmp/bin/sluice" "$tmp/bin/python"
 
 # as on the development machines: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE set
 (cd "$root" && OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=1048576 MODELS=opt-125m BATCHES="1 32" \
-	P=16 G=4 REPEAT=2 SLUICE="$tmp/bin/sluice" LIBOPENBLAS="$lib" PYTHON="$tmp/bin/python" \
+	P=16 G=4 REPEAT=2 SLUICE="$tmp/bin/sluice" PYTHON="$tmp/bin/python" \
 	OUTDIR="$tmp/out" bash bench/cpu_compare.sh) >"$tmp/stdout" 2>"$tmp/stderr"
 rc=$?
 if ((rc == 0)); then ok; else bad "cpu_compare.sh exited $rc: $(tail -n 3 "$tmp/stderr")"; fi
@@ -81,48 +76,41 @@ md=$(find "$tmp/out" -name "cpu-*.md" | head -n 1)
 jsonl=${md%.md}.jsonl
 if [[ -f $md && -f $jsonl ]]; then ok; else bad "no cpu-*.md and .jsonl written"; fi
 
-# the runs, in order: for each batch, rep 1 sluice unset, sluice Haswell, HF;
-# rep 2 the reverse
+# the runs, in order: for each batch, rep 1 sluice, HF; rep 2 the reverse;
+# both in the environment inherited (sluice's own GEMM does not read it)
 args() { echo "--dummy opt-125m --prompt-len 16 --gen-len 4 --batch $1 --json"; }
 hf_args() { echo "--model opt-125m --prompt-len 16 --gen-len 4 --batch $1 --json"; }
 want=$tmp/want
 : >"$want"
 for b in 1 32; do
-	s_unset="sluice bench --backend cpu $(args $b) | CORETYPE=(unset) L2=(unset)"
-	s_has="sluice bench --backend cpu $(args $b) | CORETYPE=Haswell L2=1048576"
+	s="sluice bench --backend cpu $(args $b) | CORETYPE=Haswell L2=1048576"
 	hf="hf $(hf_args $b) | CORETYPE=Haswell L2=1048576"
-	printf '%s\n' "$s_unset" "$s_has" "$hf" "$hf" "$s_has" "$s_unset" >>"$want"
+	printf '%s\n' "$s" "$hf" "$hf" "$s" >>"$want"
 done
 if diff -u "$want" "$log" >"$tmp/diff"; then
 	ok
 else
-	bad "runs differ from what was expected (sluice in both OpenBLAS environments, HF with the library's defaults, interleaved):"
+	bad "runs differ from what was expected (sluice once, HF with the library's defaults, interleaved):"
 	cat "$tmp/diff"
 fi
 
-# the results: the core each environment gives, the ratios, the failed runs
-core() {
-	env "$@" python3 -c 'import ctypes, sys
-l = ctypes.CDLL(sys.argv[1]); l.openblas_get_corename.restype = ctypes.c_char_p
-print(l.openblas_get_corename().decode())' "$lib"
-}
-auto=$(core -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+# the results: the kernels sluice reported, the ratios, the failed runs
 expect_md() {
 	if grep -qF -- "$2" "$md"; then ok; else bad "$1: '$2' not in the results"; fi
 }
-expect_md "unset core" "sluice:unset: OPENBLAS_CORETYPE unset, OPENBLAS_L2_SIZE unset: OpenBLAS core **$auto**"
-expect_md "Haswell core" "sluice:Haswell: OPENBLAS_CORETYPE Haswell, OPENBLAS_L2_SIZE 1048576: OpenBLAS core **Haswell**"
+expect_md "sluice's kernels" "sluice:own: the environment inherited; CPU kernels (instruction set, GEMM), as its JSON reports them: **avx2 sluice**"
 expect_md "inherited env" "OPENBLAS_CORETYPE=Haswell, OPENBLAS_L2_SIZE=1048576"
-expect_md "batch 1 row" "| opt-125m | 1 | 40.00 | 100.00 | 2.50 | 50.00 | 1.25 |"
-expect_md "batch 32 row" "| opt-125m | 32 | 40.00 | n/a | n/a | n/a | n/a |"
-expect_md "failed run" "sluice:Haswell opt-125m B=32 rep 2: rc=1 sluice: out of memory (stand-in)"
+expect_md "batch 1 row" "| opt-125m | 1 | 40.00 | 100.00 | 2.50 | 1.500 / 1.000 | 2.500 / 2.000 | 10.0 |"
+expect_md "batch 32 row" "| opt-125m | 32 | 40.00 | n/a | n/a |"
+expect_md "failed run" "sluice:own opt-125m B=32 rep 2: rc=1 sluice: out of memory (stand-in)"
 if python3 - "$jsonl" <<'PY'; then ok; else bad "summary records of the .jsonl"; fi
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 s = {r["batch"]: r for r in recs if r["type"] == "summary"}
-assert s[1]["ratio_sluice_over_hf"] == {"sluice:unset/hf:inherit": 2.5, "sluice:Haswell/hf:inherit": 1.25}, s[1]
-assert s[32]["systems"]["sluice:unset"]["n_ok"] == 0 and s[32]["systems"]["hf:inherit"]["n_ok"] == 2, s[32]
-assert sum(r["type"] == "run" for r in recs) == 12
+assert s[1]["ratio_sluice_over_hf"] == {"sluice:own/hf:inherit": 2.5}, s[1]
+assert s[1]["systems"]["sluice:own"]["kernels"] == ["avx2 sluice"], s[1]
+assert s[32]["systems"]["sluice:own"]["n_ok"] == 0 and s[32]["systems"]["hf:inherit"]["n_ok"] == 2, s[32]
+assert sum(r["type"] == "run" for r in recs) == 8
 PY
 
 # SUMMARIZE remakes the same table from the .jsonl

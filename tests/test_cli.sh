@@ -526,8 +526,10 @@ for f in pol pol2 pol3; do
 done
 
 # ---- bench: --json is valid JSON whatever the checkpoint's name, and
-# says which CPU kernels ran; the table names the checkpoint; the decode
-# weight rate is the weights' bytes over the decode's wall time
+# says which CPU kernels ran (sluice's own GEMM by default, OpenBLAS's with
+# --cpu-gemm openblas, and its core); the table names the checkpoint and
+# the kernels; the decode weight rate is the weights' bytes over the
+# decode's wall time
 mkdir -p "$tmp/q\"uo\\te"
 cp "$fx/opt-pre/model.safetensors" "$tmp/q\"uo\\te/"
 python3 - "$fx/opt-pre/config.json" "$tmp/q\"uo\\te/config.json" <<'PY'
@@ -543,11 +545,29 @@ if OPENBLAS_L2_SIZE=1048576 "$sluice" bench --backend cpu --model "$qmodel" --pr
 import json, os, sys
 b = json.load(open(sys.argv[1]))
 assert b["model_name"] == 'facebook/"opt"\\test' and b["model"] == sys.argv[2], b
-assert b["blas_core"] and b["blas_config"].startswith("OpenBLAS"), b
+assert b["cpu_kernels"] in ("avx512", "avx2", "generic") and b["cpu_gemm"] == "sluice", b
+assert b["blas_core"] is None and b["blas_config"] is None, b
 assert b["blas_env"] == {"OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"), "OPENBLAS_L2_SIZE": "1048576"}, b
 PY
 if "$sluice" bench --backend cpu --model "$qmodel" --prompt-len 8 --gen-len 4 --batch 2 >"$tmp/bq.txt" &&
-	grep -qF "model $qmodel on cpu" "$tmp/bq.txt" && grep -q "^  CPU kernels  *OpenBLAS" "$tmp/bq.txt"; then ok; else bad "bench table: $(cat "$tmp/bq.txt")"; fi
+	grep -qF "model $qmodel on cpu" "$tmp/bq.txt" &&
+	grep -qE "^  CPU kernels  *(avx512|avx2|generic); GEMM: sluice's own \(batch invariant\)$" "$tmp/bq.txt"; then ok; else bad "bench table: $(cat "$tmp/bq.txt")"; fi
+# --cpu-gemm openblas where the build has OpenBLAS (it says so when not)
+if "$sluice" bench --backend cpu --model "$fx/opt-pre" --prompt-len 8 --gen-len 4 --batch 2 --cpu-gemm openblas \
+	--json >"$tmp/bo.json" 2>"$tmp/bo.err"; then
+	if python3 - "$tmp/bo.json" <<'PY'; then ok; else bad "bench --cpu-gemm openblas --json: $(cat "$tmp/bo.json")"; fi
+import json, sys
+b = json.load(open(sys.argv[1]))
+assert b["cpu_gemm"] == "openblas" and b["blas_core"] and b["blas_config"].startswith("OpenBLAS"), b
+PY
+	if "$sluice" bench --backend cpu --model "$fx/opt-pre" --prompt-len 8 --gen-len 4 --batch 2 --cpu-gemm openblas \
+		>"$tmp/bo.txt" && grep -qE "^  CPU kernels  *[a-z0-9]+; GEMM: OpenBLAS .* core.* \(not batch invariant\)$" \
+		"$tmp/bo.txt"; then ok; else bad "bench --cpu-gemm openblas table: $(cat "$tmp/bo.txt")"; fi
+elif grep -qF -- "--cpu-gemm openblas: this build has no OpenBLAS" "$tmp/bo.err"; then
+	ok
+else
+	bad "bench --cpu-gemm openblas: $(cat "$tmp/bo.err")"
+fi
 mkdir -p "$tmp/boff"
 if "$sluice" bench --backend cpu --model "$fx/opt-pre" --prompt-len 8 --gen-len 6 --batch 2 --percent 0 0 100 0 100 0 \
 	--offload-dir "$tmp/boff" --json >"$tmp/bd.json" && python3 - "$tmp/bd.json" <<'PY'; then ok; else bad "bench decode_weight_gbps: $(cat "$tmp/bd.json")"; fi
@@ -801,7 +821,7 @@ numerics_cases
 # resume" (README), and a prompt's output does not depend on the prompts
 # batched with it: on the bundled model, prompts of 1 to 30 tokens (left-
 # padded together), each prompt's line is byte-identical alone (batch 1) and
-# in blocks of 2 to 16, in micro-batches, with 1 or 3 threads, greedy and
+# in blocks of 2 to 16, in micro-batches, with 1 thread or all, greedy and
 # sampled, dense and H2O; scores (full-precision log-probabilities) are
 # byte-identical at every batch size; and a run stopped at --batch-size 4 and
 # resumed with --batch-size 8 is byte-identical to an uninterrupted one.
@@ -832,7 +852,7 @@ for mode in greedy-dense sampled-dense greedy-h2o sampled-h2o; do
 	if [ -z "$differ" ]; then ok; else bad "batch invariance ($mode): batch sizes$differ differ from batch 1"; fi
 	differ=""
 	for v in "--batch-size 16 --gpu-batch-size 4" "--batch-size 7 --gpu-batch-size 3" \
-		"--batch-size 16 --threads 1" "--batch-size 16 --threads 3"; do
+		"--batch-size 16 --threads 1" "--batch-size 16 --threads $(nproc)"; do
 		# shellcheck disable=SC2086 # the variant is a list of options
 		"$sluice" "${inv[@]}" "${margs[@]}" $v --out "$tmp/inv-$mode-v.jsonl" --overwrite &&
 			cmp -s "$tmp/inv-$mode.jsonl" "$tmp/inv-$mode-v.jsonl" || differ="$differ [$v]"
@@ -856,6 +876,32 @@ kill -9 $pid
 wait $pid 2>/dev/null
 "$sluice" "${inv_s[@]}" --batch-size 8 --out "$tmp/inv-k.jsonl" --resume || bad "batch invariance: resume at batch 8 failed"
 if cmp -s "$tmp/inv-r4.jsonl" "$tmp/inv-k.jsonl"; then ok; else bad "a batch-4 run resumed with --batch-size 8 differs from the uninterrupted run"; fi
+# bench --json names the CPU kernels that ran; SLUICE_CPU_KERNELS caps them
+for k in "" generic; do
+	SLUICE_CPU_KERNELS=$k "$sluice" bench --backend cpu --model "$inv_model" --prompt-len 4 --gen-len 2 \
+		--batch 1 --json >"$tmp/inv-bench$k.json" || bad "bench (SLUICE_CPU_KERNELS=$k) failed"
+done
+if python3 - "$tmp/inv-bench.json" "$tmp/inv-bench""generic.json" <<'PY'; then ok; else bad "bench --json cpu_kernels"; fi
+import json, sys
+d, g = (json.load(open(p)) for p in sys.argv[1:3])
+assert d["cpu_kernels"] in ("avx512", "avx2", "generic") and d["cpu_kernels_env"] is None, d
+assert g["cpu_kernels"] == "generic" and g["cpu_kernels_env"] == "generic", g
+PY
+# --cpu-gemm: a value other than sluice or openblas is a usage error; with
+# openblas (where built) the job runs whole, and again the same (the same
+# batch size and threads: the same tokens; another batch size may differ)
+expect_exit "--cpu-gemm mkl" 2 "--cpu-gemm must be sluice or openblas, got 'mkl'" -- "${inv[@]}" \
+	--out "$tmp/inv-mkl.jsonl" --cpu-gemm mkl
+if "$sluice" "${inv[@]}" --batch-size 16 --cpu-gemm openblas --out "$tmp/inv-ob.jsonl" 2>"$tmp/inv-ob.err"; then
+	if [ "$(lines "$tmp/inv-ob.jsonl")" -eq 16 ]; then ok; else bad "--cpu-gemm openblas: $(lines "$tmp/inv-ob.jsonl") lines"; fi
+	if "$sluice" "${inv[@]}" --batch-size 16 --cpu-gemm openblas --temperature 1 --seed 5 --out "$tmp/inv-ob1.jsonl" &&
+		"$sluice" "${inv[@]}" --batch-size 16 --cpu-gemm openblas --temperature 1 --seed 5 --out "$tmp/inv-ob2.jsonl" &&
+		cmp -s "$tmp/inv-ob1.jsonl" "$tmp/inv-ob2.jsonl"; then ok; else bad "--cpu-gemm openblas run twice differs"; fi
+elif grep -qF -- "--cpu-gemm openblas: this build has no OpenBLAS" "$tmp/inv-ob.err" && [ ! -e "$tmp/inv-ob.jsonl" ]; then
+	ok
+else
+	bad "--cpu-gemm openblas: $(cat "$tmp/inv-ob.err")"
+fi
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

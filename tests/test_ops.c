@@ -22,6 +22,8 @@
  * takes the direct kernel, m >= 9 the packed path.
  */
 #include "backend.h"
+#include "cpu/cpu_backend.h"
+#include "sl_config.h"
 
 #include "testutil.h"
 
@@ -621,7 +623,7 @@ END_TEST
  * each row alone (m = 1), every instruction set the CPU has and 1, 2 and 3
  * threads must give them bit for bit.  Shapes: k tails (k % 8), column
  * tails (n % 8), several weight panels (n = 300 at k = 2048), k in chunks
- * (k > 4096), with bias, alpha, ReLU and accumulation.
+ * (k > 768), with bias, alpha, ReLU and accumulation.
  */
 typedef struct gemm_inv_case {
 	int n, k, m_max;
@@ -1667,6 +1669,35 @@ END_TEST
 
 /* SLUICE_CPU_KERNELS names an instruction set or the backend is refused,
  * saying which variable is wrong. */
+/*
+ * --cpu-gemm openblas: OpenBLAS's sgemm above the direct kernel's rows,
+ * against the same reference as the default GEMM (a rotating seventh of
+ * the variants).  A build without OpenBLAS refuses it, naming the option.
+ */
+START_TEST(test_gemm_openblas)
+{
+	sl_backend *b = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 0, &b), 0);
+	const int rc = sl_cpu_backend_set_gemm(b, "openblas");
+#if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
+	ck_assert_msg(rc == 0, "--cpu-gemm openblas: %s", sl_errmsg());
+	ck_assert_str_eq(sl_cpu_backend_gemm(b), "openblas");
+	int m, n, k;
+	for (int ki = 0; gemm_shape(_i, ki, &m, &n, &k); ki++)
+		gemm_check(b, NULL, m, n, k, 9000 + 8 * (uint64_t)_i + (uint64_t)ki, (_i + ki) % 7, 7);
+#else
+	ck_assert_int_eq(rc, SL_EUNSUPPORTED);
+	ck_assert_msg(strstr(sl_errmsg(), "--cpu-gemm openblas: this build has no OpenBLAS"),
+		      "message: %s", sl_errmsg());
+	ck_assert_str_eq(sl_cpu_backend_gemm(b), "sluice");
+#endif
+	ck_assert_int_eq(sl_cpu_backend_set_gemm(b, "sluice"), 0);
+	ck_assert_str_eq(sl_cpu_backend_gemm(b), "sluice");
+	ck_assert_int_eq(sl_cpu_backend_set_gemm(b, "mkl"), SL_EINVAL);
+	sl_backend_free(b);
+}
+END_TEST
+
 START_TEST(test_cpu_kernels_env)
 {
 	const char *old = getenv("SLUICE_CPU_KERNELS");
@@ -1741,6 +1772,7 @@ int main(void)
 
 	tc = tcase_create("backend");
 	tcase_add_test(tc, test_cpu_kernels_env);
+	tcase_add_loop_test(tc, test_gemm_openblas, 0, GEMM_CASES);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("argmax");

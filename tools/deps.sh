@@ -2,8 +2,8 @@
 # tools/deps.sh - installs (apt-get) what sluice needs to build and test,
 # only where something is missing.  Sourced by tools/test.sh and tools/demo.sh.
 # Exports SLUICE_MESON_ARGS: the pkg-config path of the OpenMP build of
-# OpenBLAS, which shares sluice's thread pool (the pthreads build would
-# fight it for the cores).
+# OpenBLAS (for --cpu-gemm openblas), which shares sluice's thread pool (the
+# pthreads build would fight it for the cores).
 sluice_deps() {
 	local need=()
 	command -v meson >/dev/null || need+=(meson)
@@ -16,7 +16,7 @@ sluice_deps() {
 		jansson:libjansson-dev; do
 		pkg-config --exists "${pc%%:*}" 2>/dev/null || need+=("${pc#*:}")
 	done
-	[ -f "/usr/lib/$(sluice_multiarch)/openblas-openmp/pkgconfig/openblas.pc" ] ||
+	[ -f "/usr/lib/$(uname -m)-linux-gnu/openblas-openmp/pkgconfig/openblas.pc" ] ||
 		need+=(libopenblas-openmp-dev)
 	[ -f /usr/include/subunit/child.h ] || need+=(libsubunit-dev)
 	if [ ${#need[@]} -gt 0 ]; then
@@ -26,23 +26,19 @@ sluice_deps() {
 		$sudo apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 	fi
-	SLUICE_MESON_ARGS="-Dpkg_config_path=/usr/lib/$(sluice_multiarch)/openblas-openmp/pkgconfig"
+	SLUICE_MESON_ARGS="-Dpkg_config_path=/usr/lib/$(uname -m)-linux-gnu/openblas-openmp/pkgconfig"
 	export SLUICE_MESON_ARGS
-}
-# The folder name of this machine's libraries under /usr/lib (Debian
-# multiarch: x86_64-linux-gnu, aarch64-linux-gnu, ...).
-sluice_multiarch() {
-	gcc -print-multiarch 2>/dev/null || echo "$(uname -m)-linux-gnu"
 }
 # What tools/test.sh's aarch64 cross build needs: Debian's cross compiler,
 # qemu-user to run its tests, and the arm64 builds of the libraries (from
-# Debian's multiarch: dpkg --add-architecture arm64).  Only what is missing.
+# Debian's multiarch: dpkg --add-architecture arm64; not OpenBLAS, which
+# only --cpu-gemm openblas uses).  Only what is missing.
 sluice_cross_deps() {
 	local need=() p sudo=""
 	command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
 	command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
 	for p in libjansson-dev liburing-dev libzstd-dev libhwloc-dev check libsubunit-dev \
-		libopenblas-openmp-dev libgomp1; do
+		libgomp1; do
 		dpkg-query -W -f='${Status}' "$p:arm64" 2>/dev/null | grep -q ' installed' ||
 			need+=("$p:arm64")
 	done

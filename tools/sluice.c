@@ -5,6 +5,7 @@
  * non-zero, by one rule (exit_status).
  */
 #include "backend.h"
+#include "cpu/cpu_backend.h"
 #include "generate.h"
 #include "job.h"
 #include "jsonl.h"
@@ -14,7 +15,6 @@
 #include "sl_config.h"
 #include "sl_json.h"
 
-#include <cblas.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -136,6 +136,7 @@ static size_t parse_budget(const char *cmd, const char *opt, const char *s)
 /* Options every command shares. */
 typedef struct common_opts {
 	const char *model_dir, *dummy, *backend;
+	const char *cpu_gemm; /* --cpu-gemm: sluice (default) or openblas */
 	int threads;
 	size_t gpu_mem, cpu_mem;
 	bool kv_f32;
@@ -150,13 +151,14 @@ static void common_init(common_opts *o)
 {
 	memset(o, 0, sizeof *o);
 	o->backend = "auto";
+	o->cpu_gemm = "sluice";
 	sl_policy_default(&o->policy);
 }
 
 enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,
        OPT_PROMPT_LEN, OPT_GEN_LEN, OPT_QUIET, OPT_SEED, OPT_KV_DTYPE, OPT_POLICY, OPT_PERCENT,
        OPT_GBS, OPT_NGB, OPT_OFFLOAD_DIR, OPT_CPU_MEM, OPT_NO_OVERLAP, OPT_CPU_CACHE_COMPUTE,
-       OPT_HH_RATIO, OPT_RECENT_RATIO };
+       OPT_HH_RATIO, OPT_RECENT_RATIO, OPT_CPU_GEMM };
 
 static bool common_opt(const char *cmd, int c, common_opts *o)
 {
@@ -165,6 +167,11 @@ static bool common_opt(const char *cmd, int c, common_opts *o)
 	case OPT_DUMMY: o->dummy = optarg; return true;
 	case OPT_BACKEND: o->backend = optarg; return true;
 	case OPT_THREADS: o->threads = parse_threads(cmd, optarg); return true;
+	case OPT_CPU_GEMM:
+		if (strcmp(optarg, "sluice") && strcmp(optarg, "openblas"))
+			usage_error(cmd, "--cpu-gemm must be sluice or openblas, got '%s'", optarg);
+		o->cpu_gemm = optarg;
+		return true;
 	case OPT_GPU_MEM: o->gpu_mem = parse_budget(cmd, "--gpu-mem", optarg); return true;
 	case OPT_CPU_MEM: o->cpu_mem = parse_budget(cmd, "--cpu-mem", optarg); return true;
 	case OPT_POLICY: {
@@ -287,6 +294,8 @@ static int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_j
 	int rc = sl_backend_create(o->backend, threads, be);
 	if (rc < 0)
 		return rc;
+	if ((rc = sl_cpu_backend_set_gemm(*be, o->cpu_gemm)) < 0)
+		return rc;
 	sl_backend_set_dev_limit(*be, o->gpu_mem);
 	sl_backend_set_host_limit(*be, o->cpu_mem);
 	if (js && (rc = check_host_budget(o, cfg, *be, js)) < 0) {
@@ -311,6 +320,7 @@ static int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_j
 	{ "model", required_argument, 0, 'm' }, { "dummy", required_argument, 0, OPT_DUMMY }, \
 		{ "backend", required_argument, 0, OPT_BACKEND },                              \
 		{ "threads", required_argument, 0, OPT_THREADS },                              \
+		{ "cpu-gemm", required_argument, 0, OPT_CPU_GEMM },                            \
 		{ "gpu-mem", required_argument, 0, OPT_GPU_MEM },                              \
 		{ "kv-dtype", required_argument, 0, OPT_KV_DTYPE },                            \
 		{ "cpu-mem", required_argument, 0, OPT_CPU_MEM },                              \
@@ -330,6 +340,9 @@ static int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_j
 	"                       (opt-125m, -350m, -1.3b, -2.7b, -6.7b, -13b, -30b, -66b, -175b)\n" \
 	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"   \
 	"  --threads N          CPU threads, 1 to the cores available (default: all cores)\n" \
+	"  --cpu-gemm sluice|openblas  the CPU backend's matrix products: sluice's own\n" \
+	"                       (default: a sequence's tokens do not depend on the batch)\n" \
+	"                       or OpenBLAS's sgemm (faster on some CPUs; not batch invariant)\n" \
 	"  --gpu-mem BYTES      cap on device memory, above 0 (e.g. 16G; K, M, G, T)\n"      \
 	"  --kv-dtype f16|f32   KV cache precision (default f16; f32 doubles its size)\n"  \
 	"  --cpu-mem BYTES      cap on pinned host memory, above 0 (e.g. 64G)\n"            \
@@ -789,23 +802,6 @@ static json_t *json_text(const char *s)
 	return j;
 }
 
-/* Which CPU kernels run: OpenBLAS's build, the core it chose, and the
- * variables that override its choice (read when the library loads). */
-typedef struct blas_info {
-	const char *config, *core, *coretype, *l2_size;
-} blas_info;
-
-static blas_info blas_kernels(void)
-{
-	blas_info b = { .config = openblas_get_config(), .core = openblas_get_corename(),
-			.coretype = getenv("OPENBLAS_CORETYPE"), .l2_size = getenv("OPENBLAS_L2_SIZE") };
-	if (!b.config)
-		b.config = "";
-	if (!b.core)
-		b.core = "";
-	return b;
-}
-
 /* 1 when a batch of b sequences fits the budgets (the workspace and the
  * cache allocate), 0 when it does not, or an error. */
 static int batch_fits(sl_model *m, int b, int plen, int glen)
@@ -1019,7 +1015,15 @@ static int cmd_bench(int argc, char **argv)
 	if (disk_used && sl_disk_probe_read(co.offload_dir, (uint64_t)1 << 30, &probe_gbps, probe_mode,
 					  sizeof probe_mode) < 0)
 		probe_gbps = 0;
-	const blas_info blas = blas_kernels();
+	/* the CPU kernels that ran: their instruction set, the GEMM (sluice's
+	 * own, or OpenBLAS's with the core it chose); NULL on CUDA */
+	const char *kernels = sl_cpu_backend_kernels(be), *kernels_env = getenv("SLUICE_CPU_KERNELS");
+	if (kernels_env && !*kernels_env)
+		kernels_env = NULL; /* empty: unset, as the backend reads it */
+	const char *gemm = sl_cpu_backend_gemm(be), *blas_config = NULL, *blas_core = NULL;
+	if (gemm && !strcmp(gemm, "openblas"))
+		sl_cpu_backend_blas_info(&blas_config, &blas_core);
+	const char *coretype = getenv("OPENBLAS_CORETYPE"), *l2_size = getenv("OPENBLAS_L2_SIZE");
 	if (json) {
 		sl_jerr e = { 0 };
 		json_t *j = json_object(), *peak = json_object(), *benv = json_object();
@@ -1072,10 +1076,13 @@ static int cmd_bench(int argc, char **argv)
 		sl_jset(peak, "disk", json_integer((json_int_t)f.peak_disk), &e);
 		sl_jset(j, "peak_bytes", peak, &e);
 		sl_jset(j, "peak_device_bytes", json_integer((json_int_t)f.peak_device), &e);
-		sl_jset(j, "blas_core", json_string(blas.core), &e);
-		sl_jset(j, "blas_config", json_string(blas.config), &e);
-		sl_jset(benv, "OPENBLAS_CORETYPE", blas.coretype ? json_string(blas.coretype) : json_null(), &e);
-		sl_jset(benv, "OPENBLAS_L2_SIZE", blas.l2_size ? json_string(blas.l2_size) : json_null(), &e);
+		sl_jset(j, "cpu_kernels", kernels ? json_string(kernels) : json_null(), &e);
+		sl_jset(j, "cpu_kernels_env", kernels_env ? json_text(kernels_env) : json_null(), &e);
+		sl_jset(j, "cpu_gemm", gemm ? json_string(gemm) : json_null(), &e);
+		sl_jset(j, "blas_core", blas_core ? json_text(blas_core) : json_null(), &e);
+		sl_jset(j, "blas_config", blas_config ? json_text(blas_config) : json_null(), &e);
+		sl_jset(benv, "OPENBLAS_CORETYPE", coretype ? json_text(coretype) : json_null(), &e);
+		sl_jset(benv, "OPENBLAS_L2_SIZE", l2_size ? json_text(l2_size) : json_null(), &e);
 		sl_jset(j, "blas_env", benv, &e);
 		if ((rc = sl_jcheck(&e, "bench --json")) == 0)
 			rc = sl_jwrite_line(j, stdout, "bench --json: standard output");
@@ -1086,10 +1093,14 @@ static int cmd_bench(int argc, char **argv)
 		printf("model %s on %s (%d thread%s): prompt %d, gen %d, batch %d\n",
 		       co.model_dir ? co.model_dir : cfg->name, be->ops->name, threads,
 		       threads == 1 ? "" : "s", plen, glen, batch);
-		printf("  CPU kernels     %s; %s core%s%s%s%s%s\n", blas.config, blas.core,
-		       blas.coretype ? " (OPENBLAS_CORETYPE=" : "", blas.coretype ? blas.coretype : "",
-		       blas.coretype ? ")" : "", blas.l2_size ? " OPENBLAS_L2_SIZE=" : "",
-		       blas.l2_size ? blas.l2_size : "");
+		if (kernels && blas_core)
+			printf("  CPU kernels     %s%s%s; GEMM: %s, %s core%s%s%s (not batch invariant)\n",
+			       kernels, kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "",
+			       blas_config, blas_core, coretype ? " (OPENBLAS_CORETYPE=" : "",
+			       coretype ? coretype : "", coretype ? ")" : "");
+		else if (kernels)
+			printf("  CPU kernels     %s%s%s; GEMM: sluice's own (batch invariant)\n", kernels,
+			       kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "");
 		printf("  throughput      %10.2f tokens/s\n", tput);
 		printf("  prefill         %10.3f s   (GEMM %.1f GFLOP/s)\n", prefill_s, pf_gflops);
 		printf("  decode          %10.3f s   (%d step%s; weights streamed at %.2f GB/s, %.2f GB/s within the GEMMs)\n",

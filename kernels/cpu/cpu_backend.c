@@ -42,8 +42,12 @@
  */
 #include "cpu_backend.h"
 #include "cpu_internal.h"
+#include "sl_config.h"
 
+#if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
+
 #include <omp.h>
 #include <signal.h>
 #include <string.h>
@@ -335,8 +339,8 @@ static void cpu_free(sl_backend *b)
 	pthread_cond_destroy(&c->qdone);
 	pthread_mutex_destroy(&c->qlock);
 	free(c->gemm_wf);
-	free(c->gemm_x);
 	free(c->gemm_part);
+	free(c->gemm_c);
 	free(c->attn_ws);
 	free(c);
 	free(b);
@@ -533,11 +537,12 @@ static bool env_flag(const char *name)
 	return v && *v && strcmp(v, "0") != 0;
 }
 
+static const char *const isa_names[] = { [SL_CPU_GENERIC] = "generic", [SL_CPU_AVX2] = "avx2",
+					 [SL_CPU_AVX512] = "avx512" };
+
 /* The best kernels this CPU runs, capped by SLUICE_CPU_KERNELS. */
 static int cpu_isa(sl_cpu_isa *out)
 {
-	static const char *const names[] = { [SL_CPU_GENERIC] = "generic", [SL_CPU_AVX2] = "avx2",
-					     [SL_CPU_AVX512] = "avx512" };
 	sl_cpu_isa best = SL_CPU_GENERIC;
 #if defined(__x86_64__)
 	best = sl_cpu_x86_isa();
@@ -545,8 +550,8 @@ static int cpu_isa(sl_cpu_isa *out)
 	const char *e = getenv("SLUICE_CPU_KERNELS");
 	if (e && *e) {
 		int cap = -1;
-		for (int i = 0; i < (int)SL_ARRAY_LEN(names); i++)
-			if (!strcmp(e, names[i]))
+		for (int i = 0; i < (int)SL_ARRAY_LEN(isa_names); i++)
+			if (!strcmp(e, isa_names[i]))
 				cap = i;
 		if (cap < 0)
 			return sl_err(SL_EINVAL, "SLUICE_CPU_KERNELS=%s: expected generic, avx2 or avx512", e);
@@ -591,7 +596,6 @@ int sl_cpu_backend_create(int nthreads, sl_backend **out)
 	}
 	pthread_mutex_init(&c->qlock, NULL);
 	pthread_cond_init(&c->qdone, NULL);
-	openblas_set_num_threads(nthreads);
 	b->ops = &cpu_ops;
 	b->ctx = c;
 	rc = queue_new(b, &c->defq);
@@ -601,4 +605,49 @@ int sl_cpu_backend_create(int nthreads, sl_backend **out)
 	}
 	*out = b;
 	return 0;
+}
+
+const char *sl_cpu_backend_kernels(const sl_backend *b)
+{
+	return b && b->ops == &cpu_ops ? isa_names[((const sl_cpu_ctx *)b->ctx)->isa] : NULL;
+}
+
+int sl_cpu_backend_set_gemm(sl_backend *b, const char *name)
+{
+	if (!b || b->ops != &cpu_ops)
+		return 0; /* the GEMMs run elsewhere */
+	sl_cpu_ctx *c = sl_cpu(b);
+	if (!strcmp(name, "sluice")) {
+		c->gemm_openblas = false;
+		return 0;
+	}
+	if (strcmp(name, "openblas"))
+		return sl_err(SL_EINVAL, "--cpu-gemm must be sluice or openblas, got '%s'", name);
+#if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
+	openblas_set_num_threads(c->nthreads);
+	c->gemm_openblas = true;
+	return 0;
+#else
+	return sl_err(SL_EUNSUPPORTED,
+		      "--cpu-gemm openblas: this build has no OpenBLAS (install it and rebuild; meson -Dopenblas=enabled)");
+#endif
+}
+
+const char *sl_cpu_backend_gemm(const sl_backend *b)
+{
+	if (!b || b->ops != &cpu_ops)
+		return NULL;
+	return ((const sl_cpu_ctx *)b->ctx)->gemm_openblas ? "openblas" : "sluice";
+}
+
+bool sl_cpu_backend_blas_info(const char **config, const char **core)
+{
+#if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
+	*config = openblas_get_config();
+	*core = openblas_get_corename();
+	return true;
+#else
+	*config = *core = NULL;
+	return false;
+#endif
 }

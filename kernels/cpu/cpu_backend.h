@@ -7,4 +7,27 @@
 /* nthreads: worker threads for ops (0 = all online cores). */
 int sl_cpu_backend_create(int nthreads, sl_backend **out);
 
+/* The instruction set b's kernels use ("generic", "avx2", "avx512"), or
+ * NULL when b is not a CPU backend. */
+const char *sl_cpu_backend_kernels(const sl_backend *b);
+
+/*
+ * The CPU GEMM b runs (--cpu-gemm): "sluice" (the default) is sluice's own,
+ * which computes every output in one order whatever the number of rows, so
+ * a sequence's results do not depend on what is batched with it (batch
+ * invariance, kernels/cpu/cpu_gemm.c); "openblas" gives the products above
+ * the direct kernel's rows to OpenBLAS's sgemm, whose kernel and blocking
+ * depend on the row count: faster where OpenBLAS has kernels tuned for the
+ * CPU, not batch invariant.  Refused (SL_EUNSUPPORTED) in a build without
+ * OpenBLAS; no effect on a backend that is not the CPU's.
+ */
+int sl_cpu_backend_set_gemm(sl_backend *b, const char *name);
+
+/* "sluice" or "openblas", or NULL when b is not a CPU backend. */
+const char *sl_cpu_backend_gemm(const sl_backend *b);
+
+/* OpenBLAS's build and the core it chose (OPENBLAS_CORETYPE overrides it);
+ * false, both NULL, in a build without OpenBLAS. */
+bool sl_cpu_backend_blas_info(const char **config, const char **core);
+
 #endif

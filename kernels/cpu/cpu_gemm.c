@@ -17,26 +17,37 @@
  *    weight row is widened in registers and multiplied with every x row;
  *    the weights are read from memory once, so decode runs at the memory
  *    bandwidth roofline of 2 bytes per weight.
- *  - packed (prefill): rows in blocks of up to GEMM_MB; per block, the
- *    weights widened to fp32 panel by panel (a panel of ~1 MiB stays in the
- *    core's cache), x copied into tiles of the kernel's rows, and a
- *    register-tiled kernel over each (x tile, 8 columns); where k is long
- *    it is cut into chunks whose partial lanes go to memory between them,
- *    which keeps the order above.  The conversion costs O(n k) per block
- *    against O(mb n k) of arithmetic.
+ *  - packed (prefill): work items of a block of up to GEMM_MB rows and a
+ *    panel of columns, shared out to the threads as they come free; per
+ *    item, the panel's weights widened to fp32 (at most ~1 MiB: it stays
+ *    in the core's cache), then a register-tiled kernel over each (tile of
+ *    the kernel's rows, 8 columns), k in chunks of at most GEMM_KSTEPS_CHUNK
+ *    steps (the chunk of the tile's x rows stays in the L1 cache) whose
+ *    partial lanes wait in memory between chunks, which keeps the order
+ *    above.  The conversion costs O(n k) per block against O(mb n k) of
+ *    arithmetic.
  * Kernels: AVX-512 and AVX2 in cpu_x86.c, the portable C ones here.
+ *
+ * --cpu-gemm openblas (sl_cpu_backend_set_gemm, in a build with OpenBLAS)
+ * replaces the packed path by OpenBLAS's sgemm on weights widened panel by
+ * panel, then the same epilogue.  sgemm's kernel, blocking and threads
+ * depend on m, so that path is not batch invariant; it is there for CPUs
+ * where OpenBLAS has a kernel faster than the packed path's.
  */
 #include "cpu_internal.h"
+#include "sl_config.h"
 
+#if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 enum {
 	GEMM_MB = 480,             /* rows per block (a multiple of every kernel's rows) */
-	GEMM_PANEL = 1 << 20,      /* bytes of a widened weight panel */
-	GEMM_KSTEPS_ONE = 512,     /* k up to 8 x this in one chunk */
-	GEMM_KSTEPS_CHUNK = 64,    /* else chunks of this many steps */
+	GEMM_PANEL = 1 << 20,      /* bytes of a widened weight panel, at most */
+	GEMM_KSTEPS_CHUNK = 96,    /* k steps of an x tile at a time, at most */
 	GEMM_MR_GENERIC = 4,       /* rows of the generic tile kernel */
 };
 
@@ -94,17 +105,6 @@ static void pack_w_generic(const sl_half *w, int k, int rows, int s0, int s1, fl
 							  : 0.0f;
 }
 
-/* Copy rows [r0, r0 + mr) of x (rows past m repeat row m - 1) for steps
- * [s0, s1) into a tile: [s][row][lane]. */
-static void pack_x(const sl_gemm_args *a, int r0, int mr, int s0, int s1, float *dst)
-{
-	for (int r = 0; r < mr; r++) {
-		const float *x = a->x + (size_t)SL_MIN(r0 + r, a->m - 1) * a->ldx;
-		for (int s = s0; s < s1; s++)
-			memcpy(dst + ((size_t)(s - s0) * mr + r) * 8, x + 8 * s, 8 * sizeof(float));
-	}
-}
-
 /* The generic tile: 4 rows, the group's columns two at a time (64 lanes:
  * 16 vector registers of 4 where the compiler vectorises; unrolled so that
  * GCC keeps them in registers, as it does on aarch64). */
@@ -120,14 +120,14 @@ static void tile_generic(const sl_gemm_tile *t)
 				for (int l = 0; l < 8; l++)
 					acc[r][c][l] = t->s0 ? t->part[r * 64 + (c0 + c) * 8 + l] : 0.0f;
 		for (int s = 0; s < steps; s++) {
-			const float *xs = t->xp + (size_t)s * MR * 8, *ws = t->wp + (size_t)s * 64 + c0 * 8;
+			const float *ws = t->wp + (size_t)s * 64 + c0 * 8;
 #pragma GCC unroll 4
 			for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
 				for (int c = 0; c < 2; c++)
 #pragma GCC unroll 8
 					for (int l = 0; l < 8; l++)
-						acc[r][c][l] = fmaf(ws[c * 8 + l], xs[r * 8 + l], acc[r][c][l]);
+						acc[r][c][l] = fmaf(ws[c * 8 + l], t->x[r][8 * s + l], acc[r][c][l]);
 		}
 		for (int r = 0; r < MR; r++)
 			for (int c = 0; c < 2; c++) {
@@ -142,6 +142,13 @@ static void tile_generic(const sl_gemm_tile *t)
 }
 
 typedef void (*tile_fn)(const sl_gemm_tile *t);
+
+/* n rounded up to a multiple of 16 floats (64 bytes: every kernel's loads
+ * stay aligned in a per-thread slice of a workspace) */
+static size_t round16(size_t n)
+{
+	return (n + 15) & ~(size_t)15;
+}
 
 static int gemm_packed(sl_backend *b, const sl_gemm_args *a, float alpha)
 {
@@ -162,59 +169,92 @@ static int gemm_packed(sl_backend *b, const sl_gemm_args *a, float alpha)
 	}
 #endif
 	const int ks = k / 8;
-	const int kc = ks <= GEMM_KSTEPS_ONE ? ks : GEMM_KSTEPS_CHUNK; /* steps per chunk */
-	int nc = (int)(GEMM_PANEL / ((size_t)kc * 8 * sizeof(float))) & ~7; /* panel columns */
+	const int nchunks = (ks + GEMM_KSTEPS_CHUNK - 1) / GEMM_KSTEPS_CHUNK;
+	const int kc = (ks + nchunks - 1) / nchunks; /* steps per chunk, chunks about even */
+	const int mb = SL_MIN(GEMM_MB, m), blocks = (m + mb - 1) / mb;
+	/* panel columns: the widened panel within GEMM_PANEL bytes, and narrow
+	 * enough for some 4 work items per thread */
+	int nc = (int)(GEMM_PANEL / ((size_t)ks * 8 * sizeof(float))) & ~7;
+	const int want = (4 * nt + blocks - 1) / blocks; /* panels wanted */
+	nc = SL_MIN(nc, (((n + want - 1) / want) + 7) & ~7);
 	nc = SL_MIN(SL_MAX(nc, 8), (n + 7) & ~7);
-	const int mb = SL_MIN(GEMM_MB, m), tiles_max = (mb + mr - 1) / mr;
-	SL_TRY(sl_cpu_grow(&c->gemm_wf, &c->gemm_wf_cap, (size_t)nc * kc * 8));
-	SL_TRY(sl_cpu_grow(&c->gemm_x, &c->gemm_x_cap, (size_t)tiles_max * mr * kc * 8));
-	if (kc < ks)
-		SL_TRY(sl_cpu_grow(&c->gemm_part, &c->gemm_part_cap,
-				   (size_t)tiles_max * (nc / 8) * mr * 64));
-	float *wf = c->gemm_wf, *xp = c->gemm_x, *part = c->gemm_part;
-	for (int m0 = 0; m0 < m; m0 += mb) {
-		const int tiles = (SL_MIN(mb, m - m0) + mr - 1) / mr;
-		int x_steps = -1; /* the chunk whose x tiles are packed */
-		for (int n0 = 0; n0 < n; n0 += nc) {
-			const int groups = (SL_MIN(nc, n - n0) + 7) / 8;
-			for (int s0 = 0; s0 < ks; s0 += kc) {
-				const int s1 = SL_MIN(ks, s0 + kc);
-				const bool pack_x_now = x_steps != s0;
+	const int panels = (n + nc - 1) / nc, groups_max = nc / 8;
+	const size_t wf_len = round16((size_t)nc * ks * 8), part_len = round16((size_t)groups_max * mr * 64);
+	SL_TRY(sl_cpu_grow(&c->gemm_wf, &c->gemm_wf_cap, wf_len * nt));
+	SL_TRY(sl_cpu_grow(&c->gemm_part, &c->gemm_part_cap, part_len * nt));
+	/* Work items (row block, panel), taken by whichever thread is free: each
+	 * widens its panel, then per x tile and k chunk runs the kernel over the
+	 * panel's groups (the chunk of the tile's rows stays in the L1 cache).
+	 * No thread waits for another until the end, so a core that another
+	 * process holds costs its share only. */
 #pragma omp parallel num_threads(nt)
-				{
-#pragma omp for schedule(static) nowait
+	{
+		const int tid = omp_get_thread_num();
+		float *wf = c->gemm_wf + wf_len * tid, *part = c->gemm_part + part_len * tid;
+#pragma omp for schedule(dynamic, 1)
+		for (int item = 0; item < blocks * panels; item++) {
+			const int m0 = item / panels * mb, n0 = item % panels * nc;
+			const int tiles = (SL_MIN(mb, m - m0) + mr - 1) / mr;
+			const int groups = (SL_MIN(nc, n - n0) + 7) / 8;
+			for (int g = 0; g < groups; g++) {
+				const int c0 = n0 + 8 * g;
+				pack_w(a->w + (size_t)c0 * k, k, SL_MIN(8, n - c0), 0, ks,
+				       wf + (size_t)g * ks * 64);
+			}
+			for (int i = 0; i < tiles; i++)
+				for (int s0 = 0; s0 < ks; s0 += kc) {
+					sl_gemm_tile t = { .a = a, .alpha = alpha, .s0 = s0,
+							   .s1 = SL_MIN(ks, s0 + kc), .ks = ks,
+							   .r0 = m0 + i * mr };
+					for (int r = 0; r < mr; r++)
+						t.x[r] = a->x + (size_t)SL_MIN(t.r0 + r, m - 1) * a->ldx + 8 * s0;
 					for (int g = 0; g < groups; g++) {
-						const int c0 = n0 + 8 * g;
-						pack_w(a->w + (size_t)c0 * k, k, SL_MIN(8, n - c0), s0, s1,
-						       wf + (size_t)g * kc * 64);
+						t.wp = wf + ((size_t)g * ks + s0) * 64;
+						t.part = part + (size_t)g * mr * 64;
+						t.n0 = n0 + 8 * g;
+						tile(&t);
 					}
-					if (pack_x_now) {
-#pragma omp for schedule(static)
-						for (int i = 0; i < tiles; i++)
-							pack_x(a, m0 + i * mr, mr, s0, s1,
-							       xp + (size_t)i * mr * kc * 8);
-					} else {
-#pragma omp barrier
-					}
-#pragma omp for schedule(static)
-					for (int i = 0; i < tiles; i++)
-						for (int g = 0; g < groups; g++) {
-							const sl_gemm_tile t = {
-								.a = a, .alpha = alpha,
-								.xp = xp + (size_t)i * mr * kc * 8,
-								.wp = wf + (size_t)g * kc * 64,
-								.part = part + ((size_t)i * (nc / 8) + g) * mr * 64,
-								.s0 = s0, .s1 = s1, .ks = ks,
-								.r0 = m0 + i * mr, .n0 = n0 + 8 * g };
-							tile(&t);
-						}
 				}
-				x_steps = s0;
+		}
+	}
+	return 0;
+}
+
+#if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
+/* --cpu-gemm openblas: panels of weight rows (about 4 MiB of fp32) widened,
+ * sgemm over row blocks of up to 2048 into a scratch, then the epilogue. */
+static int gemm_openblas(sl_backend *b, const sl_gemm_args *a, float alpha)
+{
+	sl_cpu_ctx *c = sl_cpu(b);
+	const int m = a->m, n = a->n, k = a->k, nt = c->nthreads;
+	int nb = (int)((4u << 20) / ((size_t)k * sizeof(float)));
+	nb = SL_MIN(SL_MAX(16, nb & ~15), n);
+	const int mb = SL_MIN(m, 2048);
+	SL_TRY(sl_cpu_grow(&c->gemm_wf, &c->gemm_wf_cap, (size_t)nb * k));
+	SL_TRY(sl_cpu_grow(&c->gemm_c, &c->gemm_c_cap, (size_t)mb * nb));
+	float *wf = c->gemm_wf, *ct = c->gemm_c;
+	for (int n0 = 0; n0 < n; n0 += nb) {
+		const int cur = SL_MIN(nb, n - n0);
+#pragma omp parallel for num_threads(nt) schedule(static)
+		for (int j = 0; j < cur; j++)
+			sl_cpu_half_to_float(a->w + (size_t)(n0 + j) * k, wf + (size_t)j * k, (size_t)k,
+					     c->simd);
+		for (int m0 = 0; m0 < m; m0 += mb) {
+			const int rows = SL_MIN(mb, m - m0);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cur, k, 1.0f,
+				    a->x + (size_t)m0 * a->ldx, a->ldx, wf, k, 0.0f, ct, cur);
+#pragma omp parallel for num_threads(nt) schedule(static)
+			for (int r = 0; r < rows; r++) {
+				float *y = a->y + (size_t)(m0 + r) * a->ldy + n0;
+				const float *s = ct + (size_t)r * cur;
+				for (int j = 0; j < cur; j++)
+					y[j] = sl_cpu_epilogue(a, s[j], n0 + j, alpha, y[j]);
 			}
 		}
 	}
 	return 0;
 }
+#endif
 
 int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 {
@@ -249,7 +289,12 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 			gemm_direct_generic(a, alpha, n0, n1);
 		}
 	} else {
-		rc = gemm_packed(b, a, alpha);
+#if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
+		if (c->gemm_openblas)
+			rc = gemm_openblas(b, a, alpha);
+		else
+#endif
+			rc = gemm_packed(b, a, alpha);
 	}
 	b->gemm_seconds += sl_now() - t0;
 	b->gemm_flop += 2.0 * a->m * (double)a->n * a->k;

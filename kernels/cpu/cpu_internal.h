@@ -36,10 +36,11 @@ typedef struct sl_cpu_ctx {
 	 * per-token loop once large enough) */
 	float *gemm_wf;  /* packed GEMM: a weight panel, widened to fp32 */
 	size_t gemm_wf_cap;
-	float *gemm_x;   /* packed GEMM: x tiles */
-	size_t gemm_x_cap;
 	float *gemm_part; /* packed GEMM: partial lanes between k chunks */
 	size_t gemm_part_cap;
+	bool gemm_openblas; /* --cpu-gemm openblas: OpenBLAS's sgemm above the direct kernel */
+	float *gemm_c;   /* OpenBLAS path: sgemm's output before the epilogue */
+	size_t gemm_c_cap;
 	float *attn_ws;  /* per-thread attention scratch */
 	size_t attn_ws_per_thread;
 } sl_cpu_ctx;
@@ -95,16 +96,17 @@ static inline void sl_cpu_gemm_finish(const sl_gemm_args *a, float alpha, int r,
  * The packed GEMM (cpu_gemm.c).  Weights are widened to fp32 in groups of
  * 8 columns (weight rows), k-step by k-step (a step is 8 consecutive k):
  * group g, step s holds 8 floats of each of its 8 columns, [s][col][lane],
- * 64 floats.  x rows are copied in tiles of mr rows, [s][row][lane], rows
- * past m repeating the last one.  A tile kernel multiplies one x tile with
- * one group over the steps [s0, s1) of a k chunk: its 8 lanes per output
- * start at zero (s0 == 0) or from part, [row][col][lane] (mr * 64 floats),
- * and go back there (s1 < k / 8) or are reduced and finished into y.
+ * 64 floats.  A tile kernel multiplies mr x rows (read where they are; rows
+ * past m repeat the last one) with one group over the steps [s0, s1) of a k
+ * chunk: its 8 lanes per output start at zero (s0 == 0) or from part,
+ * [row][col][lane] (mr * 64 floats), and go back there (s1 < k / 8) or are
+ * reduced and finished into y.
  */
+#define SL_GEMM_MR_MAX 6
 typedef struct sl_gemm_tile {
 	const sl_gemm_args *a;
 	float alpha;
-	const float *xp; /* the x tile at step s0 */
+	const float *x[SL_GEMM_MR_MAX]; /* the tile's x rows, at step s0 */
 	const float *wp; /* the group at step s0 */
 	float *part;
 	int s0, s1, ks; /* steps of this chunk; ks = k / 8 */

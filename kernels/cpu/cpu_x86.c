@@ -146,11 +146,12 @@ void sl_cpu_gemm_tile_avx2(const sl_gemm_tile *t)
 			for (int c = 0; c < 4; c++)
 				acc[r][c] = t->s0 ? _mm256_load_ps(t->part + r * 64 + (c0 + c) * 8)
 						  : _mm256_setzero_ps();
-		const float *xs = t->xp, *ws = t->wp + c0 * 8;
-		for (int s = 0; s < steps; s++, xs += MR * 8, ws += 64) {
+		const float *ws = t->wp + c0 * 8;
+		for (int s = 0; s < steps; s++, ws += 64) {
 			/* the 3 x rows held, each column loaded once: 16 registers */
-			const __m256 x0 = _mm256_load_ps(xs), x1 = _mm256_load_ps(xs + 8);
-			const __m256 x2 = _mm256_load_ps(xs + 16);
+			const __m256 x0 = _mm256_loadu_ps(t->x[0] + 8 * s);
+			const __m256 x1 = _mm256_loadu_ps(t->x[1] + 8 * s);
+			const __m256 x2 = _mm256_loadu_ps(t->x[2] + 8 * s);
 			for (int c = 0; c < 4; c++) {
 				const __m256 w = _mm256_load_ps(ws + c * 8);
 				acc[0][c] = _mm256_fmadd_ps(w, x0, acc[0][c]);
@@ -239,12 +240,12 @@ void sl_cpu_gemm_tile_avx512(const sl_gemm_tile *t)
 	for (int r = 0; r < MR; r++)
 		for (int p = 0; p < 4; p++)
 			acc[r][p] = t->s0 ? _mm512_load_ps(t->part + r * 64 + p * 16) : _mm512_setzero_ps();
-	const float *xs = t->xp, *ws = t->wp;
-	for (int s = t->s0; s < t->s1; s++, xs += MR * 8, ws += 64) {
+	const float *ws = t->wp;
+	for (int s = 0; s < t->s1 - t->s0; s++, ws += 64) {
 		const __m512 w0 = _mm512_load_ps(ws), w1 = _mm512_load_ps(ws + 16);
 		const __m512 w2 = _mm512_load_ps(ws + 32), w3 = _mm512_load_ps(ws + 48);
 		for (int r = 0; r < MR; r++) {
-			const __m512 x = _mm512_broadcast_f32x8(_mm256_load_ps(xs + r * 8));
+			const __m512 x = _mm512_broadcast_f32x8(_mm256_loadu_ps(t->x[r] + 8 * s));
 			acc[r][0] = _mm512_fmadd_ps(w0, x, acc[r][0]);
 			acc[r][1] = _mm512_fmadd_ps(w1, x, acc[r][1]);
 			acc[r][2] = _mm512_fmadd_ps(w2, x, acc[r][2]);
