@@ -23,6 +23,8 @@
 #   GEMM_REPS=3 GEMM_ROUNDS=2 MODELS="opt-125m opt-1.3b" BATCHES="1 8 32" P=128
 #   G=32 REPEAT=3 E2E_CORES="SkylakeX Cooperlake" OUTDIR=bench/results
 #   PARTS="gemm e2e"
+#   SUMMARIZE=FILE.jsonl: run nothing, only remake FILE.md from the runs in
+#                         FILE (a run that was stopped, or a changed table)
 # Writes OUTDIR/batch-invariance-<UTC date-time>.{jsonl,md}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,10 +44,16 @@ REPEAT=${REPEAT:-3}
 E2E_CORES=${E2E_CORES:-"SkylakeX Cooperlake"}
 OUTDIR=${OUTDIR:-bench/results}
 PARTS=${PARTS:-"gemm e2e"}
-stamp=$(date -u +%Y%m%d-%H%M%S)
-out=$OUTDIR/batch-invariance-$stamp
-mkdir -p "$OUTDIR"
-: >"$out.jsonl"
+if [[ -n ${SUMMARIZE:-} ]]; then
+	[[ -f $SUMMARIZE && $SUMMARIZE == *.jsonl ]] || { echo "SUMMARIZE=$SUMMARIZE: not a .jsonl file here" >&2; exit 2; }
+	out=${SUMMARIZE%.jsonl}
+	PARTS=""
+else
+	stamp=$(date -u +%Y%m%d-%H%M%S)
+	out=$OUTDIR/batch-invariance-$stamp
+	mkdir -p "$OUTDIR"
+	: >"$out.jsonl"
+fi
 
 # core_env NAME: the env(1) words for an OpenBLAS core, one per line
 core_env() {
