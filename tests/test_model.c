@@ -7,11 +7,13 @@
  * a left-padded batch and its greedy continuations.  Checked here: logits
  * within 1e-3 relative error, identical greedy tokens, a sequence in a
  * batch equal to the sequence alone, cached decode equal to recomputing the
- * whole prefix.  argv[1] is the fixtures folder.
+ * whole prefix.  The --dummy weights are pinned.  argv[1] is the fixtures
+ * folder.
  */
 #include "backend.h"
 #include "generate.h"
 #include "model.h"
+#include "weights.h"
 
 #include "testutil.h"
 
@@ -290,6 +292,41 @@ START_TEST(test_cached_decode_equals_recompute)
 }
 END_TEST
 
+/* --dummy weights are a pure function of the model's shapes and the seed
+ * (benchmarks and stores made with --dummy rely on it): a few fp16 values
+ * of the shapes of the opt-pre fixture, pinned from the generator as it
+ * was first written (splitmix64 of each block of 4 values). */
+START_TEST(test_dummy_weights_pinned)
+{
+	char path[600];
+	snprintf(path, sizeof path, "%s/opt-pre/config.json", fixtures_dir);
+	sl_opt_config c;
+	ck_assert_msg(sl_opt_config_load(path, &c) == 0, "%s", sl_errmsg());
+	sl_queue *q = NULL;
+	ck_assert_int_eq(be->ops->queue_create(be, &q), 0);
+	sl_opt_weights w;
+	memset(&w, 0, sizeof w);
+	ck_assert_msg(sl_weights_dummy(be, q, &c, 0, NULL, &w) == 0, "%s", sl_errmsg());
+	ck_assert_int_eq(be->ops->queue_sync(be, q), 0);
+	static const sl_half embed[6] = { 0x286c, 0x2856, 0x9bee, 0xa876, 0x0fea, 0xa94d };
+	for (int i = 0; i < 6; i++)
+		ck_assert_uint_eq(w.embed_tokens[i], embed[i]);
+	ck_assert_uint_eq(w.embed_tokens[511 * 64 + 63], 0xa69a);
+	static const sl_half pos[3] = { 0x289b, 0xa81d, 0xa532 };
+	for (int i = 0; i < 3; i++)
+		ck_assert_uint_eq(w.embed_pos[i], pos[i]);
+	static const sl_half q_w[4] = { 0x27a4, 0x07d0, 0x95d7, 0xab37 };
+	for (int i = 0; i < 4; i++)
+		ck_assert_uint_eq(w.layers[1].q_w[100 + i], q_w[i]);
+	static const sl_half fc1_b[3] = { 0x203e, 0x99f0, 0x9c58 };
+	for (int i = 0; i < 3; i++)
+		ck_assert_uint_eq(w.layers[0].fc1_b[i], fc1_b[i]);
+	ck_assert_uint_eq(w.layers[0].fc2_w[64 * 256 - 1], 0xa028);
+	sl_weights_free(be, &w);
+	be->ops->queue_free(be, q);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -302,6 +339,7 @@ int main(int argc, char **argv)
 	tcase_add_loop_test(tc, test_greedy_matches_hf, 0, CASES);
 	tcase_add_loop_test(tc, test_batch_equals_alone, 0, CASES);
 	tcase_add_loop_test(tc, test_cached_decode_equals_recompute, 0, CASES);
+	tcase_add_test(tc, test_dummy_weights_pinned);
 	suite_add_tcase(s, tc);
 	return sl_test_run(s);
 }

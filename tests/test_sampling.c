@@ -3,7 +3,8 @@
  *
  * Sampling: greedy is the argmax; draws never leave the top-k or top-p set
  * (checked against an independent sort of the probabilities); frequencies
- * follow the probabilities; a draw depends only on (seed, key, step).
+ * follow the probabilities; a draw depends only on (seed, key, step), and
+ * its value is pinned.
  * Scoring: log-probabilities of continuations through the decode path equal
  * log-softmax of Hugging Face's logits (the model fixtures) within 1e-3.
  * argv[1] is the fixtures folder.
@@ -190,6 +191,19 @@ START_TEST(test_draw_depends_only_on_seed_key_step)
 }
 END_TEST
 
+/* The draws themselves are part of what --seed promises (the same seed,
+ * the same completions across versions): pinned.  The values are those of
+ * splitmix64 (Vigna's finaliser) applied as mix(mix(mix(seed) ^ key) ^ step),
+ * top 53 bits over 2^53, as a Python transcription of splitmix64 gives. */
+START_TEST(test_draws_pinned)
+{
+	ck_assert(sl_sample_uniform(1, 2, 3) == 0x1.a0e68ea1fbc6cp-1);
+	ck_assert(sl_sample_uniform(5, 6, 7) == 0x1.d181cec2bd48ap-1);
+	ck_assert(sl_sample_uniform(0, 0, 0) == 0x1.1c13ade1c7e5cp-3);
+	ck_assert(sl_sample_uniform(123456789, 42, 1000) == 0x1.8c237b08fb145p-1);
+}
+END_TEST
+
 /* Scoring against Hugging Face: split each fixture prompt into a prompt
  * and a continuation; the expected log-probabilities are log-softmax of
  * the reference logits at the preceding positions. */
@@ -275,6 +289,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_frequencies_follow_probabilities);
 	tcase_add_test(tc, test_nonfinite_logits);
 	tcase_add_test(tc, test_draw_depends_only_on_seed_key_step);
+	tcase_add_test(tc, test_draws_pinned);
 	tcase_add_loop_test(tc, test_score_matches_hf, 0, 4);
 	suite_add_tcase(s, tc);
 	return sl_test_run(s);

@@ -11,7 +11,8 @@
  * sl_wstore_list tells current, stale, interrupted and foreign stores
  * apart, and a store a job holds open is never removed.  Logits are
  * compared bit for bit on the CPU backend, where placement does not change
- * the arithmetic.  argv[1] is the fixtures folder.
+ * the arithmetic.  A weight file's header hash, part of a store's key, is
+ * pinned.  argv[1] is the fixtures folder.
  */
 #include "backend.h"
 #include "model.h"
@@ -203,6 +204,22 @@ static int count_stores(const char *dir)
 	snprintf(cmd, sizeof cmd, "test $(ls '%s' | grep -c 'weights.sluice$') -eq 1", dir);
 	return system(cmd) == 0 ? 1 : 0;
 }
+
+/* A store's key holds each weight file's header hash (FNV-1a 64 of the
+ * 8-byte length and the JSON header): pinned for a fixture, the value a
+ * Python transcription of FNV-1a gives, so that stores written by an
+ * earlier build stay current. */
+START_TEST(test_header_hash_pinned)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	sl_st_set *st = NULL;
+	ck_assert_msg(sl_st_open_dir(dir, &st) == 0, "%s", sl_errmsg());
+	ck_assert_uint_eq(sl_st_nfiles(st), 1);
+	ck_assert_uint_eq(sl_st_file_at(st, 0)->header_hash, 0xc2ac47a700dec68eull);
+	sl_st_close(st);
+}
+END_TEST
 
 /*
  * The issue's reproduction, on a one-file checkpoint (opt-pre) and a sharded
@@ -567,6 +584,7 @@ int main(int argc, char **argv)
 	TCase *tc = tcase_create("store");
 	tcase_add_checked_fixture(tc, make_tmp, rm_tmp);
 	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_header_hash_pinned);
 	tcase_add_loop_test(tc, test_changed_checkpoint, 0, 2);
 	tcase_add_test(tc, test_replaced_while_open);
 	tcase_add_test(tc, test_store_per_placement);
