@@ -7,6 +7,7 @@
  */
 #include "safetensors.h"
 #include "sl_common.h"
+#include "sl_hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -150,12 +151,8 @@ static int add_file(sl_st_set *s, const char *path)
 		return sl_err(SL_EFORMAT,
 			      "%s: header length %llu runs past the end of the file (%zu bytes): truncated or not safetensors",
 			      path, (unsigned long long)hlen, size);
-	uint64_t hh = 0xcbf29ce484222325ull; /* FNV-1a over the length and the header */
-	for (size_t i = 0; i < 8 + (size_t)hlen; i++) {
-		hh ^= p[i];
-		hh *= 0x100000001b3ull;
-	}
-	m->info.header_hash = hh;
+	/* FNV-1a over the length and the header */
+	m->info.header_hash = sl_fnv1a64(SL_FNV1A64_INIT, p, 8 + (size_t)hlen);
 	json_error_t jerr;
 	json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root && json_error_code(&jerr) == json_error_duplicate_key)

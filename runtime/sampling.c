@@ -8,6 +8,7 @@
  */
 #include "sampling.h"
 #include "sl_common.h"
+#include "sl_hash.h"
 
 #include <math.h>
 #include <string.h>
@@ -32,17 +33,9 @@ void sl_sample_ws_free(sl_sample_ws *ws)
 	ws->idx = NULL;
 }
 
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 double sl_sample_uniform(uint64_t seed, uint64_t key, uint64_t step)
 {
-	uint64_t r = mix(mix(mix(seed) ^ key) ^ step);
+	uint64_t r = sl_splitmix64(sl_splitmix64(sl_splitmix64(seed) ^ key) ^ step);
 	return (double)(r >> 11) * (1.0 / 9007199254740992.0);
 }
 

@@ -10,6 +10,7 @@
 #endif
 #include "tokenizer.h"
 #include "unicode_tables.h"
+#include "sl_hash.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -331,17 +332,6 @@ static size_t sl_utf8_put(uint32_t cp, char *out)
 
 /* ---- hash tables ----------------------------------------------------------- */
 
-static inline uint64_t sl_tok_fnv(uint64_t h, const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		h ^= (uint8_t)s[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
-#define SL_TOK_FNV0 0xcbf29ce484222325ull
-
 static inline size_t sl_tok_mix(uint64_t x)
 {
 	x ^= x >> 31;
@@ -354,7 +344,7 @@ static inline size_t sl_tok_mix(uint64_t x)
 static int32_t sl_tok_lookup2(const sl_tokenizer *t, const char *a, size_t alen,
 			      const char *b, size_t blen)
 {
-	uint64_t h = sl_tok_fnv(sl_tok_fnv(SL_TOK_FNV0, a, alen), b, blen);
+	uint64_t h = sl_fnv1a64(sl_fnv1a64(SL_FNV1A64_INIT, a, alen), b, blen);
 	for (size_t i = sl_tok_mix(h) & t->piece_mask;; i = (i + 1) & t->piece_mask) {
 		int32_t id = t->piece_hash[i];
 		if (id < 0)
@@ -497,7 +487,7 @@ static int sl_tok_load_vocab(sl_tokenizer *t, const char *path)
 		}
 		e->raw_len = (uint32_t)r;
 		off += r;
-		uint64_t h = sl_tok_fnv(SL_TOK_FNV0, key, klen);
+		uint64_t h = sl_fnv1a64(SL_FNV1A64_INIT, key, klen);
 		size_t s = sl_tok_mix(h) & t->piece_mask;
 		while (t->piece_hash[s] >= 0)
 			s = (s + 1) & t->piece_mask;

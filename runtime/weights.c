@@ -8,6 +8,7 @@
  * moves); the embeddings, positions, projections and final norm are another.
  */
 #include "weights.h"
+#include "sl_hash.h"
 
 #include <math.h>
 #include <omp.h>
@@ -103,14 +104,6 @@ typedef struct source {
 	uint64_t seed;
 } source;
 
-static inline uint64_t splitmix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* Dummy values: uniform with the spread a trained model roughly has, so
  * activations stay finite; norms are 1 and 0, like a fresh model.  Element
  * i of a tensor comes from its block of 4 (i / 4), so any range [first,
@@ -134,7 +127,7 @@ static void fill_dummy(const sl_opt_config *c, const tdesc *d, uint64_t id, size
 	const size_t end = first + n;
 #pragma omp parallel for schedule(static)
 	for (size_t blk = first / 4; blk < (end + 3) / 4; blk++) {
-		uint64_t r = splitmix(id * 0x100000001b3ull ^ blk);
+		uint64_t r = sl_splitmix64(id * 0x100000001b3ull ^ blk);
 		for (size_t j = 0; j < 4; j++) {
 			size_t i = blk * 4 + j;
 			if (i < first || i >= end)

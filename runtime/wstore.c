@@ -3,6 +3,7 @@
  */
 #include "wstore.h"
 #include "sl_common.h"
+#include "sl_hash.h"
 #include "model.h"
 #include "weights.h"
 
@@ -16,16 +17,6 @@
 
 #define KEY_FORMAT "sluice weights"
 #define KEY_LAYOUT 2 /* the data area's layout (weights.c: place_layer) */
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
 
 static const char *base_name(const char *path)
 {
@@ -48,14 +39,14 @@ static int files_digest(const sl_st_set *st, uint64_t *digest)
 	for (size_t i = 0; i < n; i++)
 		f[i] = sl_st_file_at(st, i);
 	qsort(f, n, sizeof *f, by_path);
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = SL_FNV1A64_INIT;
 	for (size_t i = 0; i < n; i++) {
 		char rec[PATH_MAX + 160];
 		int k = snprintf(rec, sizeof rec, "%s\n%llu\n%lld.%09lld\n%lld.%09lld\n%016llx\n",
 				 base_name(f[i]->path), (unsigned long long)f[i]->size,
 				 (long long)f[i]->mtime_s, (long long)f[i]->mtime_ns, (long long)f[i]->ctime_s,
 				 (long long)f[i]->ctime_ns, (unsigned long long)f[i]->header_hash);
-		h = fnv(h, rec, (size_t)SL_MIN(k, (int)sizeof rec - 1));
+		h = sl_fnv1a64(h, rec, (size_t)SL_MIN(k, (int)sizeof rec - 1));
 	}
 	free(f);
 	*digest = h;
@@ -93,7 +84,7 @@ int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_opt_config *c
 				"identity", hex);
 		clean_name(base_name(real), model, sizeof model);
 		snprintf(src_tag, sizeof src_tag, "%08llx",
-			 (unsigned long long)(fnv(0xcbf29ce484222325ull, real, strlen(real)) & 0xffffffffu));
+			 (unsigned long long)(sl_fnv1a64(SL_FNV1A64_INIT, real, strlen(real)) & 0xffffffffu));
 	} else {
 		src = json_pack("{s:s, s:i}", "dummy", c->name, "seed", 0);
 		clean_name(c->name, model, sizeof model);

@@ -16,6 +16,7 @@
  */
 #include "backend.h"
 #include "model.h"
+#include "sl_hash.h"
 #include "weights.h"
 #include "wstore.h"
 
@@ -204,6 +205,18 @@ static int count_stores(const char *dir)
 	snprintf(cmd, sizeof cmd, "test $(ls '%s' | grep -c 'weights.sluice$') -eq 1", dir);
 	return system(cmd) == 0 ? 1 : 0;
 }
+
+/* The one FNV-1a 64 (common/sl_hash.h) against the published test vectors
+ * of its authors, and chained over two pieces. */
+START_TEST(test_fnv1a64_reference)
+{
+	ck_assert_uint_eq(sl_fnv1a64(SL_FNV1A64_INIT, NULL, 0), 0xcbf29ce484222325ull);
+	ck_assert_uint_eq(sl_fnv1a64(SL_FNV1A64_INIT, "a", 1), 0xaf63dc4c8601ec8cull);
+	ck_assert_uint_eq(sl_fnv1a64(SL_FNV1A64_INIT, "foobar", 6), 0x85944171f73967e8ull);
+	ck_assert_uint_eq(sl_fnv1a64(sl_fnv1a64(SL_FNV1A64_INIT, "foo", 3), "bar", 3),
+			  0x85944171f73967e8ull);
+}
+END_TEST
 
 /* A store's key holds each weight file's header hash (FNV-1a 64 of the
  * 8-byte length and the JSON header): pinned for a fixture, the value a
@@ -584,6 +597,7 @@ int main(int argc, char **argv)
 	TCase *tc = tcase_create("store");
 	tcase_add_checked_fixture(tc, make_tmp, rm_tmp);
 	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_fnv1a64_reference);
 	tcase_add_test(tc, test_header_hash_pinned);
 	tcase_add_loop_test(tc, test_changed_checkpoint, 0, 2);
 	tcase_add_test(tc, test_replaced_while_open);
