@@ -443,6 +443,18 @@ out = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
 assert "output_ids" in out[0], out
 assert "bad\ufffd\ufffd.jsonl:2: input_ids[0] = 99999 is outside the vocabulary" in out[1]["error"], out
 PY
+# one U+FFFD per maximal ill-formed subpart, as the decode and Python's
+# errors="replace": a truncated sequence is one, not one per byte
+cutname=$'cut\xe2\x82a.jsonl'
+printf '{"input_ids": [5]}\n{"input_ids": [99999]}\n' >"$tmp/$cutname"
+if "$sluice" "${ex[@]}" --prompts "$tmp/$cutname" --out "$tmp/x8.jsonl" --skip-bad-lines &&
+	python3 - "$tmp/x8.jsonl" <<'PY'; then ok; else bad "one U+FFFD for a truncated UTF-8 sequence in the error field"; fi
+import json, sys
+out = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+want = b"cut\xe2\x82a.jsonl:2: input_ids[0] = 99999".decode("utf-8", "replace")
+assert want == "cut\ufffda.jsonl:2: input_ids[0] = 99999", want
+assert want in out[1]["error"], out
+PY
 
 # ---- the progress log counts the job's tokens once: at each line, the
 # tokens of the prompts done, at most a block more

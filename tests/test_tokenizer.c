@@ -587,6 +587,47 @@ START_TEST(test_streaming)
 }
 END_TEST
 
+/* The one UTF-8 repair (decode's, and every text sluice writes as JSON):
+ * one U+FFFD per maximal ill-formed subpart, as Python's
+ * bytes.decode("utf-8", errors="replace") gives (the expected bytes are
+ * Python's, encoded back to UTF-8). */
+START_TEST(test_utf8_repair)
+{
+#define R "\xef\xbf\xbd"
+#define S(x) x, sizeof(x) - 1
+	static const struct {
+		const char *in;
+		size_t n;
+		const char *want;
+		size_t wn;
+	} c[] = {
+		{ S("ok"), S("ok") },
+		{ S(""), S("") },
+		{ S("\xe2\x82" "a"), S(R "a") },            /* a truncated sequence: one */
+		{ S("x\xe2\x82"), S("x" R) },
+		{ S("a\xf0\x9f\x98"), S("a" R) },
+		{ S("\xff\xfe"), S(R R) },                /* bytes that never lead */
+		{ S("\xed\xa0\x80z"), S(R R R "z") },      /* a surrogate */
+		{ S("\xe0\x80\xaf"), S(R R R) },           /* overlong */
+		{ S("\xc0\xaf"), S(R R) },
+		{ S("\xf4\x90\x80\x80"), S(R R R R) },    /* beyond U+10FFFF */
+		{ S("\xe2\x82\xac\x80"), S("\xe2\x82\xac" R) },
+		{ S("\xf0\x9f\x98\x80"), S("\xf0\x9f\x98\x80") },
+		{ S("a\0b"), S("a\0b") },
+	};
+#undef S
+#undef R
+	for (size_t i = 0; i < SL_ARRAY_LEN(c); i++) {
+		char *out = NULL;
+		size_t n = 0;
+		ck_assert_int_eq(sl_tokenizer_utf8_repair(c[i].in, c[i].n, &out, &n), 0);
+		ck_assert_msg(n == c[i].wn && memcmp(out, c[i].want, n) == 0 && out[n] == 0,
+			      "case %zu: %zu bytes, want %zu", i, n, c[i].wn);
+		free(out);
+	}
+}
+END_TEST
+
 START_TEST(test_long_inputs)
 {
 	sl_tokenizer *t = load_fixture();
@@ -707,6 +748,7 @@ static Suite *tokenizer_suite(void)
 	tcase_add_test(tc, test_decode_range);
 	tcase_add_test(tc, test_decode_without_text);
 	tcase_add_test(tc, test_streaming);
+	tcase_add_test(tc, test_utf8_repair);
 	tcase_add_test(tc, test_long_inputs);
 	suite_add_tcase(s, tc);
 	TCase *te = tcase_create("errors");
