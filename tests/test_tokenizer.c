@@ -1,9 +1,9 @@
 /*
- * test_tokenizer.c - checks runtime/tokenizer.c against the Hugging Face
- * outputs in tests/fixtures/tokenizer (made by
+ * test_tokenizer.c - checks the text layer (runtime/text/) against the
+ * Hugging Face outputs in tests/fixtures/tokenizer (made by
  * tools/make_tokenizer_fixture.py): encode ids and decoded bytes for every
- * string, round trips, special tokens, streaming helpers, and the errors
- * for missing and malformed files.
+ * string, round trips, special tokens, streaming helpers, the UTF-8
+ * repair, and the errors for missing and malformed files.
  *
  * Usage: test_tokenizer [DIR]; else $SL_FIXTURES as DIR; else
  * tests/fixtures/tokenizer relative to the working directory.  DIR is the

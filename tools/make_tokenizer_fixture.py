@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_tokenizer_fixture.py - build the small GPT-2-style tokenizer that
-tests/test_tokenizer.c checks runtime/tokenizer.c against, and the expected
+tests/test_tokenizer.c checks runtime/text/ against, and the expected
 Hugging Face outputs.
 
 Writes into tests/fixtures/tokenizer/ (or OUTDIR):

@@ -53,6 +53,9 @@
  *
  * Errors: 0 or a negative SL_E* code with a message (sl_errmsg()) naming
  * the file and, for merges.txt, the line.
+ *
+ * The implementation is the text layer's parts in runtime/text/, one job
+ * each (text_internal.h lists them).
  */
 #ifndef SL_TOKENIZER_H
 #define SL_TOKENIZER_H

@@ -1,0 +1,182 @@
+/*
+ * text_internal.h - what the parts of the text layer share, and nothing
+ * outside runtime/text/ includes.  The public interface is tokenizer.h.
+ *
+ * The parts, each with one job (docs/DESIGN.md, "The text layer"):
+ *   utf8.c      UTF-8: scanning, encoding a code point, the one repair
+ *               (U+FFFD per maximal subpart), the streaming stable length
+ *   uniclass.c  the Unicode classes the pre-tokenizer needs (letter,
+ *               number, space, other) over unicode_tables.h
+ *   vocab.c     loading vocab.json and merges.txt into the tokenizer: the
+ *               byte map, the spelling and merge hash tables, the special
+ *               ids, and the small queries on them
+ *   pretok.c    the GPT-2 pre-tokenizer regex, written out by hand
+ *   bpe.c       byte-pair merging of one pre-token (two variants: a
+ *               compact array for short words, a heap for long ones)
+ *   encode.c    the special-token split, and encode/pretokenize driving
+ *               pretok.c and bpe.c
+ *   decode.c    ids back to bytes, repaired unless raw bytes are asked for
+ */
+#ifndef SL_TEXT_INTERNAL_H
+#define SL_TEXT_INTERNAL_H
+
+#include "tokenizer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- the tokenizer (built by vocab.c, read by the rest) ---------------- */
+
+#define SL_TOK_MAX_ID (1 << 24)    /* ids in vocab.json stay below this */
+#define SL_TOK_MAX_WORD (1u << 28) /* longest pre-token BPE accepts */
+
+enum { SL_TOK_PRESENT = 1, SL_TOK_SPECIAL = 2 };
+
+/* What HF's OPT tokenizer splits out of text before pre-tokenizing. */
+extern const char *const sl_tok_special_text[];
+#define SL_TOK_NSPECIAL 2
+
+struct sl_tok_entry {
+	uint32_t piece_off, piece_len; /* vocab.json spelling, in pool */
+	uint32_t raw_off, raw_len;     /* decoded bytes, in pool */
+};
+
+struct sl_tok_merge {
+	uint64_t key;   /* (left id << 32) | right id; UINT64_MAX = empty */
+	int32_t rank;
+	int32_t id;     /* id of the merged token */
+};
+
+struct sl_tokenizer {
+	int32_t n_ids;                 /* max id + 1 */
+	struct sl_tok_entry *ent;      /* [n_ids] */
+	uint8_t *flags;                /* [n_ids] SL_TOK_PRESENT | SL_TOK_SPECIAL */
+	char *pool;
+	int32_t *piece_hash;           /* open addressing, -1 empty */
+	size_t piece_mask;
+	struct sl_tok_merge *merges;   /* open addressing */
+	size_t merge_mask;
+	int32_t byte_id[256];          /* id of each single byte, -1 if none */
+	int32_t special_id[SL_TOK_NSPECIAL];
+	size_t special_len[SL_TOK_NSPECIAL];
+};
+
+/* Whether id (>= 0) has an entry in vocab.json; one without (beyond it, or
+ * a hole in it) decodes to nothing, as in HF. */
+static inline bool sl_tok_has_text(const sl_tokenizer *t, int32_t id)
+{
+	return id < t->n_ids && (t->flags[id] & SL_TOK_PRESENT);
+}
+
+/* ---- the two hash tables (vocab.c fills them) -------------------------- */
+
+/* Slot of a hash: both tables use open addressing with linear probing.
+ * Spellings are hashed with FNV-1a (common/sl_hash.h), merges by key. */
+static inline size_t sl_tok_mix(uint64_t x)
+{
+	x ^= x >> 31;
+	x *= 0x9E3779B97F4A7C15ull;
+	x ^= x >> 29;
+	return (size_t)x;
+}
+
+static inline uint64_t sl_tok_merge_key(int32_t a, int32_t b)
+{
+	return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+}
+
+/* The merge of the pair (a, b), or NULL.  Inline: BPE's inner loop. */
+static inline const struct sl_tok_merge *sl_tok_merge_find(const sl_tokenizer *t, int32_t a,
+							    int32_t b)
+{
+	uint64_t key = sl_tok_merge_key(a, b);
+	for (size_t i = sl_tok_mix(key) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+		const struct sl_tok_merge *m = &t->merges[i];
+		if (m->key == key)
+			return m;
+		if (m->key == UINT64_MAX)
+			return NULL;
+	}
+}
+
+/* Id of the token spelled a followed by b (b may be empty), or -1. */
+int32_t sl_tok_lookup2(const sl_tokenizer *t, const char *a, size_t alen, const char *b,
+		       size_t blen);
+
+/* ---- UTF-8 (utf8.c) ------------------------------------------------------ */
+
+/*
+ * Look at the sequence starting at p[0] (n >= 1 bytes available).  Returns
+ * its length (1..4) and sets *cp if it is well-formed UTF-8; otherwise
+ * returns -k, k >= 1 being the maximal subpart (the bytes that one U+FFFD
+ * replaces in HF / Rust from_utf8_lossy / Python errors="replace").  *need
+ * gets the length the lead byte announces (0 for a byte that cannot lead).
+ */
+int sl_utf8_scan(const uint8_t *p, size_t n, uint32_t *cp, int *need);
+
+/* Write code point cp (< 0x110000) as UTF-8 into out (4 bytes room);
+ * returns its length. */
+size_t sl_utf8_put(uint32_t cp, char *out);
+
+/*
+ * Replace ill-formed UTF-8 in[0..n) by U+FFFD, one per maximal subpart
+ * (HF's String::from_utf8_lossy, Python's errors="replace").  *out is a
+ * malloc'd NUL-terminated copy, or NULL when in is already well-formed.
+ */
+int sl_utf8_lossy(const char *in, size_t n, char **out, size_t *olen);
+
+/* ---- Unicode classes (uniclass.c) --------------------------------------- */
+
+/* The classes: the values of unicode_tables.h's SL_UNI_* (checked in
+ * uniclass.c), which only uniclass.c includes, as it holds the tables. */
+enum { SL_TOK_OTHER = 0, SL_TOK_LETTER = 1, SL_TOK_NUMBER = 2, SL_TOK_SPACE = 3 };
+
+extern const uint8_t sl_tok_ascii_class[128];
+
+/* Class and length of a character that does not start with an ASCII byte. */
+int sl_tok_class_at_nonascii(const uint8_t *p, size_t n, size_t *len);
+
+/* Class and length of the character at p[0] (n >= 1 bytes); a byte outside
+ * well-formed UTF-8 is one character of class "other" (like U+FFFD). */
+static inline int sl_tok_class_at(const uint8_t *p, size_t n, size_t *len)
+{
+	if (p[0] < 0x80) {
+		*len = 1;
+		return sl_tok_ascii_class[p[0]];
+	}
+	return sl_tok_class_at_nonascii(p, n, len);
+}
+
+/* ---- encoding (encode.c, pretok.c, bpe.c) ------------------------------- */
+
+/* The scratch of one encode call. */
+struct sl_tok_sym {
+	int32_t id;   /* -1 once merged into its left neighbour */
+	int32_t prev, next;
+};
+
+struct sl_tok_cand {
+	int32_t rank, pos;
+};
+
+struct sl_tok_work {
+	int32_t *ids;
+	size_t n, cap;
+	struct sl_tok_sym *sym;
+	struct sl_tok_cand *heap;
+	size_t word_cap; /* sym holds word_cap, heap 3 * word_cap */
+	bool pieces_only; /* sl_tokenizer_pretokenize: record piece ends */
+	size_t *ends;
+	size_t nends, ends_cap;
+};
+
+/* Append id to w->ids. */
+int sl_tok_push_id(struct sl_tok_work *w, int32_t id);
+
+/* BPE the m bytes of one pre-token at p, appending its ids to w. */
+int sl_tok_bpe(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p, size_t m);
+
+/* The end of the pre-token (GPT-2 regex) that starts at p[i], i < e. */
+size_t sl_tok_next_word(const uint8_t *p, size_t i, size_t e);
+
+#endif
