@@ -37,7 +37,6 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 /* ---- header ------------------------------------------------------------- */
@@ -57,7 +56,6 @@ _Static_assert(HDR_OFF_KEY + SL_DISK_MAX_KEY <= HDR_OFF_SUM, "key does not fit t
 
 #define URING_WAKE UINT64_MAX /* user_data of the NOP that stops the reaper */
 #define POOL_THREADS 4
-#define MAX_REG_PIECE (1ull << 30) /* the kernel's limit per registered buffer */
 
 static void put_u32(unsigned char *p, uint32_t v)
 {
@@ -171,8 +169,6 @@ struct sl_disk_store {
 	bool reaper_started;
 	disk_chunk *chunks;
 	int *chunk_free, nfree;
-	struct iovec *iov;
-	int niov;
 
 	/* thread pool */
 	pthread_t workers[POOL_THREADS];
@@ -293,17 +289,6 @@ static int fail_report(const sl_disk_store *s, const disk_fail *f, uint64_t more
 
 /* ---- io_uring engine ------------------------------------------------------ */
 
-/* Index of the registered buffer holding [p, p+n), or -1. */
-static int reg_index(const sl_disk_store *s, const char *p, size_t n)
-{
-	for (int i = 0; i < s->niov; i++) {
-		const char *b = s->iov[i].iov_base;
-		if (p >= b && p + n <= b + s->iov[i].iov_len)
-			return i;
-	}
-	return -1;
-}
-
 static void uring_submit(sl_disk_store *s)
 {
 	for (int tries = 0; io_uring_sq_ready(&s->ring) > 0 && tries < 1000; tries++) {
@@ -331,20 +316,10 @@ static void uring_prep(sl_disk_store *s, int ci)
 	unsigned n = (unsigned)(c->len - c->done);
 	uint64_t foff = s->hdr_bytes + c->off + c->done;
 	int fd = s->fixed_file ? 0 : s->fd;
-	int bi = reg_index(s, p, n);
-	if (r->write) {
-		if (bi >= 0)
-			io_uring_prep_write_fixed(sqe, fd, p, n, foff, bi);
-		else
-			io_uring_prep_write(sqe, fd, p, n, foff);
-	} else {
-		if (bi >= 0)
-			io_uring_prep_read_fixed(sqe, fd, p, n, foff, bi);
-		else
-			io_uring_prep_read(sqe, fd, p, n, foff);
-	}
-	if (bi >= 0 && c->done == 0)
-		s->st.fixed_chunks++;
+	if (r->write)
+		io_uring_prep_write(sqe, fd, p, n, foff);
+	else
+		io_uring_prep_read(sqe, fd, p, n, foff);
 	if (s->fixed_file)
 		io_uring_sqe_set_flags(sqe, IOSQE_FIXED_FILE);
 	io_uring_sqe_set_data64(sqe, (uint64_t)ci + 1);
@@ -523,8 +498,6 @@ static int uring_start(sl_disk_store *s, char *why, size_t whyn)
 	struct io_uring_probe *pr = io_uring_get_probe_ring(&s->ring);
 	bool ok = pr && io_uring_opcode_supported(pr, IORING_OP_READ) &&
 		  io_uring_opcode_supported(pr, IORING_OP_WRITE) &&
-		  io_uring_opcode_supported(pr, IORING_OP_READ_FIXED) &&
-		  io_uring_opcode_supported(pr, IORING_OP_WRITE_FIXED) &&
 		  io_uring_opcode_supported(pr, IORING_OP_NOP);
 	if (pr)
 		io_uring_free_probe(pr);
@@ -1100,12 +1073,11 @@ void sl_disk_close(sl_disk_store *s)
 	if (s->fd >= 0) /* now: the ring's reference to the file may outlive the close */
 		flock(s->fd, LOCK_UN);
 	if (s->ring_init)
-		io_uring_queue_exit(&s->ring); /* also drops registered buffers and file */
+		io_uring_queue_exit(&s->ring); /* also drops the registered file */
 	if (s->fd >= 0)
 		close(s->fd);
 	free(s->chunks);
 	free(s->chunk_free);
-	free(s->iov);
 	free(s->req);
 	free(s->evicted);
 	free(s->dir);
@@ -1259,64 +1231,6 @@ int sl_disk_wait_all(sl_disk_store *s)
 	return fail_report(s, &first, nfail - 1);
 }
 
-int sl_disk_register(sl_disk_store *s, void *const *bufs, const size_t *lens, int n)
-{
-	if (!s || n < 0 || (n > 0 && (!bufs || !lens)))
-		return sl_err(SL_EINVAL, "sl_disk_register: bad arguments");
-	size_t pieces = 0, total = 0;
-	for (int i = 0; i < n; i++) {
-		if (!bufs[i] || (uintptr_t)bufs[i] % SL_DISK_ALIGN || lens[i] == 0 || lens[i] % SL_DISK_ALIGN)
-			return sl_err(SL_EINVAL, "%s: staging buffer %d (%p, %zu bytes) must be 4096-aligned with a "
-				      "non-zero length that is a multiple of 4096", s->path, i, bufs[i], lens[i]);
-		pieces += (lens[i] + MAX_REG_PIECE - 1) / MAX_REG_PIECE;
-		total += lens[i];
-	}
-	if (pieces > 16384)
-		return sl_err(SL_EINVAL, "%s: %zu staging buffer pieces, io_uring registers at most 16384", s->path,
-			      pieces);
-	pthread_mutex_lock(&s->mu);
-	while (s->active_reqs > 0)
-		pthread_cond_wait(&s->done_cv, &s->mu);
-	pthread_mutex_unlock(&s->mu);
-	if (s->engine != ENG_URING)
-		return 0;
-
-	/* Older kernels quiesce the ring to register buffers, which waits for
-	 * a thread blocked in io_uring_wait_cqe: stop the reaper meanwhile. */
-	struct iovec *iov = NULL;
-	if (n > 0 && !(iov = calloc(pieces, sizeof *iov)))
-		return sl_err(SL_ENOMEM, "%s: out of memory registering buffers", s->path);
-	reaper_stop(s);
-	if (s->niov) {
-		io_uring_unregister_buffers(&s->ring);
-		free(s->iov);
-		s->iov = NULL;
-		s->niov = 0;
-	}
-	if (n == 0)
-		return reaper_start(s);
-	size_t k = 0;
-	for (int i = 0; i < n; i++)
-		for (size_t o = 0; o < lens[i]; o += MAX_REG_PIECE)
-			iov[k++] = (struct iovec){ .iov_base = (char *)bufs[i] + o,
-						   .iov_len = SL_MIN(MAX_REG_PIECE, lens[i] - o) };
-	int rc = io_uring_register_buffers(&s->ring, iov, (unsigned)pieces);
-	if (rc < 0) {
-		char eb[128];
-		fprintf(stderr, "sluice: warning: %s: cannot register %d staging buffers (%.1f MiB) with io_uring (%s%s); "
-			"using unregistered buffers\n", s->dir, n, (double)total / (1 << 20), errstr(-rc, eb, sizeof eb),
-			rc == -ENOMEM ? ": raise RLIMIT_MEMLOCK (ulimit -l)" : "");
-		free(iov);
-	} else {
-		s->iov = iov;
-		s->niov = (int)pieces;
-	}
-	int rc2 = reaper_start(s);
-	if (rc2 < 0)
-		s->fatal = EAGAIN; /* no completion thread: refuse further I/O */
-	return rc2;
-}
-
 int sl_disk_mark_complete(sl_disk_store *s)
 {
 	char eb[128];
@@ -1441,10 +1355,6 @@ int sl_disk_probe_read(const char *dir, uint64_t bytes, double *gbps, char *mode
 	}
 	for (size_t i = 0; i < (size_t)PROBE_NBUF * PROBE_REQ; i += 64)
 		buf[i] = (char)(i >> 12); /* not all zeros, in case the device compresses */
-	void *bp = buf;
-	size_t bl = (size_t)PROBE_NBUF * PROBE_REQ;
-	if ((rc = sl_disk_register(s, &bp, &bl, 1)) < 0)
-		goto out;
 	if ((rc = probe_pass(s, true, bytes, buf)) < 0)
 		goto out;
 	if (fdatasync(s->fd) != 0) {

@@ -16,8 +16,8 @@
  * fallback), so I/O keeps going while the caller computes.
  *
  * Engines, chosen once at open:
- *   "io_uring+O_DIRECT"        the normal path: fixed file, registered
- *                              buffers where the caller registered them
+ *   "io_uring+O_DIRECT"        the normal path (a registered file; the
+ *                              buffers are not registered: docs/DESIGN.md)
  *   "threads+pread+O_DIRECT"   io_uring unavailable (ENOSYS, EPERM in
  *                              containers, kernel.io_uring_disabled)
  *   "threads+pread+buffered"   the file system refuses O_DIRECT (EINVAL on
@@ -42,8 +42,7 @@
  * sl_disk_remove_unused (sluice convert --clean) leaves it alone.
  *
  * Threads: read, write, wait and wait_all may be called from any thread;
- * register and close must not run concurrently with other calls on the same
- * store.  Buffers handed to read/write belong to the caller and must stay
+ * close must not run concurrently with other calls on the same store.  Buffers handed to read/write belong to the caller and must stay
  * valid (and, for writes, unchanged) until the request has been waited for.
  *
  * Errors follow sl_common.h: 0 or a negative SL_E* code, with a one-line
@@ -89,7 +88,6 @@ typedef struct sl_disk_params {
 typedef struct sl_disk_stats {
 	uint64_t bytes_read, bytes_written; /* completed successfully */
 	uint64_t reads, writes;             /* requests completed (any status) */
-	uint64_t fixed_chunks;              /* chunks done from registered buffers */
 	uint64_t requeued;                  /* requests that waited for a free slot */
 	int max_in_flight;                  /* most chunks in flight at once */
 	double busy_s;                      /* seconds with >= 1 request unfinished */
@@ -106,17 +104,6 @@ typedef struct sl_disk_stats {
  * header says).  On success the store owns its file; sl_disk_close frees it.
  */
 int sl_disk_open(const sl_disk_params *p, sl_disk_store **out, bool *fresh);
-
-/*
- * Register the caller's staging buffers (pinned host memory) with io_uring so
- * that chunks inside them use fixed-buffer reads and writes.  Optional; the
- * buffers must be 4 KiB aligned with lengths in multiples of 4 KiB and stay
- * valid until sl_disk_close or the next sl_disk_register (which replaces the
- * set; n == 0 unregisters).  Waits for requests in flight first.  Where the
- * kernel refuses (RLIMIT_MEMLOCK) it prints a warning and carries on with
- * unregistered I/O; on the thread engine it only checks the arguments.
- */
-int sl_disk_register(sl_disk_store *s, void *const *bufs, const size_t *lens, int n);
 
 /*
  * Queue a read of n bytes at data-area offset off into buf (or a write from

@@ -5,7 +5,7 @@
  * no io_uring), the thread pool with O_DIRECT (force_fallback) and the thread
  * pool buffered (force_no_direct, and for real on a ramfs mount that refuses
  * O_DIRECT).  Checked: round trips of random data at random offsets and
- * sizes with many requests in flight, registered buffers, queue-depth and
+ * sizes with many requests in flight, queue-depth and
  * request-table exhaustion, reopening (fresh only when incomplete), a store
  * of another key or size, truncated stores (short reads, refused reopen), a
  * disk filling up (RLIMIT_FSIZE -> EFBIG in a child; ENOSPC on a 4 MiB tmpfs
@@ -327,11 +327,6 @@ static void roundtrip_at(int _i, const char *root)
 	ck_assert_uint_eq(sl_disk_capacity(s), cap);
 
 	char *dst = page_buf(cap);
-	if (_i == 0) { /* fixed buffers on the io_uring path */
-		void *bufs[2] = { src, dst };
-		size_t lens[2] = { cap, cap };
-		ck_assert_msg(sl_disk_register(s, bufs, lens, 2) == 0, "register: %s", sl_errmsg());
-	}
 	ext *x = malloc(sizeof *x * (cap / 4096));
 	int n = partition(x, cap, 5 + (uint64_t)_i);
 	move_all(s, true, src, x, n, 11);
@@ -347,8 +342,6 @@ static void roundtrip_at(int _i, const char *root)
 	ck_assert_msg(st.busy_s > 0, "busy time is counted");
 	ck_assert_msg(st.max_in_flight >= 2 && st.max_in_flight <= 8,
 		      "several chunks in flight, at most the queue depth (8): %d", st.max_in_flight);
-	if (_i == 0)
-		ck_assert_msg(st.fixed_chunks > 0, "registered buffers are used for fixed reads/writes");
 	ck_assert_msg(sl_disk_mark_complete(s) == 0, "mark complete: %s", sl_errmsg());
 	sl_disk_close(s);
 	free(x);
@@ -534,15 +527,6 @@ START_TEST(test_bad_args)
 	ck_assert_int_eq(sl_disk_read(s, 2 * MIB, buf, 4096, &t), SL_ERANGE);
 	ck_assert_int_eq(sl_disk_wait(s, 0), SL_EINVAL);
 	ck_assert_int_eq(sl_disk_wait(s, 12345), SL_EINVAL);
-	void *b = buf + 512;
-	size_t l = 4096;
-	ck_assert_int_eq(sl_disk_register(s, &b, &l, 1), SL_EINVAL);
-	b = buf;
-	l = 5000;
-	ck_assert_int_eq(sl_disk_register(s, &b, &l, 1), SL_EINVAL);
-	l = 2 * MIB;
-	ck_assert(sl_disk_register(s, &b, &l, 1) == 0);
-	ck_assert(sl_disk_register(s, NULL, NULL, 0) == 0); /* unregister */
 	ck_assert(sl_disk_wait_all(s) == 0);
 	/* Still works after all that. */
 	fill_random(buf, MIB, 8);
@@ -1303,9 +1287,6 @@ START_TEST(test_bench)
 	const int nbuf = 4;
 	char *buf = page_buf(req * nbuf);
 	fill_random(buf, req * nbuf, 5);
-	void *bp = buf;
-	size_t bl = req * nbuf;
-	ck_assert(sl_disk_register(s, &bp, &bl, 1) == 0);
 	uint64_t tk[4] = { 0 };
 	int nreq = (int)(total / req);
 	for (int i = 0; i < nreq; i++) {
@@ -1316,7 +1297,6 @@ START_TEST(test_bench)
 	ck_assert_msg(sl_disk_mark_complete(s) == 0, "%s", sl_errmsg());
 	sl_disk_close(s);
 	ck_assert(sl_disk_open(&p, &s, &fresh) == 0 && !fresh);
-	ck_assert(sl_disk_register(s, &bp, &bl, 1) == 0);
 	memset(tk, 0, sizeof tk);
 	double t0 = sl_now();
 	for (int i = 0; i < nreq; i++) {
