@@ -12,7 +12,7 @@ sluice_deps() {
 	command -v cc >/dev/null || need+=(gcc)
 	command -v python3 >/dev/null || need+=(python3)
 	local pc
-	for pc in liburing:liburing-dev libzstd:libzstd-dev hwloc:libhwloc-dev check:check \
+	for pc in liburing:liburing-dev hwloc:libhwloc-dev check:check \
 		jansson:libjansson-dev; do
 		pkg-config --exists "${pc%%:*}" 2>/dev/null || need+=("${pc#*:}")
 	done

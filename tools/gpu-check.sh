@@ -19,7 +19,7 @@
 # see "build dependencies" below), GPU_CHECK_DEBS_PREFIX (/tmp/sluice-deps).
 #
 # The device machine (no network; nvcc, cmake, ninja and pip's meson, but not
-# check, jansson, OpenBLAS, liburing, zstd, hwloc or maybe pkg-config):
+# check, jansson, OpenBLAS, liburing, hwloc or maybe pkg-config):
 #   1. here, before the device session:   tools/gpu-debs.sh
 #      (downloads the Debian 12 .debs of those, about 14 MiB, into .debs/,
 #      which git ignores)
@@ -129,18 +129,18 @@ have_omp_blas() { have_pc openblas && pkg-config --variable=openblas_config open
 missing_groups() {
 	local g=() pc
 	command -v pkg-config >/dev/null || g+=(pkg-config)
-	for pc in liburing libzstd hwloc check jansson; do
+	for pc in liburing hwloc check jansson; do
 		have_pc "$pc" || g+=("$pc")
 	done
 	have_omp_blas || g+=(openblas)
 	echo "${g[*]}"
 }
-declare -A apt_of=([pkg-config]=pkg-config [liburing]=liburing-dev [libzstd]=libzstd-dev
+declare -A apt_of=([pkg-config]=pkg-config [liburing]=liburing-dev
 	[hwloc]=libhwloc-dev [check]="check libsubunit-dev" [jansson]=libjansson-dev
 	[openblas]=libopenblas-openmp-dev)
 # >>> debs (tools/gpu-debs.sh downloads these; keep the two lists in step)
 declare -A debs_of=([pkg-config]="pkgconf-bin libpkgconf3" [liburing]="liburing-dev liburing2"
-	[libzstd]="libzstd-dev libzstd1" [hwloc]="libhwloc-dev libhwloc15 libudev1"
+	[hwloc]="libhwloc-dev libhwloc15 libudev1"
 	[check]="check libsubunit-dev libsubunit0" [jansson]="libjansson-dev libjansson4"
 	[openblas]="libopenblas-openmp-dev libopenblas0-openmp libgfortran5 libquadmath0")
 # unpack_deb DEB DIR: dpkg -x, or ar and tar where dpkg is missing

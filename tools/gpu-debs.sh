@@ -25,7 +25,6 @@ pkgs=(
 	libjansson-dev libjansson4
 	libopenblas-openmp-dev libopenblas0-openmp libgfortran5 libquadmath0
 	liburing-dev liburing2
-	libzstd-dev libzstd1
 	libhwloc-dev libhwloc15 libudev1
 )
 
