@@ -1,5 +1,5 @@
 /*
- * test_disk_store.c - the disk tier (offload/disk_store.c) on every engine.
+ * test_disk_store.c - the disk tier (offload/disk_*.c) on every engine.
  *
  * Engines: io_uring+O_DIRECT (skipped, with the reason, where the kernel has
  * no io_uring), the thread pool with O_DIRECT (force_fallback) and the thread
