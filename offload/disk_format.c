@@ -9,6 +9,7 @@
  */
 #include "disk_internal.h"
 #include "sl_common.h"
+#include "sl_hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -59,16 +60,6 @@ static uint64_t get_u64(const unsigned char *p)
 	return v;
 }
 
-static uint64_t fnv1a(const unsigned char *p, size_t n)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (size_t i = 0; i < n; i++) {
-		h ^= p[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
 /* "key" with non-printable bytes replaced and long keys shortened, for messages. */
 static void key_show(const char *k, size_t n, char *out, size_t outn)
 {
@@ -105,7 +96,7 @@ int disk_header_pwrite(sl_disk_store *s, bool complete)
 	put_u32(h + HDR_OFF_COMPLETE, complete ? HDR_COMPLETE : 0);
 	put_u32(h + HDR_OFF_KEYLEN, (uint32_t)kl);
 	memcpy(h + HDR_OFF_KEY, s->key, kl);
-	put_u64(h + HDR_OFF_SUM, fnv1a(h, HDR_OFF_SUM));
+	put_u64(h + HDR_OFF_SUM, sl_fnv1a64(SL_FNV1A64_INIT, h, HDR_OFF_SUM));
 	ssize_t k;
 	do
 		k = pwrite(s->fd, h, SL_DISK_HEADER_BYTES, 0);
@@ -151,7 +142,7 @@ int disk_header_check(sl_disk_store *s, const unsigned char *h, uint64_t size, b
 	if (memcmp(h, HDR_MAGIC, 8) != 0)
 		return sl_err(SL_EFORMAT, "%s is not a sluice store (bad magic); remove it or use another --offload-dir",
 			      s->path);
-	if (get_u64(h + HDR_OFF_SUM) != fnv1a(h, HDR_OFF_SUM))
+	if (get_u64(h + HDR_OFF_SUM) != sl_fnv1a64(SL_FNV1A64_INIT, h, HDR_OFF_SUM))
 		return sl_err(SL_EFORMAT, "%s: corrupt store header (checksum mismatch); remove it so that it is rewritten",
 			      s->path);
 	uint32_t ver = get_u32(h + HDR_OFF_VERSION);
@@ -215,7 +206,7 @@ int sl_disk_peek(const char *path, sl_disk_info *info)
 			    k != (ssize_t)SL_DISK_HEADER_BYTES ? "shorter than a header" : "bad magic");
 		goto out;
 	}
-	if (get_u64(h + HDR_OFF_SUM) != fnv1a(h, HDR_OFF_SUM)) {
+	if (get_u64(h + HDR_OFF_SUM) != sl_fnv1a64(SL_FNV1A64_INIT, h, HDR_OFF_SUM)) {
 		rc = sl_err(SL_EFORMAT, "%s: corrupt store header (checksum mismatch)", path);
 		goto out;
 	}
