@@ -5,16 +5,13 @@
  * matches its checkpoint, and removes the stale ones.
  */
 #include "backend.h"
+#include "cli.h"
 #include "policy.h"
 #include "wstore.h"
 
 #include <getopt.h>
 #include <omp.h>
 #include <string.h>
-
-int cmd_convert(int argc, char **argv);
-
-#define EXIT_USAGE 2
 
 static const char convert_help[] =
 	"usage: sluice convert (--model DIR | --dummy NAME) --offload-dir DIR\n"

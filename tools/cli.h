@@ -1,0 +1,166 @@
+/*
+ * cli.h - what the commands of the command line share (tools/cli_common.c:
+ * the exit status, option parsing, opening the model under the budgets;
+ * tools/cli_job.c: the options and the run of the two job commands,
+ * generate and score).  One file per command: tools/cmd_<command>.c.
+ */
+#ifndef SL_CLI_H
+#define SL_CLI_H
+
+#include "backend.h"
+#include "job.h"
+#include "model.h"
+#include "policy.h"
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define EXIT_USAGE 2
+#define EXIT_INTERRUPTED 130
+
+#define EXIT_HELP                                                                          \
+	"Exit status: 0 done; 2 the command is wrong (an option, the input, policy or model\n" \
+	"file, a budget too small), found before anything ran; 1 the job failed (it ran and\n" \
+	"failed, a read or write error, out of memory, the device, an internal error);\n"     \
+	"130 interrupted.\n"
+
+/* Set once compute has started: from then on any failure is the job's
+ * (cli_common.c: exit_status). */
+extern bool computing;
+
+/* One line on stderr and the exit status of the recorded error (sl_errmsg). */
+void die(int rc);
+/* "sluice CMD: <fmt with arg> (see 'sluice CMD --help')" and exit 2. */
+void usage_error(const char *cmd, const char *fmt, const char *arg);
+void bad_option(const char *cmd, int c, char **argv);
+int parse_int(const char *cmd, const char *opt, const char *s, int lo, int hi);
+float parse_float(const char *cmd, const char *opt, const char *s, float lo, float hi);
+int parse_threads(const char *cmd, const char *s);
+size_t parse_budget(const char *cmd, const char *opt, const char *s);
+
+/* Options every command shares. */
+typedef struct common_opts {
+	const char *model_dir, *dummy, *backend;
+	const char *cpu_gemm; /* --cpu-gemm: sluice (default) or openblas */
+	int threads;
+	size_t gpu_mem, cpu_mem;
+	bool kv_f32;
+	int argc;
+	char **argv;
+	sl_policy policy;
+	bool policy_given; /* a policy file or flag: its batch is the block size */
+	const char *offload_dir;
+} common_opts;
+
+enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,
+       OPT_PROMPT_LEN, OPT_GEN_LEN, OPT_QUIET, OPT_SEED, OPT_KV_DTYPE, OPT_POLICY, OPT_PERCENT,
+       OPT_GBS, OPT_NGB, OPT_OFFLOAD_DIR, OPT_CPU_MEM, OPT_NO_OVERLAP, OPT_CPU_CACHE_COMPUTE,
+       OPT_HH_RATIO, OPT_RECENT_RATIO, OPT_CPU_GEMM };
+
+#define COMMON_LONG_OPTS                                                                   \
+	{ "model", required_argument, 0, 'm' }, { "dummy", required_argument, 0, OPT_DUMMY }, \
+		{ "backend", required_argument, 0, OPT_BACKEND },                              \
+		{ "threads", required_argument, 0, OPT_THREADS },                              \
+		{ "cpu-gemm", required_argument, 0, OPT_CPU_GEMM },                            \
+		{ "gpu-mem", required_argument, 0, OPT_GPU_MEM },                              \
+		{ "kv-dtype", required_argument, 0, OPT_KV_DTYPE },                            \
+		{ "cpu-mem", required_argument, 0, OPT_CPU_MEM },                              \
+		{ "policy", required_argument, 0, OPT_POLICY },                                \
+		{ "percent", required_argument, 0, OPT_PERCENT },                              \
+		{ "gpu-batch-size", required_argument, 0, OPT_GBS },                           \
+		{ "num-gpu-batches", required_argument, 0, OPT_NGB },                          \
+		{ "offload-dir", required_argument, 0, OPT_OFFLOAD_DIR },                      \
+		{ "no-overlap", no_argument, 0, OPT_NO_OVERLAP },                              \
+		{ "cpu-cache-compute", no_argument, 0, OPT_CPU_CACHE_COMPUTE },                \
+		{ "hh-ratio", required_argument, 0, OPT_HH_RATIO },                            \
+		{ "recent-ratio", required_argument, 0, OPT_RECENT_RATIO }
+
+#define COMMON_HELP                                                                          \
+	"  --model DIR          Hugging Face OPT checkpoint (config.json + safetensors)\n"  \
+	"  --dummy NAME         deterministic random weights of a named shape instead\n"    \
+	"                       (opt-125m, -350m, -1.3b, -2.7b, -6.7b, -13b, -30b, -66b, -175b)\n" \
+	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"   \
+	"  --threads N          CPU threads, 1 to the cores available (default: all cores)\n" \
+	"  --cpu-gemm sluice|openblas  the CPU backend's matrix products: sluice's own\n" \
+	"                       (default: a sequence's tokens do not depend on the batch)\n" \
+	"                       or OpenBLAS's sgemm (faster on some CPUs; not batch invariant)\n" \
+	"  --gpu-mem BYTES      cap on device memory, above 0 (e.g. 16G; K, M, G, T)\n"      \
+	"  --kv-dtype f16|f32   KV cache precision (default f16; f32 doubles its size)\n"  \
+	"  --cpu-mem BYTES      cap on pinned host memory, above 0 (e.g. 64G)\n"            \
+	"  --policy FILE        placement and batching policy (JSON; docs/policy.md);\n"   \
+	"                       flags after it override its fields\n"                       \
+	"  --percent WG WC CG CC AG AC  FlexGen's six placement percentages (weights,\n"  \
+	"                       cache, activations on GPU and CPU; the rest on disk)\n"     \
+	"  --gpu-batch-size N, --num-gpu-batches N  the policy's block: N x N prompts\n"   \
+	"  --offload-dir DIR    the disk tier's folder (weights or KV cache on disk)\n"     \
+	"  --no-overlap         load each layer's weights and each step's cache when\n"    \
+	"                       needed instead of prefetching the next\n"                   \
+	"  --cpu-cache-compute  decode attention over the host-tier KV cache where it\n"   \
+	"                       lives, on the CPU, without copying the cache\n"            \
+	"  --hh-ratio H         H2O: keep floor(H x prompt) heavy-hitter tokens (0: off)\n" \
+	"  --recent-ratio R     H2O: and floor(R x prompt) recent ones (default: H)\n"
+
+void common_init(common_opts *o);
+bool common_opt(const char *cmd, int c, common_opts *o);
+void check_model_opts(const char *cmd, const common_opts *o);
+sl_job_shape job_shape(const common_opts *o, int nseq, int rows, int cap, int max_prompt);
+int model_config(const common_opts *o, sl_opt_config *cfg);
+int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js,
+	       sl_backend **be, sl_model **m);
+int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js);
+void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
+		 const sl_job_shape *js);
+void fmt_bytes(size_t n, char *buf, size_t len);
+
+/* ---- generate and score (cli_job.c) ----------------------------------- */
+
+/* Options of the two job commands. */
+typedef struct job_cli {
+	common_opts co;
+	const char *in, *out, *stats;
+	bool overwrite, resume, quiet, skip_bad, truncate_left, batch_given;
+	sl_job_opts jo;
+	int nstop_cap;
+} job_cli;
+
+enum { OPT_RESUME = 1100, OPT_STATS, OPT_SHARD, OPT_SKIP_BAD, OPT_TRUNCATE, OPT_TEMPERATURE,
+       OPT_TOP_K, OPT_TOP_P, OPT_STOP };
+
+#define JOB_LONG_OPTS                                                                      \
+	COMMON_LONG_OPTS, { "out", required_argument, 0, 'o' },                            \
+		{ "batch-size", required_argument, 0, 'b' },                                \
+		{ "overwrite", no_argument, 0, OPT_OVERWRITE },                             \
+		{ "resume", no_argument, 0, OPT_RESUME },                                   \
+		{ "quiet", no_argument, 0, OPT_QUIET },                                     \
+		{ "stats", required_argument, 0, OPT_STATS },                               \
+		{ "shard", required_argument, 0, OPT_SHARD },                               \
+		{ "skip-bad-lines", no_argument, 0, OPT_SKIP_BAD },                         \
+		{ "truncate", required_argument, 0, OPT_TRUNCATE },                         \
+		{ "help", no_argument, 0, 'h' }
+
+#define JOB_HELP                                                                             \
+	"  --out FILE           output JSON Lines, in input order (FILE.partial until done;\n"  \
+	"                       - : standard output, each block as it ends, no --resume)\n"    \
+	"  --batch-size B       prompts per block (default 8)\n"                                \
+	"  --overwrite          replace an existing output (or an interrupted run's)\n"         \
+	"  --resume             continue an interrupted run after its last whole block\n"       \
+	"  --shard K/N          take blocks K, K+N, K+2N, ... (0 <= K < N)\n"                   \
+	"  --skip-bad-lines     write {\"id\", \"error\"} for a bad input line and go on\n"       \
+	"  --truncate left      cut over-long prompts from the left instead of failing\n"       \
+	"  --stats FILE         the summary as JSON\n"                                          \
+	"  --quiet              no progress and no summary on stderr\n" EXIT_HELP
+
+bool job_opt(const char *cmd, int c, job_cli *j);
+/* Check, open, run and report a generate (score false) or score job. */
+int run_job(const char *cmd, job_cli *j, bool score);
+
+/* ---- the commands (cmd_<command>.c) ----------------------------------- */
+
+int cmd_generate(int argc, char **argv);
+int cmd_score(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+
+#endif

@@ -1,0 +1,347 @@
+/*
+ * cli_common.c - what every command shares: the exit status and the
+ * one-line errors, option parsing, and opening the backend and the model
+ * under the options' policy and budgets (refused before anything loads
+ * when the job cannot fit).
+ */
+#include "cli.h"
+#include "cpu/cpu_backend.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * The exit status, one rule for every command (README "Exit status" and
+ * each command's --help say the same):
+ *   2    the command is wrong and nothing ran: an option, or a file or
+ *        folder it names (missing, malformed, out of range: the input, the
+ *        policy, the model), or a budget too small for the job;
+ *   1    the job failed: it ran and failed, or the system failed it (a read
+ *        or write error, out of memory, the device), or an internal error;
+ *   130  interrupted (SIGINT or SIGTERM).
+ * Everything that can be checked is checked before compute starts, so the
+ * first kind is found before anything runs; once compute has started
+ * (`computing`), any failure is the job's.
+ */
+bool computing;
+
+static int exit_status(int rc)
+{
+	if (rc == SL_EINTERRUPTED)
+		return EXIT_INTERRUPTED;
+	if (computing)
+		return EXIT_FAILURE;
+	switch (rc) {
+	case SL_EINVAL:
+	case SL_EFORMAT:
+	case SL_ESHAPE:
+	case SL_ENOTFOUND:
+	case SL_EUNSUPPORTED:
+	case SL_ERANGE:
+	case SL_EBUDGET:
+		return EXIT_USAGE;
+	default:
+		return EXIT_FAILURE;
+	}
+}
+
+void die(int rc)
+{
+	fprintf(stderr, "sluice: %s\n", sl_errmsg());
+	exit(exit_status(rc));
+}
+
+void usage_error(const char *cmd, const char *fmt, const char *arg)
+{
+	fprintf(stderr, "sluice %s: ", cmd);
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, " (see 'sluice %s --help')\n", cmd);
+	exit(EXIT_USAGE);
+}
+
+/* An option getopt did not accept (c is '?' or ':'): one line and a hint. */
+void bad_option(const char *cmd, int c, char **argv)
+{
+	const char *arg = argv[optind - 1];
+	char buf[3] = { '-', (char)optopt, 0 };
+	if (optopt && strncmp(arg, "--", 2))
+		arg = buf; /* a short option, perhaps one of a cluster */
+	usage_error(cmd, c == ':' ? "option '%s' needs a value" : "unknown option '%s'", arg);
+}
+
+int parse_int(const char *cmd, const char *opt, const char *s, int lo, int hi)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || v < lo || v > hi) {
+		fprintf(stderr, "sluice %s: %s must be an integer in [%d, %d], got '%s'\n", cmd, opt, lo,
+			hi, s);
+		exit(EXIT_USAGE);
+	}
+	return (int)v;
+}
+
+/* 1 to the cores this process may use: more only slows it down. */
+int parse_threads(const char *cmd, const char *s)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	const int cores = omp_get_num_procs();
+	if (!*s || *end || v < 1 || v > cores) {
+		fprintf(stderr,
+			"sluice %s: --threads must be an integer in [1, %d] (the cores this process may use), got '%s'\n",
+			cmd, cores, s);
+		exit(EXIT_USAGE);
+	}
+	return (int)v;
+}
+
+/* A memory cap: a size above 0 (no option: no cap). */
+size_t parse_budget(const char *cmd, const char *opt, const char *s)
+{
+	size_t v = 0;
+	char msg[512];
+	if (sl_parse_size(s, &v) < 0)
+		snprintf(msg, sizeof msg, "%s: %s", opt, sl_errmsg());
+	else if (v == 0)
+		snprintf(msg, sizeof msg, "%s must be more than 0 (leave it out for no cap)", opt);
+	else
+		return v;
+	usage_error(cmd, "%s", msg);
+	return 0;
+}
+
+float parse_float(const char *cmd, const char *opt, const char *s, float lo, float hi)
+{
+	char *end;
+	float v = strtof(s, &end);
+	if (!*s || *end || !(v >= lo && v <= hi)) {
+		fprintf(stderr, "sluice %s: %s must be a number in [%g, %g], got '%s'\n", cmd, opt, lo,
+			hi, s);
+		exit(EXIT_USAGE);
+	}
+	return v;
+}
+
+void common_init(common_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->backend = "auto";
+	o->cpu_gemm = "sluice";
+	sl_policy_default(&o->policy);
+}
+
+bool common_opt(const char *cmd, int c, common_opts *o)
+{
+	switch (c) {
+	case 'm': o->model_dir = optarg; return true;
+	case OPT_DUMMY: o->dummy = optarg; return true;
+	case OPT_BACKEND: o->backend = optarg; return true;
+	case OPT_THREADS: o->threads = parse_threads(cmd, optarg); return true;
+	case OPT_CPU_GEMM:
+		if (strcmp(optarg, "sluice") && strcmp(optarg, "openblas"))
+			usage_error(cmd, "--cpu-gemm must be sluice or openblas, got '%s'", optarg);
+		o->cpu_gemm = optarg;
+		return true;
+	case OPT_GPU_MEM: o->gpu_mem = parse_budget(cmd, "--gpu-mem", optarg); return true;
+	case OPT_CPU_MEM: o->cpu_mem = parse_budget(cmd, "--cpu-mem", optarg); return true;
+	case OPT_POLICY: {
+		int rc = sl_policy_load(optarg, &o->policy);
+		if (rc < 0)
+			die(rc);
+		o->policy_given = true;
+		return true;
+	}
+	case OPT_PERCENT: {
+		/* six numbers: this argument and the five after it */
+		const char *v[6] = { optarg };
+		for (int i = 1; i < 6; i++) {
+			if (optind >= o->argc)
+				usage_error(cmd, "%s", "--percent takes six numbers: WG WC CG CC AG AC");
+			v[i] = o->argv[optind++];
+		}
+		if (sl_policy_set_percent(&o->policy, v) < 0)
+			usage_error(cmd, "%s", sl_errmsg());
+		o->policy_given = true;
+		return true;
+	}
+	case OPT_GBS:
+	case OPT_NGB:
+	case OPT_HH_RATIO:
+	case OPT_RECENT_RATIO:
+		if (sl_policy_set(&o->policy, c == OPT_GBS ? "--gpu-batch-size"
+					      : c == OPT_NGB ? "--num-gpu-batches"
+					      : c == OPT_HH_RATIO ? "--hh-ratio" : "--recent-ratio",
+				  optarg) < 0)
+			usage_error(cmd, "%s", sl_errmsg());
+		o->policy_given = true;
+		return true;
+	case OPT_NO_OVERLAP: o->policy.overlap = false; return true;
+	case OPT_CPU_CACHE_COMPUTE: o->policy.cpu_cache_compute = true; return true;
+	case OPT_OFFLOAD_DIR: o->offload_dir = optarg; return true;
+	case OPT_KV_DTYPE:
+		if (strcmp(optarg, "f16") && strcmp(optarg, "f32"))
+			usage_error(cmd, "--kv-dtype must be f16 or f32, got '%s'", optarg);
+		o->kv_f32 = !strcmp(optarg, "f32");
+		return true;
+	default: return false;
+	}
+}
+
+/* The command line on its own: one model, a policy within its bounds. */
+void check_model_opts(const char *cmd, const common_opts *o)
+{
+	if (!!o->model_dir == !!o->dummy)
+		usage_error(cmd, "%sgive exactly one of --model DIR and --dummy NAME", "");
+	int rc = sl_policy_validate(&o->policy, "policy");
+	if (rc < 0)
+		die(rc);
+}
+
+/* Backend and model; on failure both are released and *be, *m are NULL. */
+static sl_model_params model_params(const common_opts *o)
+{
+	const sl_policy *p = &o->policy;
+	return (sl_model_params){ .dir = o->model_dir, .dummy = o->dummy,
+				  .w_gpu_percent = p->w_gpu_percent, .w_cpu_percent = p->w_cpu_percent,
+				  .offload_dir = o->offload_dir, .overlap = p->overlap,
+				  .sep_layer = p->sep_layer };
+}
+
+/* A job of nseq sequences, rows rows per forward, cap cache slots (dense)
+ * and prompts up to max_prompt, under the options' policy. */
+sl_job_shape job_shape(const common_opts *o, int nseq, int rows, int cap, int max_prompt)
+{
+	const sl_policy *p = &o->policy;
+	return (sl_job_shape){ .max_seq = nseq, .max_rows = rows, .cap = cap, .max_prompt = max_prompt,
+			       .kv_f32 = o->kv_f32, .micro = o->policy_given ? p->gpu_batch_size : 0,
+			       .hh = p->hh_ratio,
+			       .rr = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0,
+			       .cache_gpu_percent = p->cache_gpu_percent,
+			       .cache_cpu_percent = p->cache_cpu_percent,
+			       .act_host = p->act_cpu_percent >= 100,
+			       .cpu_cache_compute = p->cpu_cache_compute };
+}
+
+/* A host budget the job does not fit under its placement is refused
+ * before anything is loaded, with the smallest that does. */
+static int check_host_budget(const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
+			     const sl_job_shape *js)
+{
+	const sl_model_params mp = model_params(o);
+	size_t need = sl_model_min_host_bytes(cfg, &mp, js, be->ops->dev_is_host);
+	if (!o->cpu_mem || o->cpu_mem >= need)
+		return 0;
+	char have[32], want[32];
+	fmt_bytes(o->cpu_mem, have, sizeof have);
+	fmt_bytes(need, want, sizeof want);
+	return sl_err(SL_EBUDGET,
+		      "--cpu-mem %s is too small for this job under this placement: it needs at least --cpu-mem %s (the weights' host tier and their conversion, the KV cache and activations on the host), or a smaller --batch-size, or less on the host (--percent)",
+		      have, want);
+}
+
+/* The backend under the options' budgets, the host budget checked against
+ * the job js (NULL: none), and the model; on failure *m is NULL and *be,
+ * when made, is the caller's to free (budget_hint reads it). */
+int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js,
+		      sl_backend **be, sl_model **m)
+{
+	*m = NULL;
+	*be = NULL;
+	int threads = o->threads;
+	if (threads > 0)
+		omp_set_num_threads(threads);
+	const sl_policy *p = &o->policy;
+	/* what this engine places today: weights and the KV cache in any
+	 * tier; activations on the device or in pinned host memory */
+	if (p->act_gpu_percent < 100 && p->act_cpu_percent < 100)
+		return sl_err(SL_EUNSUPPORTED,
+			      "activations on disk are not supported: set act_gpu_percent 100 (device) or act_cpu_percent 100 (pinned CPU memory)");
+	if (p->compress_weight || p->compress_cache)
+		return sl_err(SL_EUNSUPPORTED,
+			      "this build does not compress: set compress_weight and compress_cache false");
+	int rc = sl_backend_create(o->backend, threads, be);
+	if (rc < 0)
+		return rc;
+	if ((rc = sl_cpu_backend_set_gemm(*be, o->cpu_gemm)) < 0)
+		return rc;
+	sl_backend_set_dev_limit(*be, o->gpu_mem);
+	sl_backend_set_host_limit(*be, o->cpu_mem);
+	if (js && (rc = check_host_budget(o, cfg, *be, js)) < 0) {
+		(*be)->host_refused = true;
+		return rc;
+	}
+	const sl_model_params mp = model_params(o);
+	if ((rc = sl_model_open_ex(*be, &mp, m)) < 0)
+		return rc;
+	(*m)->kv_f32 = o->kv_f32;
+	(*m)->cache_gpu_percent = p->cache_gpu_percent;
+	(*m)->cache_cpu_percent = p->cache_cpu_percent;
+	(*m)->cpu_cache_compute = p->cpu_cache_compute;
+	(*m)->act_host = p->act_cpu_percent >= 100;
+	(*m)->micro = o->policy_given ? p->gpu_batch_size : 0;
+	(*m)->hh_ratio = p->hh_ratio;
+	(*m)->recent_ratio = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0;
+	return 0;
+}
+
+/* The model's shapes without reading its weights. */
+int model_config(const common_opts *o, sl_opt_config *cfg)
+{
+	if (!o->model_dir)
+		return sl_opt_config_named(o->dummy, cfg);
+	char path[4096];
+	snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+	return sl_opt_config_load(path, cfg);
+}
+
+/* A size in the units --gpu-mem takes, rounded up so that it still fits. */
+void fmt_bytes(size_t n, char *buf, size_t len)
+{
+	if (n >= (size_t)1 << 30)
+		snprintf(buf, len, "%.2fG", ceil(n / 1073741824.0 * 100) / 100);
+	else if (n >= (size_t)1 << 20)
+		snprintf(buf, len, "%.1fM", ceil(n / 1048576.0 * 10) / 10);
+	else
+		snprintf(buf, len, "%.0fK", ceil(n / 1024.0));
+}
+
+/* A device budget no schedule fits is refused before anything is loaded,
+ * with the smallest budget that would work. */
+static size_t min_bytes(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js)
+{
+	return sl_model_min_device_bytes(cfg, js->max_seq, js->max_rows, js->cap, js->kv_f32, js->micro,
+					 js->hh, js->rr, js->max_prompt, 0, js->act_host);
+}
+
+int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js)
+{
+	size_t need = min_bytes(o, cfg, js);
+	if (!o->gpu_mem || o->gpu_mem >= need)
+		return 0;
+	char have[32], want[32];
+	fmt_bytes(o->gpu_mem, have, sizeof have);
+	fmt_bytes(need, want, sizeof want);
+	return sl_err(SL_EBUDGET,
+		      "--gpu-mem %s is too small for any schedule of this job: it needs at least --gpu-mem %s (every layer's weights and the KV cache off the device, e.g. --percent 0 100 0 100 100 0), or a smaller --batch-size",
+		      have, want);
+}
+
+/* After a budget error: the smallest device budget that would fit, unless
+ * the host's refused (be: the backend, if it was made). */
+void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
+			const sl_job_shape *js)
+{
+	if (rc != SL_EBUDGET)
+		return;
+	if (be && be->host_refused)
+		return; /* check_host_budget named the smallest --cpu-mem */
+	char want[32], msg[1024];
+	snprintf(msg, sizeof msg, "%s", sl_errmsg());
+	fmt_bytes(min_bytes(o, cfg, js), want, sizeof want);
+	sl_err(rc, "%s; the smallest device budget for this job is --gpu-mem %s with every layer's weights and the KV cache off the device (--percent 0 100 0 100 100 0, or on disk with --offload-dir)",
+	       msg, want);
+}

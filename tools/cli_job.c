@@ -1,0 +1,212 @@
+/*
+ * cli_job.c - the two job commands' shared part (sluice generate, sluice
+ * score): their options, the checks before compute, the run, and what an
+ * interruption or a failure leaves in the output.
+ */
+#include "cli.h"
+#include "jsonl.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static void catch_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+bool job_opt(const char *cmd, int c, job_cli *j)
+{
+	if (common_opt(cmd, c, &j->co))
+		return true;
+	switch (c) {
+	case 'o': j->out = optarg; return true;
+	case 'b':
+		j->jo.batch = parse_int(cmd, "--batch-size", optarg, 1, 1 << 16);
+		j->batch_given = true;
+		return true;
+	case OPT_OVERWRITE: j->overwrite = true; return true;
+	case OPT_RESUME: j->resume = true; return true;
+	case OPT_QUIET: j->quiet = true; return true;
+	case OPT_STATS: j->stats = optarg; return true;
+	case OPT_SKIP_BAD: j->skip_bad = true; return true;
+	case OPT_TRUNCATE:
+		if (strcmp(optarg, "left"))
+			usage_error(cmd, "--truncate takes 'left', got '%s'", optarg);
+		j->truncate_left = true;
+		return true;
+	case OPT_SHARD: {
+		int k = -1, n = -1, used = 0;
+		if (sscanf(optarg, "%d/%d%n", &k, &n, &used) != 2 || optarg[used] || n < 1 || k < 0 ||
+		    k >= n)
+			usage_error(cmd, "--shard takes K/N with 0 <= K < N, got '%s'", optarg);
+		j->jo.shard_k = k;
+		j->jo.shard_n = n;
+		return true;
+	}
+	default: return false;
+	}
+}
+
+/* Check lengths against the model's positions (or cut prompts from the
+ * left); extra is each line's tokens after the prompt. */
+static int fit_prompts(sl_prompts *ps, const char *in, int max_pos, bool truncate_left,
+		       int default_new, bool score)
+{
+	for (int i = 0; i < ps->n; i++) {
+		sl_prompt *p = &ps->p[i];
+		if (p->error)
+			continue;
+		int extra = score ? p->ncont : (p->max_new ? p->max_new : default_new);
+		if (p->n + extra <= max_pos)
+			continue;
+		if (!truncate_left || extra >= max_pos)
+			return sl_err(SL_ERANGE,
+				      "%s:%d: prompt of %d tokens plus %d %s exceeds the model's %d positions%s",
+				      in, p->line, p->n, extra, score ? "continuation tokens" : "new tokens",
+				      max_pos, truncate_left ? "" : " (--truncate left cuts prompts)");
+		int keep = max_pos - extra;
+		memmove(p->ids, p->ids + (p->n - keep), sizeof(int32_t) * (size_t)keep);
+		p->n = keep;
+	}
+	return 0;
+}
+
+int run_job(const char *cmd, job_cli *j, bool score)
+{
+	if (!j->in || !j->out)
+		usage_error(cmd, "%s", score ? "--input and --out are required"
+					     : "--prompts and --out are required");
+	check_model_opts(cmd, &j->co);
+	if (j->overwrite && j->resume)
+		usage_error(cmd, "%s", "--overwrite and --resume exclude each other");
+	const bool out_std = !strcmp(j->out, "-");
+	if (out_std && j->resume)
+		usage_error(cmd, "%s", "--resume needs --out FILE (standard output has no .partial to continue)");
+	if (j->co.policy_given && !j->batch_given)
+		j->jo.batch = (int)sl_policy_batch(&j->co.policy);
+	j->jo.stats_path = j->stats;
+	j->jo.resume = j->resume;
+	j->jo.progress = j->quiet ? 0 : isatty(STDERR_FILENO) ? 2 : 1;
+	j->jo.interrupt = &interrupted;
+	catch_signals();
+
+	/* everything that can be checked before compute is checked first:
+	 * every output path, then the model's shapes, the tokenizer and the
+	 * input, all before any weight is read */
+	bool complete = false;
+	sl_output *out = NULL;
+	int rc = sl_output_open(j->out, j->resume ? SL_OUT_RESUME
+				: j->overwrite ? SL_OUT_OVERWRITE : SL_OUT_NEW, &out, &complete);
+	if (rc < 0)
+		die(rc);
+	sl_backend *be = NULL;
+	sl_model *m = NULL;
+	sl_tokenizer *tok = NULL;
+	sl_prompts ps = { 0 };
+	sl_job_stats st = { 0 };
+	if (j->stats && (rc = sl_job_check_stats_path(j->stats)) < 0)
+		goto fail;
+	sl_opt_config cfg;
+	if ((rc = model_config(&j->co, &cfg)) < 0)
+		goto fail;
+	if (j->co.model_dir) {
+		char vpath[4096];
+		snprintf(vpath, sizeof vpath, "%s/vocab.json", j->co.model_dir);
+		if (access(vpath, F_OK) == 0 && (rc = sl_tokenizer_load(j->co.model_dir, &tok)) < 0)
+			goto fail;
+	}
+	sl_read_opts ro = { .vocab = cfg.vocab, .tok = tok, .score = score,
+			    .skip_bad_lines = j->skip_bad };
+	if ((rc = sl_prompts_read(j->in, &ro, &ps)) < 0)
+		goto fail;
+	const char *in_name = strcmp(j->in, "-") ? j->in : "<stdin>";
+	if ((rc = fit_prompts(&ps, in_name, cfg.max_pos, j->truncate_left, j->jo.max_new, score)) < 0)
+		goto fail;
+	if (complete) {
+		/* a finished output: nothing to resume if it is this input's */
+		if ((rc = sl_job_check_complete(&ps, out, &j->jo)) < 0)
+			goto fail;
+		if (!j->quiet)
+			fprintf(stderr, "sluice: %s is complete already; nothing to resume\n", j->out);
+		sl_output_close(out, false);
+		sl_prompts_free(&ps);
+		sl_tokenizer_free(tok);
+		return 0;
+	}
+	int max_len = 1, max_prompt = 1;
+	for (int i = 0; i < ps.n; i++) {
+		const sl_prompt *p = &ps.p[i];
+		if (p->error)
+			continue;
+		int extra = score ? p->ncont : (p->max_new ? p->max_new : j->jo.max_new);
+		max_len = SL_MAX(max_len, p->n + extra);
+		max_prompt = SL_MAX(max_prompt, p->n);
+	}
+	const int nseq = SL_MIN(j->jo.batch, ps.n);
+	const sl_job_shape js = job_shape(&j->co, nseq, nseq * max_len, max_len, max_prompt);
+	if ((rc = check_budget(&j->co, &cfg, &js)) < 0)
+		goto fail;
+	if ((rc = open_model(&j->co, &cfg, &js, &be, &m)) < 0) {
+		budget_hint(rc, &j->co, &cfg, be, &js);
+		goto fail;
+	}
+	rc = score ? sl_job_score(m, &ps, out, &j->jo, &st)
+		   : sl_job_generate(m, tok, &ps, out, &j->jo, &st);
+	computing = st.started;
+	if (rc < 0) {
+		budget_hint(rc, &j->co, &cfg, be, &js);
+		goto fail;
+	}
+	sl_output_close(out, false);
+	out = NULL;
+	rc = sl_job_report(&st, &j->jo, cmd, j->quiet, be->ops->name);
+	sl_prompts_free(&ps);
+	sl_tokenizer_free(tok);
+	sl_model_free(m);
+	sl_backend_free(be);
+	if (rc < 0)
+		die(rc);
+	return 0;
+fail:
+	if (rc == SL_EINTERRUPTED) {
+		if (out_std)
+			fprintf(stderr, "sluice: interrupted: %d of %d prompts were written to standard output\n",
+				st.done, st.prompts);
+		else
+			fprintf(stderr,
+				"sluice: interrupted: %d of %d prompts are in %s.partial; run the same command with --resume to continue\n",
+				st.done, st.prompts, j->out);
+		sl_output_close(out, false);
+		exit(EXIT_INTERRUPTED);
+	}
+	/* keep whole blocks already written for --resume; otherwise leave nothing */
+	bool keep = !complete && (st.done > st.resumed_lines || j->resume);
+	if (keep && out_std)
+		sl_err_prefix(rc, "%d of %d prompts were written to standard output", st.done, st.prompts);
+	else if (keep)
+		sl_err_prefix(rc, "%d of %d prompts are in %s.partial (--resume continues)", st.done,
+			      st.prompts, j->out);
+	sl_output_close(out, !keep);
+	sl_prompts_free(&ps);
+	sl_tokenizer_free(tok);
+	sl_model_free(m);
+	sl_backend_free(be);
+	die(rc);
+	return 1;
+}

@@ -1,0 +1,378 @@
+/*
+ * cmd_bench.c - `sluice bench`: throughput on synthetic prompts, after a
+ * short warm-up, with the offload breakdown; a table or one JSON object.
+ */
+#include "cli.h"
+#include "cpu/cpu_backend.h"
+#include "generate.h"
+#include "profile.h"
+#include "sl_config.h"
+#include "sl_json.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char bench_help[] =
+	"usage: sluice bench (--dummy NAME | --model DIR) [--prompt-len P] [--gen-len G]\n"
+	"                    [--batch B|max] [--seed S] [--json]\n"
+	"Throughput on B synthetic prompts of P tokens, G new tokens each (EOS ignored),\n"
+	"after a short warm-up.  tokens/s = B*G / (prefill + decode), FlexGen's metric.\n" COMMON_HELP
+	"  --prompt-len P       default 128\n"
+	"  --gen-len G          default 32\n"
+	"  --batch B            default 8; 'max': the largest batch the budgets hold\n"
+	"                       (--gpu-mem, --cpu-mem), found by allocating, then run\n"
+	"  --seed S             prompt ids (default 1)\n"
+	"  --json               one JSON object on stdout instead of the table\n" EXIT_HELP;
+
+/* A JSON string of any bytes (a path, a truncated name): ill-formed
+ * UTF-8 repaired, never a NULL that drops the field. */
+static json_t *json_text(const char *s)
+{
+	char *t = NULL;
+	size_t n = 0;
+	if (sl_tokenizer_utf8_repair(s, strlen(s), &t, &n) < 0)
+		return NULL;
+	json_t *j = json_stringn(t, n);
+	free(t);
+	return j;
+}
+
+/* 1 when a batch of b sequences fits the budgets (the workspace and the
+ * cache allocate), 0 when it does not, or an error. */
+static int batch_fits(sl_model *m, int b, int plen, int glen)
+{
+	sl_kv *kv = NULL;
+	int rc = sl_model_reserve(m, b, b * plen);
+	if (!rc)
+		rc = sl_kv_make(m, b, plen, plen + glen, &kv);
+	sl_kv_free(m, kv);
+	sl_model_release(m);
+	if (rc == SL_EBUDGET || rc == SL_ENOMEM)
+		return 0;
+	return rc < 0 ? rc : 1;
+}
+
+/* Whether the budgets hold a batch of b by the model's own arithmetic
+ * (sl_model_job_bytes): no allocation, so a search costs nothing. */
+static bool batch_counts(sl_model *m, int b, int plen, int glen)
+{
+	size_t dev, host;
+	sl_model_job_bytes(m, b, plen, plen + glen, &dev, &host);
+	const sl_backend *be = m->be;
+	return (!be->dev_limit || be->dev_used + dev <= be->dev_limit) &&
+	       (!be->host_limit || be->host_used + host <= be->host_limit);
+}
+
+/* The largest batch (up to 65536) whose workspace and KV cache fit the
+ * budgets: bisection by arithmetic, then checked by allocating (stepping
+ * down while it does not fit); 0 when not even one does. */
+static int max_batch(sl_model *m, int plen, int glen, int *out)
+{
+	int lo = 0, hi = 65537; /* lo fits, hi does not */
+	while (hi - lo > 1) {
+		int mid = lo + (hi - lo) / 2;
+		*(batch_counts(m, mid, plen, glen) ? &lo : &hi) = mid;
+	}
+	int rc = 0;
+	while (lo > 0 && (rc = batch_fits(m, lo, plen, glen)) == 0)
+		lo--;
+	if (rc < 0)
+		return rc;
+	*out = lo;
+	return 0;
+}
+
+/* bench's greedy next tokens; logits that are not finite (argmax -1)
+ * stop it with the line generate gives. */
+static int bench_next(sl_model *m, int nseq, int32_t *next, int step)
+{
+	SL_TRY(sl_model_argmax(m, nseq, next));
+	for (int s = 0; s < nseq; s++)
+		if (next[s] < 0)
+			return sl_model_nonfinite_err(0, NULL, s, step, "new token");
+	return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	common_opts co;
+	common_init(&co);
+	co.argc = argc;
+	co.argv = argv;
+	int plen = 128, glen = 32, batch = 8, seed = 1;
+	bool batch_given = false, batch_max = false;
+	bool json = false;
+	static const struct option opts[] = {
+		COMMON_LONG_OPTS,
+		{ "prompt-len", required_argument, 0, OPT_PROMPT_LEN },
+		{ "gen-len", required_argument, 0, OPT_GEN_LEN },
+		{ "batch", required_argument, 0, 'b' },
+		{ "seed", required_argument, 0, OPT_SEED },
+		{ "json", no_argument, 0, OPT_JSON },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, ":m:b:h", opts, NULL)) != -1) {
+		if (common_opt("bench", c, &co))
+			continue;
+		switch (c) {
+		case OPT_PROMPT_LEN: plen = parse_int("bench", "--prompt-len", optarg, 1, 1 << 20); break;
+		case OPT_GEN_LEN: glen = parse_int("bench", "--gen-len", optarg, 1, 1 << 20); break;
+		case 'b':
+			batch_max = !strcmp(optarg, "max");
+			batch = batch_max ? 1 : parse_int("bench", "--batch", optarg, 1, 1 << 16);
+			batch_given = true;
+			break;
+		case OPT_SEED: seed = parse_int("bench", "--seed", optarg, 0, 1 << 30); break;
+		case OPT_JSON: json = true; break;
+		case 'h': fputs(bench_help, stdout); return 0;
+		default: bad_option("bench", c, argv);
+		}
+	}
+	if (optind < argc)
+		usage_error("bench", "unexpected argument '%s'", argv[optind]);
+	if (co.policy_given && !batch_given)
+		batch = (int)sl_policy_batch(&co.policy);
+	check_model_opts("bench", &co);
+	sl_backend *be = NULL;
+	sl_model *m = NULL;
+	sl_opt_config bcfg;
+	if (batch_max && !co.gpu_mem && !co.cpu_mem)
+		usage_error("bench", "%s needs a budget to fill: --gpu-mem or --cpu-mem", "--batch max");
+	int rc = model_config(&co, &bcfg);
+	if (rc < 0)
+		die(rc);
+	if (plen + glen > bcfg.max_pos)
+		die(sl_err(SL_ERANGE, "--prompt-len %d plus --gen-len %d exceeds the model's %d positions",
+			   plen, glen, bcfg.max_pos));
+	/* --batch max: the budgets must hold one sequence at least */
+	sl_job_shape js = job_shape(&co, batch_max ? 1 : batch, (batch_max ? 1 : batch) * plen,
+				    plen + glen, plen);
+	if (!batch_max && (rc = check_budget(&co, &bcfg, &js)) < 0)
+		die(rc);
+	if ((rc = open_model(&co, &bcfg, &js, &be, &m)) < 0) {
+		budget_hint(rc, &co, &bcfg, be, &js);
+		die(rc);
+	}
+	const sl_opt_config *cfg = &m->cfg;
+	if (batch_max) {
+		if ((rc = max_batch(m, plen, glen, &batch)) < 0)
+			die(rc);
+		if (batch == 0) {
+			budget_hint(SL_EBUDGET, &co, &bcfg, be, &js);
+			die(sl_err_prefix(SL_EBUDGET, "--batch max: not even one sequence fits"));
+		}
+		js = job_shape(&co, batch, batch * plen, plen + glen, plen);
+		if (!json) {
+			printf("largest batch that fits: %d\n", batch);
+			fflush(stdout);
+		}
+	}
+	sl_kv *kv = NULL;
+	int32_t *ids = malloc((size_t)batch * plen * sizeof(int32_t));
+	int32_t *next = malloc((size_t)batch * sizeof(int32_t));
+	int *npad = calloc((size_t)batch, sizeof(int));
+	if (!ids || !next || !npad)
+		die(sl_err(SL_ENOMEM, "out of memory"));
+	uint64_t r = 0x2545f4914f6cdd1dull * (uint64_t)(seed + 1);
+	for (size_t i = 0; i < (size_t)batch * plen; i++) {
+		r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+		ids[i] = 3 + (int32_t)(r % (uint64_t)(cfg->vocab - 3));
+	}
+	if ((rc = sl_kv_make(m, batch, plen, plen + glen, &kv)) < 0 ||
+	    (rc = sl_model_reserve(m, batch, batch * plen)) < 0) {
+		budget_hint(rc, &co, &bcfg, be, &js);
+		die(rc);
+	}
+	/* warm-up: a short prompt, one token (FlexGen's warm-up) */
+	computing = true;
+	{
+		int wl = SL_MIN(8, plen);
+		kv->nseq = 1;
+		if ((rc = sl_model_prefill(m, kv, ids, npad, wl, NULL)) < 0 ||
+		    (rc = bench_next(m, 1, next, 0)) < 0 || (rc = sl_model_decode(m, kv, next)) < 0 ||
+		    (rc = bench_next(m, 1, next, 1)) < 0)
+			die(rc);
+		kv->nseq = batch;
+	}
+	be->gemm_seconds = be->gemm_flop = 0;
+	sl_model_stats_reset(m);
+	double t0 = sl_now();
+	if ((rc = sl_model_prefill(m, kv, ids, npad, plen, NULL)) < 0 ||
+	    (rc = bench_next(m, batch, next, 0)) < 0)
+		die(rc);
+	double t1 = sl_now();
+	/* each phase's breakdown: the prefill and the decode have different
+	 * bottlenecks, so the best wall time is the sum of their maxima */
+	sl_offload_stats fp;
+	sl_model_stats(m, t1 - t0, &fp);
+	sl_model_stats_reset(m);
+	double pf_gemm_s = be->gemm_seconds, pf_gemm_flop = be->gemm_flop;
+	for (int step = 1; step < glen; step++)
+		if ((rc = sl_model_decode(m, kv, next)) < 0 || (rc = bench_next(m, batch, next, step)) < 0)
+			die(rc);
+	double t2 = sl_now();
+	double dc_gemm_s = be->gemm_seconds - pf_gemm_s;
+	const double prefill_s = t1 - t0, decode_s = t2 - t1;
+	const double tput = (double)batch * glen / (prefill_s + decode_s);
+	/* bytes of weights streamed per decode step: every layer and the head */
+	const double wbytes = (double)m->w.bytes - 2.0 * (cfg->max_pos + 2) * cfg->hidden;
+	const double pf_flop = pf_gemm_flop > 0 ? pf_gemm_flop : 0;
+	const double pf_gflops = pf_gemm_s > 0 ? pf_flop / pf_gemm_s / 1e9 : 0;
+	/* the rate decode streams the weights: their bytes over its wall
+	 * time (stalls included: weights on disk arrive at the disk's rate);
+	 * and within the GEMMs alone, for the roofline of the kernels */
+	const double dc_gbps = glen > 1 && decode_s > 0 ? wbytes * (glen - 1) / decode_s / 1e9 : 0;
+	const double dc_gemm_gbps = glen > 1 && dc_gemm_s > 0 ? wbytes * (glen - 1) / dc_gemm_s / 1e9 : 0;
+	const int threads = co.threads > 0 ? co.threads : omp_get_max_threads();
+	const double mem_gbps = strcmp(be->ops->name, "cpu") ? 0 : sl_profile_mem_read_gbps((size_t)1 << 30, threads);
+	/* the offload breakdown (model.h: sl_offload_stats) */
+	const double wall = prefill_s + decode_s;
+	sl_offload_stats f, fd;
+	sl_model_stats(m, decode_s, &fd);
+	f = fd; /* the run: both phases */
+	f.wall_s = wall;
+	f.compute_s += fp.compute_s;
+	f.io_s += fp.io_s;
+	f.stall_s += fp.stall_s;
+	f.disk_read_bytes += fp.disk_read_bytes;
+	f.disk_write_bytes += fp.disk_write_bytes;
+	f.h2d_bytes += fp.h2d_bytes;
+	f.d2h_bytes += fp.d2h_bytes;
+	f.disk_read_gbps = f.io_s > 0 ? f.disk_read_bytes / f.io_s / 1e9 : 0;
+	const double bound_s = SL_MAX(fp.compute_s, fp.io_s) + SL_MAX(fd.compute_s, fd.io_s);
+	const double compute_s = f.compute_s, io_s = f.io_s, stall_s = f.stall_s;
+	const double disk_bytes = (double)f.disk_read_bytes, disk_gbps = f.disk_read_gbps;
+	const bool disk_used = m->disk || f.peak_disk > 0;
+	double probe_gbps = 0;
+	char probe_mode[64] = "";
+	if (disk_used && sl_disk_probe_read(co.offload_dir, (uint64_t)1 << 30, &probe_gbps, probe_mode,
+					  sizeof probe_mode) < 0)
+		probe_gbps = 0;
+	/* the CPU kernels that ran: their instruction set, the GEMM (sluice's
+	 * own, or OpenBLAS's with the core it chose); NULL on CUDA */
+	const char *kernels = sl_cpu_backend_kernels(be), *kernels_env = getenv("SLUICE_CPU_KERNELS");
+	if (kernels_env && !*kernels_env)
+		kernels_env = NULL; /* empty: unset, as the backend reads it */
+	const char *gemm = sl_cpu_backend_gemm(be), *blas_config = NULL, *blas_core = NULL;
+	if (gemm && !strcmp(gemm, "openblas"))
+		sl_cpu_backend_blas_info(&blas_config, &blas_core);
+	const char *coretype = getenv("OPENBLAS_CORETYPE"), *l2_size = getenv("OPENBLAS_L2_SIZE");
+	if (json) {
+		sl_jerr e = { 0 };
+		json_t *j = json_object(), *peak = json_object(), *benv = json_object();
+		sl_jset(j, "system", json_string("sluice"), &e);
+		sl_jset(j, "version", json_string(SL_VERSION), &e);
+		sl_jset(j, "model", json_text(co.model_dir ? co.model_dir : cfg->name), &e);
+		sl_jset(j, "model_name", json_text(cfg->name), &e);
+		sl_jset(j, "backend", json_string(be->ops->name), &e);
+		sl_jset(j, "threads", json_integer(threads), &e);
+		sl_jset(j, "prompt_len", json_integer(plen), &e);
+		sl_jset(j, "gen_len", json_integer(glen), &e);
+		sl_jset(j, "batch", json_integer(batch), &e);
+		const sl_policy *pp = &co.policy;
+		sl_jset_real(j, "w_gpu_percent", pp->w_gpu_percent, &e);
+		sl_jset_real(j, "w_cpu_percent", pp->w_cpu_percent, &e);
+		sl_jset_real(j, "cache_gpu_percent", pp->cache_gpu_percent, &e);
+		sl_jset_real(j, "cache_cpu_percent", pp->cache_cpu_percent, &e);
+		sl_jset_real(j, "act_gpu_percent", pp->act_gpu_percent, &e);
+		sl_jset_real(j, "act_cpu_percent", pp->act_cpu_percent, &e);
+		sl_jset(j, "cpu_cache_compute", json_boolean(pp->cpu_cache_compute), &e);
+		sl_jset(j, "overlap", json_boolean(pp->overlap), &e);
+		sl_jset(j, "sep_layer", json_boolean(pp->sep_layer), &e);
+		sl_jset_real(j, "hh_ratio", pp->hh_ratio, &e);
+		sl_jset_real(j, "recent_ratio", m->recent_ratio, &e);
+		sl_jset_real(j, "prefill_s", prefill_s, &e);
+		sl_jset_real(j, "decode_s", decode_s, &e);
+		sl_jset_real(j, "wall_s", wall, &e);
+		sl_jset_real(j, "throughput_tok_s", tput, &e);
+		sl_jset_real(j, "compute_s", compute_s, &e);
+		sl_jset_real(j, "io_s", io_s, &e);
+		sl_jset_real(j, "stall_s", stall_s, &e);
+		sl_jset_real(j, "prefill_compute_s", fp.compute_s, &e);
+		sl_jset_real(j, "prefill_io_s", fp.io_s, &e);
+		sl_jset_real(j, "decode_compute_s", fd.compute_s, &e);
+		sl_jset_real(j, "decode_io_s", fd.io_s, &e);
+		sl_jset_real(j, "phase_bound_s", bound_s, &e);
+		sl_jset(j, "h2d_bytes", json_integer((json_int_t)f.h2d_bytes), &e);
+		sl_jset(j, "d2h_bytes", json_integer((json_int_t)f.d2h_bytes), &e);
+		sl_jset(j, "disk_read_bytes", json_integer((json_int_t)f.disk_read_bytes), &e);
+		sl_jset_real(j, "disk_read_gbps", disk_gbps, &e);
+		sl_jset_real(j, "probe_read_gbps", probe_gbps, &e);
+		sl_jset(j, "disk_write_bytes", json_integer((json_int_t)f.disk_write_bytes), &e);
+		sl_jset_real(j, "gemm_gflops", pf_gflops, &e);
+		sl_jset_real(j, "decode_weight_gbps", dc_gbps, &e);
+		sl_jset_real(j, "decode_gemm_weight_gbps", dc_gemm_gbps, &e);
+		sl_jset_real(j, "mem_read_gbps", mem_gbps, &e);
+		sl_jset(j, "weight_bytes", json_integer((json_int_t)wbytes), &e);
+		sl_jset(peak, "device", json_integer((json_int_t)f.peak_device), &e);
+		sl_jset(peak, "host", json_integer((json_int_t)f.peak_host), &e);
+		sl_jset(peak, "disk", json_integer((json_int_t)f.peak_disk), &e);
+		sl_jset(j, "peak_bytes", peak, &e);
+		sl_jset(j, "peak_device_bytes", json_integer((json_int_t)f.peak_device), &e);
+		sl_jset(j, "cpu_kernels", kernels ? json_string(kernels) : json_null(), &e);
+		sl_jset(j, "cpu_kernels_env", kernels_env ? json_text(kernels_env) : json_null(), &e);
+		sl_jset(j, "cpu_gemm", gemm ? json_string(gemm) : json_null(), &e);
+		sl_jset(j, "blas_core", blas_core ? json_text(blas_core) : json_null(), &e);
+		sl_jset(j, "blas_config", blas_config ? json_text(blas_config) : json_null(), &e);
+		sl_jset(benv, "OPENBLAS_CORETYPE", coretype ? json_text(coretype) : json_null(), &e);
+		sl_jset(benv, "OPENBLAS_L2_SIZE", l2_size ? json_text(l2_size) : json_null(), &e);
+		sl_jset(j, "blas_env", benv, &e);
+		if ((rc = sl_jcheck(&e, "bench --json")) == 0)
+			rc = sl_jwrite_line(j, stdout, "bench --json: standard output");
+		json_decref(j);
+		if (rc < 0)
+			die(rc);
+	} else {
+		printf("model %s on %s (%d thread%s): prompt %d, gen %d, batch %d\n",
+		       co.model_dir ? co.model_dir : cfg->name, be->ops->name, threads,
+		       threads == 1 ? "" : "s", plen, glen, batch);
+		if (kernels && blas_core)
+			printf("  CPU kernels     %s%s%s; GEMM: %s, %s core%s%s%s (not batch invariant)\n",
+			       kernels, kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "",
+			       blas_config, blas_core, coretype ? " (OPENBLAS_CORETYPE=" : "",
+			       coretype ? coretype : "", coretype ? ")" : "");
+		else if (kernels)
+			printf("  CPU kernels     %s%s%s; GEMM: sluice's own (batch invariant)\n", kernels,
+			       kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "");
+		printf("  throughput      %10.2f tokens/s\n", tput);
+		printf("  prefill         %10.3f s   (GEMM %.1f GFLOP/s)\n", prefill_s, pf_gflops);
+		printf("  decode          %10.3f s   (%d step%s; weights streamed at %.2f GB/s, %.2f GB/s within the GEMMs)\n",
+		       decode_s, glen - 1, glen - 1 == 1 ? "" : "s", dc_gbps, dc_gemm_gbps);
+		if (mem_gbps > 0)
+			printf("  memory read     %10.1f GB/s  (decode roofline: %.0f%% reached)\n", mem_gbps,
+			       100.0 * dc_gbps / mem_gbps);
+		printf("  device peak     %10.1f MiB;  host peak %.1f MiB\n", be->dev_peak / 1048576.0,
+		       be->host_peak / 1048576.0);
+		const sl_policy *pp = &co.policy;
+		if (m->w.streamed || pp->cache_gpu_percent < 100 || m->act_host) {
+			printf("  weights         %g%% device, %g%% host, the rest on disk; overlap %s\n",
+			       pp->w_gpu_percent, pp->w_cpu_percent, pp->overlap ? "on" : "off");
+			printf("  KV cache        %g%% device, %g%% host, the rest on disk%s\n",
+			       pp->cache_gpu_percent, pp->cache_cpu_percent,
+			       pp->cpu_cache_compute ? "; attention over the host tier in place" : "");
+			printf("  activations     on the %s\n", m->act_host ? "host" : "device");
+			printf("  compute         %10.3f s\n  stall           %10.3f s  (waiting for weights or cache)\n",
+			       compute_s, stall_s);
+			if (f.h2d_bytes || f.d2h_bytes)
+				printf("  host <-> device %10.2f GB in, %.2f GB out\n", f.h2d_bytes / 1e9,
+				       f.d2h_bytes / 1e9);
+			if (disk_used)
+				printf("  disk            %10.3f s busy, %.2f GB read at %.2f GB/s (O_DIRECT probe %.2f GB/s, %s: %.0f%%), %.2f GB written\n"
+				       "  overlap         %10.2f  (max(compute, io) / wall; per phase, sum of max / wall: %.2f)\n",
+				       io_s, disk_bytes / 1e9, disk_gbps, probe_gbps, probe_mode,
+				       probe_gbps > 0 ? 100 * disk_gbps / probe_gbps : 0,
+				       f.disk_write_bytes / 1e9, SL_MAX(compute_s, io_s) / wall, bound_s / wall);
+		}
+	}
+	sl_kv_free(m, kv);
+	free(ids);
+	free(next);
+	free(npad);
+	sl_model_free(m);
+	sl_backend_free(be);
+	return 0;
+}

@@ -1,0 +1,63 @@
+/*
+ * cmd_profile.c - `sluice profile`: the machine's topology and rates, for
+ * the cost model.
+ */
+#include "cli.h"
+#include "profile.h"
+
+#include <omp.h>
+#include <stdio.h>
+
+static const char profile_help[] =
+	"usage: sluice profile [--offload-dir DIR] [--backend B] [--threads N] [--json FILE] [--quick]\n"
+	"The machine for the cost model: NUMA nodes, cores, the GPU and its node, where\n"
+	"pinned memory and the disk's I/O threads go; then host memory read GB/s, CPU\n"
+	"GEMM GFLOP/s, the disk's O_DIRECT read GB/s in DIR and, with a GPU, pinned\n"
+	"copy GB/s and GPU GEMM TFLOP/s.  A few seconds (--quick: well under one).\n"
+	"  --offload-dir DIR    measure sequential reads there (1 GiB, removed after)\n"
+	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"
+	"  --threads N          CPU threads, 1 to the cores available (default: all cores)\n"
+	"  --json FILE          also write the results as one JSON object (atomically)\n"
+	"  --quick              small sizes: a check that it runs, not a measurement\n" EXIT_HELP;
+
+int cmd_profile(int argc, char **argv)
+{
+	sl_profile_opts po = { .backend = "auto", .log = stdout };
+	const char *json_path = NULL;
+	enum { P_OFFLOAD = 1, P_BACKEND, P_THREADS, P_JSON, P_QUICK };
+	static const struct option opts[] = {
+		{ "offload-dir", required_argument, 0, P_OFFLOAD },
+		{ "backend", required_argument, 0, P_BACKEND },
+		{ "threads", required_argument, 0, P_THREADS },
+		{ "json", required_argument, 0, P_JSON },
+		{ "quick", no_argument, 0, P_QUICK },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case P_OFFLOAD: po.offload_dir = optarg; break;
+		case P_BACKEND: po.backend = optarg; break;
+		case P_THREADS: po.threads = parse_threads("profile", optarg); break;
+		case P_JSON: json_path = optarg; break;
+		case P_QUICK: po.quick = true; break;
+		case 'h': fputs(profile_help, stdout); return 0;
+		default: bad_option("profile", c, argv);
+		}
+	}
+	if (optind < argc)
+		usage_error("profile", "unexpected argument '%s'", argv[optind]);
+	if (po.threads > 0)
+		omp_set_num_threads(po.threads);
+	int rc;
+	if (json_path && (rc = sl_profile_check_json_path(json_path)) < 0)
+		die(rc);
+	if (po.offload_dir && (rc = sl_profile_check_offload_dir(po.offload_dir)) < 0)
+		die(rc);
+	computing = true;
+	sl_profile p;
+	if ((rc = sl_profile_run(&po, &p)) < 0 || (json_path && (rc = sl_profile_save_json(&p, json_path)) < 0))
+		die(rc);
+	return 0;
+}
