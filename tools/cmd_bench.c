@@ -95,15 +95,24 @@ static int bench_next(sl_model *m, int nseq, int32_t *next, int step)
 	return 0;
 }
 
-int cmd_bench(int argc, char **argv)
-{
+/* bench's options. */
+typedef struct bench_opts {
 	common_opts co;
-	common_init(&co);
-	co.argc = argc;
-	co.argv = argv;
-	int plen = 128, glen = 32, batch = 8, seed = 1;
-	bool batch_given = false, batch_max = false;
-	bool json = false;
+	int plen, glen, batch, seed;
+	bool batch_max, json;
+} bench_opts;
+
+/* The options; false when --help was asked for (and printed). */
+static bool bench_parse(int argc, char **argv, bench_opts *o)
+{
+	common_opts *co = &o->co;
+	common_init(co);
+	co->argc = argc;
+	co->argv = argv;
+	o->plen = 128, o->glen = 32, o->batch = 8, o->seed = 1;
+	bool batch_given = false;
+	o->batch_max = false;
+	o->json = false;
 	static const struct option opts[] = {
 		COMMON_LONG_OPTS,
 		{ "prompt-len", required_argument, 0, OPT_PROMPT_LEN },
@@ -116,75 +125,111 @@ int cmd_bench(int argc, char **argv)
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, ":m:b:h", opts, NULL)) != -1) {
-		if (common_opt("bench", c, &co))
+		if (common_opt("bench", c, co))
 			continue;
 		switch (c) {
-		case OPT_PROMPT_LEN: plen = parse_int("bench", "--prompt-len", optarg, 1, 1 << 20); break;
-		case OPT_GEN_LEN: glen = parse_int("bench", "--gen-len", optarg, 1, 1 << 20); break;
+		case OPT_PROMPT_LEN: o->plen = parse_int("bench", "--prompt-len", optarg, 1, 1 << 20); break;
+		case OPT_GEN_LEN: o->glen = parse_int("bench", "--gen-len", optarg, 1, 1 << 20); break;
 		case 'b':
-			batch_max = !strcmp(optarg, "max");
-			batch = batch_max ? 1 : parse_int("bench", "--batch", optarg, 1, 1 << 16);
+			o->batch_max = !strcmp(optarg, "max");
+			o->batch = o->batch_max ? 1 : parse_int("bench", "--batch", optarg, 1, 1 << 16);
 			batch_given = true;
 			break;
-		case OPT_SEED: seed = parse_int("bench", "--seed", optarg, 0, 1 << 30); break;
-		case OPT_JSON: json = true; break;
-		case 'h': fputs(bench_help, stdout); return 0;
+		case OPT_SEED: o->seed = parse_int("bench", "--seed", optarg, 0, 1 << 30); break;
+		case OPT_JSON: o->json = true; break;
+		case 'h': fputs(bench_help, stdout); return false;
 		default: bad_option("bench", c, argv);
 		}
 	}
 	if (optind < argc)
 		usage_error("bench", "unexpected argument '%s'", argv[optind]);
-	if (co.policy_given && !batch_given)
-		batch = (int)sl_policy_batch(&co.policy);
-	check_model_opts("bench", &co);
-	sl_backend *be = NULL;
-	sl_model *m = NULL;
-	sl_opt_config bcfg;
-	if (batch_max && !co.gpu_mem && !co.cpu_mem)
+	if (co->policy_given && !batch_given)
+		o->batch = (int)sl_policy_batch(&co->policy);
+	check_model_opts("bench", co);
+	return true;
+}
+
+/* The backend and the model under the budgets, after the checks that need
+ * no weights; --batch max resolved to the largest batch that fits.  bcfg
+ * and js are what budget_hint needs later. */
+static void bench_open(bench_opts *o, sl_opt_config *bcfg, sl_job_shape *js, sl_backend **be,
+		       sl_model **m)
+{
+	const common_opts *co = &o->co;
+	const int plen = o->plen, glen = o->glen;
+	*be = NULL;
+	*m = NULL;
+	if (o->batch_max && !co->gpu_mem && !co->cpu_mem)
 		usage_error("bench", "%s needs a budget to fill: --gpu-mem or --cpu-mem", "--batch max");
-	int rc = model_config(&co, &bcfg);
+	int rc = model_config(co, bcfg);
 	if (rc < 0)
 		die(rc);
-	if (plen + glen > bcfg.max_pos)
+	if (plen + glen > bcfg->max_pos)
 		die(sl_err(SL_ERANGE, "--prompt-len %d plus --gen-len %d exceeds the model's %d positions",
-			   plen, glen, bcfg.max_pos));
+			   plen, glen, bcfg->max_pos));
 	/* --batch max: the budgets must hold one sequence at least */
-	sl_job_shape js = job_shape(&co, batch_max ? 1 : batch, (batch_max ? 1 : batch) * plen,
-				    plen + glen, plen);
-	if (!batch_max && (rc = check_budget(&co, &bcfg, &js)) < 0)
+	*js = job_shape(co, o->batch_max ? 1 : o->batch, (o->batch_max ? 1 : o->batch) * plen,
+			plen + glen, plen);
+	if (!o->batch_max && (rc = check_budget(co, bcfg, js)) < 0)
 		die(rc);
-	if ((rc = open_model(&co, &bcfg, &js, &be, &m)) < 0) {
-		budget_hint(rc, &co, &bcfg, be, &js);
+	if ((rc = open_model(co, bcfg, js, be, m)) < 0) {
+		budget_hint(rc, co, bcfg, *be, js);
 		die(rc);
 	}
-	const sl_opt_config *cfg = &m->cfg;
-	if (batch_max) {
-		if ((rc = max_batch(m, plen, glen, &batch)) < 0)
+	if (o->batch_max) {
+		if ((rc = max_batch(*m, plen, glen, &o->batch)) < 0)
 			die(rc);
-		if (batch == 0) {
-			budget_hint(SL_EBUDGET, &co, &bcfg, be, &js);
+		if (o->batch == 0) {
+			budget_hint(SL_EBUDGET, co, bcfg, *be, js);
 			die(sl_err_prefix(SL_EBUDGET, "--batch max: not even one sequence fits"));
 		}
-		js = job_shape(&co, batch, batch * plen, plen + glen, plen);
-		if (!json) {
-			printf("largest batch that fits: %d\n", batch);
+		*js = job_shape(co, o->batch, o->batch * plen, plen + glen, plen);
+		if (!o->json) {
+			printf("largest batch that fits: %d\n", o->batch);
 			fflush(stdout);
 		}
 	}
+}
+
+/* What one run measured, and what ran it. */
+typedef struct bench_result {
+	int threads;
+	double prefill_s, decode_s, wall, tput;
+	double wbytes;			   /* weight bytes streamed per decode step */
+	double pf_gflops;		   /* the prefill's GEMMs */
+	double dc_gbps, dc_gemm_gbps;	   /* decode's weight rate: wall, GEMMs alone */
+	double mem_gbps;		   /* host memory read (CPU backend), else 0 */
+	sl_offload_stats fp, fd, f;	   /* prefill, decode, the whole run */
+	double bound_s;			   /* sum over the phases of max(compute, io) */
+	bool disk_used;
+	double probe_gbps;		   /* the disk's O_DIRECT read rate, when used */
+	char probe_mode[64];
+	const char *kernels, *kernels_env, *gemm, *blas_config, *blas_core, *coretype, *l2_size;
+} bench_result;
+
+/* A warm-up, then a timed prefill and decode of o->batch synthetic
+ * prompts, and the rates and breakdowns of the run. */
+static void bench_measure(const bench_opts *o, sl_backend *be, sl_model *m,
+			  const sl_opt_config *bcfg, const sl_job_shape *js, bench_result *r)
+{
+	const common_opts *co = &o->co;
+	const int plen = o->plen, glen = o->glen, batch = o->batch, seed = o->seed;
+	const sl_opt_config *cfg = &m->cfg;
+	int rc;
 	sl_kv *kv = NULL;
 	int32_t *ids = malloc((size_t)batch * plen * sizeof(int32_t));
 	int32_t *next = malloc((size_t)batch * sizeof(int32_t));
 	int *npad = calloc((size_t)batch, sizeof(int));
 	if (!ids || !next || !npad)
 		die(sl_err(SL_ENOMEM, "out of memory"));
-	uint64_t r = 0x2545f4914f6cdd1dull * (uint64_t)(seed + 1);
+	uint64_t x = 0x2545f4914f6cdd1dull * (uint64_t)(seed + 1);
 	for (size_t i = 0; i < (size_t)batch * plen; i++) {
-		r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-		ids[i] = 3 + (int32_t)(r % (uint64_t)(cfg->vocab - 3));
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		ids[i] = 3 + (int32_t)(x % (uint64_t)(cfg->vocab - 3));
 	}
 	if ((rc = sl_kv_make(m, batch, plen, plen + glen, &kv)) < 0 ||
 	    (rc = sl_model_reserve(m, batch, batch * plen)) < 0) {
-		budget_hint(rc, &co, &bcfg, be, &js);
+		budget_hint(rc, co, bcfg, be, js);
 		die(rc);
 	}
 	/* warm-up: a short prompt, one token (FlexGen's warm-up) */
@@ -217,20 +262,24 @@ int cmd_bench(int argc, char **argv)
 	double t2 = sl_now();
 	double dc_gemm_s = be->gemm_seconds - pf_gemm_s;
 	const double prefill_s = t1 - t0, decode_s = t2 - t1;
-	const double tput = (double)batch * glen / (prefill_s + decode_s);
+	r->prefill_s = prefill_s;
+	r->decode_s = decode_s;
+	r->tput = (double)batch * glen / (prefill_s + decode_s);
 	/* bytes of weights streamed per decode step: every layer and the head */
 	const double wbytes = (double)m->w.bytes - 2.0 * (cfg->max_pos + 2) * cfg->hidden;
+	r->wbytes = wbytes;
 	const double pf_flop = pf_gemm_flop > 0 ? pf_gemm_flop : 0;
-	const double pf_gflops = pf_gemm_s > 0 ? pf_flop / pf_gemm_s / 1e9 : 0;
+	r->pf_gflops = pf_gemm_s > 0 ? pf_flop / pf_gemm_s / 1e9 : 0;
 	/* the rate decode streams the weights: their bytes over its wall
 	 * time (stalls included: weights on disk arrive at the disk's rate);
 	 * and within the GEMMs alone, for the roofline of the kernels */
-	const double dc_gbps = glen > 1 && decode_s > 0 ? wbytes * (glen - 1) / decode_s / 1e9 : 0;
-	const double dc_gemm_gbps = glen > 1 && dc_gemm_s > 0 ? wbytes * (glen - 1) / dc_gemm_s / 1e9 : 0;
-	const int threads = co.threads > 0 ? co.threads : omp_get_max_threads();
-	const double mem_gbps = strcmp(be->ops->name, "cpu") ? 0 : sl_profile_mem_read_gbps((size_t)1 << 30, threads);
+	r->dc_gbps = glen > 1 && decode_s > 0 ? wbytes * (glen - 1) / decode_s / 1e9 : 0;
+	r->dc_gemm_gbps = glen > 1 && dc_gemm_s > 0 ? wbytes * (glen - 1) / dc_gemm_s / 1e9 : 0;
+	r->threads = co->threads > 0 ? co->threads : omp_get_max_threads();
+	r->mem_gbps = strcmp(be->ops->name, "cpu") ? 0 : sl_profile_mem_read_gbps((size_t)1 << 30, r->threads);
 	/* the offload breakdown (model.h: sl_offload_stats) */
 	const double wall = prefill_s + decode_s;
+	r->wall = wall;
 	sl_offload_stats f, fd;
 	sl_model_stats(m, decode_s, &fd);
 	f = fd; /* the run: both phases */
@@ -243,135 +292,180 @@ int cmd_bench(int argc, char **argv)
 	f.h2d_bytes += fp.h2d_bytes;
 	f.d2h_bytes += fp.d2h_bytes;
 	f.disk_read_gbps = f.io_s > 0 ? f.disk_read_bytes / f.io_s / 1e9 : 0;
-	const double bound_s = SL_MAX(fp.compute_s, fp.io_s) + SL_MAX(fd.compute_s, fd.io_s);
-	const double compute_s = f.compute_s, io_s = f.io_s, stall_s = f.stall_s;
-	const double disk_bytes = (double)f.disk_read_bytes, disk_gbps = f.disk_read_gbps;
-	const bool disk_used = m->disk || f.peak_disk > 0;
-	double probe_gbps = 0;
-	char probe_mode[64] = "";
-	if (disk_used && sl_disk_probe_read(co.offload_dir, (uint64_t)1 << 30, &probe_gbps, probe_mode,
-					  sizeof probe_mode) < 0)
-		probe_gbps = 0;
+	r->fp = fp;
+	r->fd = fd;
+	r->f = f;
+	r->bound_s = SL_MAX(fp.compute_s, fp.io_s) + SL_MAX(fd.compute_s, fd.io_s);
+	r->disk_used = m->disk || f.peak_disk > 0;
+	r->probe_gbps = 0;
+	r->probe_mode[0] = 0;
+	if (r->disk_used && sl_disk_probe_read(co->offload_dir, (uint64_t)1 << 30, &r->probe_gbps,
+					       r->probe_mode, sizeof r->probe_mode) < 0)
+		r->probe_gbps = 0;
 	/* the CPU kernels that ran: their instruction set, the GEMM (sluice's
 	 * own, or OpenBLAS's with the core it chose); NULL on CUDA */
-	const char *kernels = sl_cpu_backend_kernels(be), *kernels_env = getenv("SLUICE_CPU_KERNELS");
-	if (kernels_env && !*kernels_env)
-		kernels_env = NULL; /* empty: unset, as the backend reads it */
-	const char *gemm = sl_cpu_backend_gemm(be), *blas_config = NULL, *blas_core = NULL;
-	if (gemm && !strcmp(gemm, "openblas"))
-		sl_cpu_backend_blas_info(&blas_config, &blas_core);
-	const char *coretype = getenv("OPENBLAS_CORETYPE"), *l2_size = getenv("OPENBLAS_L2_SIZE");
-	if (json) {
-		sl_jerr e = { 0 };
-		json_t *j = json_object(), *peak = json_object(), *benv = json_object();
-		sl_jset(j, "system", json_string("sluice"), &e);
-		sl_jset(j, "version", json_string(SL_VERSION), &e);
-		sl_jset(j, "model", json_text(co.model_dir ? co.model_dir : cfg->name), &e);
-		sl_jset(j, "model_name", json_text(cfg->name), &e);
-		sl_jset(j, "backend", json_string(be->ops->name), &e);
-		sl_jset(j, "threads", json_integer(threads), &e);
-		sl_jset(j, "prompt_len", json_integer(plen), &e);
-		sl_jset(j, "gen_len", json_integer(glen), &e);
-		sl_jset(j, "batch", json_integer(batch), &e);
-		const sl_policy *pp = &co.policy;
-		sl_jset_real(j, "w_gpu_percent", pp->w_gpu_percent, &e);
-		sl_jset_real(j, "w_cpu_percent", pp->w_cpu_percent, &e);
-		sl_jset_real(j, "cache_gpu_percent", pp->cache_gpu_percent, &e);
-		sl_jset_real(j, "cache_cpu_percent", pp->cache_cpu_percent, &e);
-		sl_jset_real(j, "act_gpu_percent", pp->act_gpu_percent, &e);
-		sl_jset_real(j, "act_cpu_percent", pp->act_cpu_percent, &e);
-		sl_jset(j, "cpu_cache_compute", json_boolean(pp->cpu_cache_compute), &e);
-		sl_jset(j, "overlap", json_boolean(pp->overlap), &e);
-		sl_jset(j, "sep_layer", json_boolean(pp->sep_layer), &e);
-		sl_jset_real(j, "hh_ratio", pp->hh_ratio, &e);
-		sl_jset_real(j, "recent_ratio", m->recent_ratio, &e);
-		sl_jset_real(j, "prefill_s", prefill_s, &e);
-		sl_jset_real(j, "decode_s", decode_s, &e);
-		sl_jset_real(j, "wall_s", wall, &e);
-		sl_jset_real(j, "throughput_tok_s", tput, &e);
-		sl_jset_real(j, "compute_s", compute_s, &e);
-		sl_jset_real(j, "io_s", io_s, &e);
-		sl_jset_real(j, "stall_s", stall_s, &e);
-		sl_jset_real(j, "prefill_compute_s", fp.compute_s, &e);
-		sl_jset_real(j, "prefill_io_s", fp.io_s, &e);
-		sl_jset_real(j, "decode_compute_s", fd.compute_s, &e);
-		sl_jset_real(j, "decode_io_s", fd.io_s, &e);
-		sl_jset_real(j, "phase_bound_s", bound_s, &e);
-		sl_jset(j, "h2d_bytes", json_integer((json_int_t)f.h2d_bytes), &e);
-		sl_jset(j, "d2h_bytes", json_integer((json_int_t)f.d2h_bytes), &e);
-		sl_jset(j, "disk_read_bytes", json_integer((json_int_t)f.disk_read_bytes), &e);
-		sl_jset_real(j, "disk_read_gbps", disk_gbps, &e);
-		sl_jset_real(j, "probe_read_gbps", probe_gbps, &e);
-		sl_jset(j, "disk_write_bytes", json_integer((json_int_t)f.disk_write_bytes), &e);
-		sl_jset_real(j, "gemm_gflops", pf_gflops, &e);
-		sl_jset_real(j, "decode_weight_gbps", dc_gbps, &e);
-		sl_jset_real(j, "decode_gemm_weight_gbps", dc_gemm_gbps, &e);
-		sl_jset_real(j, "mem_read_gbps", mem_gbps, &e);
-		sl_jset(j, "weight_bytes", json_integer((json_int_t)wbytes), &e);
-		sl_jset(peak, "device", json_integer((json_int_t)f.peak_device), &e);
-		sl_jset(peak, "host", json_integer((json_int_t)f.peak_host), &e);
-		sl_jset(peak, "disk", json_integer((json_int_t)f.peak_disk), &e);
-		sl_jset(j, "peak_bytes", peak, &e);
-		sl_jset(j, "peak_device_bytes", json_integer((json_int_t)f.peak_device), &e);
-		sl_jset(j, "cpu_kernels", kernels ? json_string(kernels) : json_null(), &e);
-		sl_jset(j, "cpu_kernels_env", kernels_env ? json_text(kernels_env) : json_null(), &e);
-		sl_jset(j, "cpu_gemm", gemm ? json_string(gemm) : json_null(), &e);
-		sl_jset(j, "blas_core", blas_core ? json_text(blas_core) : json_null(), &e);
-		sl_jset(j, "blas_config", blas_config ? json_text(blas_config) : json_null(), &e);
-		sl_jset(benv, "OPENBLAS_CORETYPE", coretype ? json_text(coretype) : json_null(), &e);
-		sl_jset(benv, "OPENBLAS_L2_SIZE", l2_size ? json_text(l2_size) : json_null(), &e);
-		sl_jset(j, "blas_env", benv, &e);
-		if ((rc = sl_jcheck(&e, "bench --json")) == 0)
-			rc = sl_jwrite_line(j, stdout, "bench --json: standard output");
-		json_decref(j);
-		if (rc < 0)
-			die(rc);
-	} else {
-		printf("model %s on %s (%d thread%s): prompt %d, gen %d, batch %d\n",
-		       co.model_dir ? co.model_dir : cfg->name, be->ops->name, threads,
-		       threads == 1 ? "" : "s", plen, glen, batch);
-		if (kernels && blas_core)
-			printf("  CPU kernels     %s%s%s; GEMM: %s, %s core%s%s%s (not batch invariant)\n",
-			       kernels, kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "",
-			       blas_config, blas_core, coretype ? " (OPENBLAS_CORETYPE=" : "",
-			       coretype ? coretype : "", coretype ? ")" : "");
-		else if (kernels)
-			printf("  CPU kernels     %s%s%s; GEMM: sluice's own (batch invariant)\n", kernels,
-			       kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "");
-		printf("  throughput      %10.2f tokens/s\n", tput);
-		printf("  prefill         %10.3f s   (GEMM %.1f GFLOP/s)\n", prefill_s, pf_gflops);
-		printf("  decode          %10.3f s   (%d step%s; weights streamed at %.2f GB/s, %.2f GB/s within the GEMMs)\n",
-		       decode_s, glen - 1, glen - 1 == 1 ? "" : "s", dc_gbps, dc_gemm_gbps);
-		if (mem_gbps > 0)
-			printf("  memory read     %10.1f GB/s  (decode roofline: %.0f%% reached)\n", mem_gbps,
-			       100.0 * dc_gbps / mem_gbps);
-		printf("  device peak     %10.1f MiB;  host peak %.1f MiB\n", be->dev_peak / 1048576.0,
-		       be->host_peak / 1048576.0);
-		const sl_policy *pp = &co.policy;
-		if (m->w.streamed || pp->cache_gpu_percent < 100 || m->act_host) {
-			printf("  weights         %g%% device, %g%% host, the rest on disk; overlap %s\n",
-			       pp->w_gpu_percent, pp->w_cpu_percent, pp->overlap ? "on" : "off");
-			printf("  KV cache        %g%% device, %g%% host, the rest on disk%s\n",
-			       pp->cache_gpu_percent, pp->cache_cpu_percent,
-			       pp->cpu_cache_compute ? "; attention over the host tier in place" : "");
-			printf("  activations     on the %s\n", m->act_host ? "host" : "device");
-			printf("  compute         %10.3f s\n  stall           %10.3f s  (waiting for weights or cache)\n",
-			       compute_s, stall_s);
-			if (f.h2d_bytes || f.d2h_bytes)
-				printf("  host <-> device %10.2f GB in, %.2f GB out\n", f.h2d_bytes / 1e9,
-				       f.d2h_bytes / 1e9);
-			if (disk_used)
-				printf("  disk            %10.3f s busy, %.2f GB read at %.2f GB/s (O_DIRECT probe %.2f GB/s, %s: %.0f%%), %.2f GB written\n"
-				       "  overlap         %10.2f  (max(compute, io) / wall; per phase, sum of max / wall: %.2f)\n",
-				       io_s, disk_bytes / 1e9, disk_gbps, probe_gbps, probe_mode,
-				       probe_gbps > 0 ? 100 * disk_gbps / probe_gbps : 0,
-				       f.disk_write_bytes / 1e9, SL_MAX(compute_s, io_s) / wall, bound_s / wall);
-		}
-	}
+	r->kernels = sl_cpu_backend_kernels(be);
+	r->kernels_env = getenv("SLUICE_CPU_KERNELS");
+	if (r->kernels_env && !*r->kernels_env)
+		r->kernels_env = NULL; /* empty: unset, as the backend reads it */
+	r->gemm = sl_cpu_backend_gemm(be);
+	r->blas_config = NULL;
+	r->blas_core = NULL;
+	if (r->gemm && !strcmp(r->gemm, "openblas"))
+		sl_cpu_backend_blas_info(&r->blas_config, &r->blas_core);
+	r->coretype = getenv("OPENBLAS_CORETYPE");
+	r->l2_size = getenv("OPENBLAS_L2_SIZE");
 	sl_kv_free(m, kv);
 	free(ids);
 	free(next);
 	free(npad);
+}
+
+/* The run as one JSON object on stdout. */
+static void bench_print_json(const bench_opts *o, const sl_backend *be, const sl_model *m,
+			     const bench_result *r)
+{
+	const common_opts *co = &o->co;
+	const sl_opt_config *cfg = &m->cfg;
+	const sl_offload_stats *f = &r->f;
+	int rc;
+	sl_jerr e = { 0 };
+	json_t *j = json_object(), *peak = json_object(), *benv = json_object();
+	sl_jset(j, "system", json_string("sluice"), &e);
+	sl_jset(j, "version", json_string(SL_VERSION), &e);
+	sl_jset(j, "model", json_text(co->model_dir ? co->model_dir : cfg->name), &e);
+	sl_jset(j, "model_name", json_text(cfg->name), &e);
+	sl_jset(j, "backend", json_string(be->ops->name), &e);
+	sl_jset(j, "threads", json_integer(r->threads), &e);
+	sl_jset(j, "prompt_len", json_integer(o->plen), &e);
+	sl_jset(j, "gen_len", json_integer(o->glen), &e);
+	sl_jset(j, "batch", json_integer(o->batch), &e);
+	const sl_policy *pp = &co->policy;
+	sl_jset_real(j, "w_gpu_percent", pp->w_gpu_percent, &e);
+	sl_jset_real(j, "w_cpu_percent", pp->w_cpu_percent, &e);
+	sl_jset_real(j, "cache_gpu_percent", pp->cache_gpu_percent, &e);
+	sl_jset_real(j, "cache_cpu_percent", pp->cache_cpu_percent, &e);
+	sl_jset_real(j, "act_gpu_percent", pp->act_gpu_percent, &e);
+	sl_jset_real(j, "act_cpu_percent", pp->act_cpu_percent, &e);
+	sl_jset(j, "cpu_cache_compute", json_boolean(pp->cpu_cache_compute), &e);
+	sl_jset(j, "overlap", json_boolean(pp->overlap), &e);
+	sl_jset(j, "sep_layer", json_boolean(pp->sep_layer), &e);
+	sl_jset_real(j, "hh_ratio", pp->hh_ratio, &e);
+	sl_jset_real(j, "recent_ratio", m->recent_ratio, &e);
+	sl_jset_real(j, "prefill_s", r->prefill_s, &e);
+	sl_jset_real(j, "decode_s", r->decode_s, &e);
+	sl_jset_real(j, "wall_s", r->wall, &e);
+	sl_jset_real(j, "throughput_tok_s", r->tput, &e);
+	sl_jset_real(j, "compute_s", f->compute_s, &e);
+	sl_jset_real(j, "io_s", f->io_s, &e);
+	sl_jset_real(j, "stall_s", f->stall_s, &e);
+	sl_jset_real(j, "prefill_compute_s", r->fp.compute_s, &e);
+	sl_jset_real(j, "prefill_io_s", r->fp.io_s, &e);
+	sl_jset_real(j, "decode_compute_s", r->fd.compute_s, &e);
+	sl_jset_real(j, "decode_io_s", r->fd.io_s, &e);
+	sl_jset_real(j, "phase_bound_s", r->bound_s, &e);
+	sl_jset(j, "h2d_bytes", json_integer((json_int_t)f->h2d_bytes), &e);
+	sl_jset(j, "d2h_bytes", json_integer((json_int_t)f->d2h_bytes), &e);
+	sl_jset(j, "disk_read_bytes", json_integer((json_int_t)f->disk_read_bytes), &e);
+	sl_jset_real(j, "disk_read_gbps", f->disk_read_gbps, &e);
+	sl_jset_real(j, "probe_read_gbps", r->probe_gbps, &e);
+	sl_jset(j, "disk_write_bytes", json_integer((json_int_t)f->disk_write_bytes), &e);
+	sl_jset_real(j, "gemm_gflops", r->pf_gflops, &e);
+	sl_jset_real(j, "decode_weight_gbps", r->dc_gbps, &e);
+	sl_jset_real(j, "decode_gemm_weight_gbps", r->dc_gemm_gbps, &e);
+	sl_jset_real(j, "mem_read_gbps", r->mem_gbps, &e);
+	sl_jset(j, "weight_bytes", json_integer((json_int_t)r->wbytes), &e);
+	sl_jset(peak, "device", json_integer((json_int_t)f->peak_device), &e);
+	sl_jset(peak, "host", json_integer((json_int_t)f->peak_host), &e);
+	sl_jset(peak, "disk", json_integer((json_int_t)f->peak_disk), &e);
+	sl_jset(j, "peak_bytes", peak, &e);
+	sl_jset(j, "peak_device_bytes", json_integer((json_int_t)f->peak_device), &e);
+	sl_jset(j, "cpu_kernels", r->kernels ? json_string(r->kernels) : json_null(), &e);
+	sl_jset(j, "cpu_kernels_env", r->kernels_env ? json_text(r->kernels_env) : json_null(), &e);
+	sl_jset(j, "cpu_gemm", r->gemm ? json_string(r->gemm) : json_null(), &e);
+	sl_jset(j, "blas_core", r->blas_core ? json_text(r->blas_core) : json_null(), &e);
+	sl_jset(j, "blas_config", r->blas_config ? json_text(r->blas_config) : json_null(), &e);
+	sl_jset(benv, "OPENBLAS_CORETYPE", r->coretype ? json_text(r->coretype) : json_null(), &e);
+	sl_jset(benv, "OPENBLAS_L2_SIZE", r->l2_size ? json_text(r->l2_size) : json_null(), &e);
+	sl_jset(j, "blas_env", benv, &e);
+	if ((rc = sl_jcheck(&e, "bench --json")) == 0)
+		rc = sl_jwrite_line(j, stdout, "bench --json: standard output");
+	json_decref(j);
+	if (rc < 0)
+		die(rc);
+}
+
+/* The run as a table on stdout; the offload breakdown when anything is
+ * off the device. */
+static void bench_print_table(const bench_opts *o, const sl_backend *be, const sl_model *m,
+			      const bench_result *r)
+{
+	const common_opts *co = &o->co;
+	const sl_opt_config *cfg = &m->cfg;
+	const sl_offload_stats *f = &r->f;
+	const int threads = r->threads, glen = o->glen;
+	const char *kernels = r->kernels, *kernels_env = r->kernels_env, *coretype = r->coretype;
+	const double compute_s = f->compute_s, io_s = f->io_s, stall_s = f->stall_s;
+	const double disk_bytes = (double)f->disk_read_bytes, disk_gbps = f->disk_read_gbps;
+	const double probe_gbps = r->probe_gbps, wall = r->wall;
+	printf("model %s on %s (%d thread%s): prompt %d, gen %d, batch %d\n",
+	       co->model_dir ? co->model_dir : cfg->name, be->ops->name, threads,
+	       threads == 1 ? "" : "s", o->plen, glen, o->batch);
+	if (kernels && r->blas_core)
+		printf("  CPU kernels     %s%s%s; GEMM: %s, %s core%s%s%s (not batch invariant)\n",
+		       kernels, kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "",
+		       r->blas_config, r->blas_core, coretype ? " (OPENBLAS_CORETYPE=" : "",
+		       coretype ? coretype : "", coretype ? ")" : "");
+	else if (kernels)
+		printf("  CPU kernels     %s%s%s; GEMM: sluice's own (batch invariant)\n", kernels,
+		       kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "");
+	printf("  throughput      %10.2f tokens/s\n", r->tput);
+	printf("  prefill         %10.3f s   (GEMM %.1f GFLOP/s)\n", r->prefill_s, r->pf_gflops);
+	printf("  decode          %10.3f s   (%d step%s; weights streamed at %.2f GB/s, %.2f GB/s within the GEMMs)\n",
+	       r->decode_s, glen - 1, glen - 1 == 1 ? "" : "s", r->dc_gbps, r->dc_gemm_gbps);
+	if (r->mem_gbps > 0)
+		printf("  memory read     %10.1f GB/s  (decode roofline: %.0f%% reached)\n", r->mem_gbps,
+		       100.0 * r->dc_gbps / r->mem_gbps);
+	printf("  device peak     %10.1f MiB;  host peak %.1f MiB\n", be->dev_peak / 1048576.0,
+	       be->host_peak / 1048576.0);
+	const sl_policy *pp = &co->policy;
+	if (m->w.streamed || pp->cache_gpu_percent < 100 || m->act_host) {
+		printf("  weights         %g%% device, %g%% host, the rest on disk; overlap %s\n",
+		       pp->w_gpu_percent, pp->w_cpu_percent, pp->overlap ? "on" : "off");
+		printf("  KV cache        %g%% device, %g%% host, the rest on disk%s\n",
+		       pp->cache_gpu_percent, pp->cache_cpu_percent,
+		       pp->cpu_cache_compute ? "; attention over the host tier in place" : "");
+		printf("  activations     on the %s\n", m->act_host ? "host" : "device");
+		printf("  compute         %10.3f s\n  stall           %10.3f s  (waiting for weights or cache)\n",
+		       compute_s, stall_s);
+		if (f->h2d_bytes || f->d2h_bytes)
+			printf("  host <-> device %10.2f GB in, %.2f GB out\n", f->h2d_bytes / 1e9,
+			       f->d2h_bytes / 1e9);
+		if (r->disk_used)
+			printf("  disk            %10.3f s busy, %.2f GB read at %.2f GB/s (O_DIRECT probe %.2f GB/s, %s: %.0f%%), %.2f GB written\n"
+			       "  overlap         %10.2f  (max(compute, io) / wall; per phase, sum of max / wall: %.2f)\n",
+			       io_s, disk_bytes / 1e9, disk_gbps, probe_gbps, r->probe_mode,
+			       probe_gbps > 0 ? 100 * disk_gbps / probe_gbps : 0,
+			       f->disk_write_bytes / 1e9, SL_MAX(compute_s, io_s) / wall, r->bound_s / wall);
+	}
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	bench_opts o;
+	if (!bench_parse(argc, argv, &o))
+		return 0;
+	sl_opt_config bcfg;
+	sl_job_shape js;
+	sl_backend *be = NULL;
+	sl_model *m = NULL;
+	bench_open(&o, &bcfg, &js, &be, &m);
+	bench_result r;
+	bench_measure(&o, be, m, &bcfg, &js, &r);
+	if (o.json)
+		bench_print_json(&o, be, m, &r);
+	else
+		bench_print_table(&o, be, m, &r);
 	sl_model_free(m);
 	sl_backend_free(be);
 	return 0;
