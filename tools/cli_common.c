@@ -226,21 +226,30 @@ sl_job_shape job_shape(const common_opts *o, int nseq, int rows, int cap, int ma
 			       .cpu_cache_compute = p->cpu_cache_compute };
 }
 
+/* 0 when budget (0: no cap) covers need, else SL_EBUDGET: "OPT BUDGET
+ * WHAT: it needs at least OPT NEED (WHY" (WHY closes the parenthesis). */
+static int budget_short(const char *opt, size_t budget, size_t need, const char *what,
+			const char *why)
+{
+	if (!budget || budget >= need)
+		return 0;
+	char have[32], want[32];
+	fmt_bytes(budget, have, sizeof have);
+	fmt_bytes(need, want, sizeof want);
+	return sl_err(SL_EBUDGET, "%s %s %s: it needs at least %s %s (%s", opt, have, what, opt, want,
+		      why);
+}
+
 /* A host budget the job does not fit under its placement is refused
  * before anything is loaded, with the smallest that does. */
 static int check_host_budget(const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
 			     const sl_job_shape *js)
 {
 	const sl_model_params mp = model_params(o);
-	size_t need = sl_model_min_host_bytes(cfg, &mp, js, be->ops->dev_is_host);
-	if (!o->cpu_mem || o->cpu_mem >= need)
-		return 0;
-	char have[32], want[32];
-	fmt_bytes(o->cpu_mem, have, sizeof have);
-	fmt_bytes(need, want, sizeof want);
-	return sl_err(SL_EBUDGET,
-		      "--cpu-mem %s is too small for this job under this placement: it needs at least --cpu-mem %s (the weights' host tier and their conversion, the KV cache and activations on the host), or a smaller --batch-size, or less on the host (--percent)",
-		      have, want);
+	return budget_short("--cpu-mem", o->cpu_mem,
+			    sl_model_min_host_bytes(cfg, &mp, js, be->ops->dev_is_host),
+			    "is too small for this job under this placement",
+			    "the weights' host tier and their conversion, the KV cache and activations on the host), or a smaller --batch-size, or less on the host (--percent)");
 }
 
 /* The backend under the options' budgets, the host budget checked against
@@ -319,15 +328,9 @@ static size_t min_bytes(const common_opts *o, const sl_opt_config *cfg, const sl
 
 int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js)
 {
-	size_t need = min_bytes(o, cfg, js);
-	if (!o->gpu_mem || o->gpu_mem >= need)
-		return 0;
-	char have[32], want[32];
-	fmt_bytes(o->gpu_mem, have, sizeof have);
-	fmt_bytes(need, want, sizeof want);
-	return sl_err(SL_EBUDGET,
-		      "--gpu-mem %s is too small for any schedule of this job: it needs at least --gpu-mem %s (every layer's weights and the KV cache off the device, e.g. --percent 0 100 0 100 100 0), or a smaller --batch-size",
-		      have, want);
+	return budget_short("--gpu-mem", o->gpu_mem, min_bytes(o, cfg, js),
+			    "is too small for any schedule of this job",
+			    "every layer's weights and the KV cache off the device, e.g. --percent 0 100 0 100 100 0), or a smaller --batch-size");
 }
 
 /* After a budget error: the smallest device budget that would fit, unless
