@@ -87,6 +87,9 @@ int sl_dev_alloc(sl_backend *b, size_t bytes, const char *what, void **out)
 		sl_dev_unaccount(b, bytes);
 		return sl_err_prefix(rc, "allocating %zu bytes for %s", bytes, what);
 	}
+	b->data_used += bytes;
+	if (b->data_used > b->data_peak)
+		b->data_peak = b->data_used;
 	return 0;
 }
 
@@ -96,6 +99,8 @@ void sl_dev_free(sl_backend *b, void *p, size_t bytes)
 		return;
 	b->ops->dev_free(b, p);
 	sl_dev_unaccount(b, bytes);
+	SL_ASSERT(bytes <= b->data_used);
+	b->data_used -= bytes;
 }
 
 void sl_backend_set_host_limit(sl_backend *b, size_t bytes)

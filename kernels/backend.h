@@ -239,6 +239,9 @@ struct sl_backend {
 	/* device-tier accounting, kept by sl_dev_alloc / sl_dev_free */
 	size_t dev_limit; /* 0: unlimited */
 	size_t dev_used, dev_peak;
+	/* of which through sl_dev_alloc (the callers' data, not the backend's
+	 * own workspaces): what a run plan states */
+	size_t data_used, data_peak;
 	/* host-tier (pinned) accounting, kept by sl_host_alloc / sl_host_free */
 	size_t host_limit; /* 0: unlimited */
 	size_t host_used, host_peak;
