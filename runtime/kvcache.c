@@ -68,8 +68,8 @@ struct sl_kv_tiers;
 static void mb_split(const sl_model *m, const sl_kv *kv, int nseq0, int mb, int g, split *b,
 		     split *p)
 {
-	*b = split_of(SL_MIN(kv->gs, nseq0 - mb * kv->gs), m->cache_gpu_percent,
-		      m->cache_cpu_percent);
+	*b = split_of(SL_MIN(kv->gs, nseq0 - mb * kv->gs), m->plan.p.cache_gpu,
+		      m->plan.p.cache_cpu);
 	p->dev = SL_MIN(g, b->dev);
 	p->host = SL_MIN(g - p->dev, b->host);
 	p->disk = g - p->dev - p->host;
@@ -164,6 +164,9 @@ void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t 
 	const counts n = counts_of(nseq, gs, gpu_percent, cpu_percent);
 	const size_t L = (size_t)c->n_layer;
 	const size_t seg = align_page((size_t)n.maxdisk * ub);
+	out->dev_seqs = n.dev;
+	out->host_seqs = n.host;
+	out->disk_seqs = n.disk;
 	out->device = L * n.dev * ub;
 	if (n.dev < nseq) {
 		/* staging of the largest micro-batch's off-device part */
@@ -174,6 +177,11 @@ void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t 
 	}
 	out->host += L * n.host * ub;
 	out->disk = L * n.nmb * seg;
+}
+
+size_t sl_kv_ccc_bytes(const sl_opt_config *c, int gs)
+{
+	return 4 * (size_t)gs * c->hidden * sizeof(float) + (size_t)gs * c->n_head * 4;
 }
 
 /* ---- allocation ------------------------------------------------------- */
@@ -231,9 +239,9 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 	kv->tiers = T;
 	const int gs = kv->gs, nseq = kv->nseq;
 	const size_t es = kv->f32 ? 4 : 2;
-	T->full = split_of(gs, m->cache_gpu_percent, m->cache_cpu_percent);
+	T->full = split_of(gs, m->plan.p.cache_gpu, m->plan.p.cache_cpu);
 	T->nseq0 = nseq;
-	const counts n = counts_of(nseq, gs, m->cache_gpu_percent, m->cache_cpu_percent);
+	const counts n = counts_of(nseq, gs, m->plan.p.cache_gpu, m->plan.p.cache_cpu);
 	T->nmb = n.nmb;
 	T->sb = (size_t)c->hidden * kv->cap * es;
 	T->ss = kv->h2o ? (size_t)c->n_head * kv->cap * 4 : 0;
@@ -300,10 +308,10 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 		}
 		st->lens = st->offs + st->nrmax;
 	}
-	if (m->cpu_cache_compute && !o->dev_is_host && T->nhost > 0) {
+	if (m->plan.p.cpu_cache_compute && !o->dev_is_host && T->nhost > 0) {
 		/* attention over the host tier runs on a CPU backend beside the device */
 		const size_t rows = (size_t)gs * c->hidden * sizeof(float);
-		T->ccc_bytes = 4 * rows + (size_t)gs * c->n_head * 4;
+		T->ccc_bytes = sl_kv_ccc_bytes(c, gs);
 		if ((rc = sl_host_alloc(be, T->ccc_bytes, "cpu_cache_compute buffers", &T->ccc)) < 0) {
 			T->ccc_bytes = 0;
 			goto fail;
@@ -348,9 +356,9 @@ static int kv_create(sl_model *m, int nseq, int cap, bool h2o, size_t extra, sl_
 	kv->nseq = nseq;
 	kv->cap = cap;
 	kv->n_layer = c->n_layer;
-	kv->f32 = m->kv_f32;
+	kv->f32 = m->plan.p.kv_f32;
 	kv->h2o = h2o;
-	kv->gs = sl_kv_group(m->micro, nseq);
+	kv->gs = sl_kv_group(m->plan.p.micro, nseq);
 	kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
 	kv->v = calloc((size_t)c->n_layer, sizeof *kv->v);
 	kv->score = calloc((size_t)c->n_layer, sizeof *kv->score);
@@ -361,7 +369,7 @@ static int kv_create(sl_model *m, int nseq, int cap, bool h2o, size_t extra, sl_
 		sl_kv_free(m, kv);
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
-	const int ndev = counts_of(nseq, kv->gs, m->cache_gpu_percent, m->cache_cpu_percent).dev;
+	const int ndev = counts_of(nseq, kv->gs, m->plan.p.cache_gpu, m->plan.p.cache_cpu).dev;
 	const size_t per = (size_t)ndev * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
 	const size_t sper = h2o ? (size_t)ndev * c->n_head * cap * 4 : 0;
 	const size_t L = (size_t)c->n_layer;
@@ -421,29 +429,29 @@ int sl_kv_h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent)
 
 int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
 {
-	const bool h2o = m->hh_ratio > 0 || m->recent_ratio > 0 || m->h2o_heavy >= 0 ||
-			 m->h2o_recent >= 0;
-	if (!h2o)
+	*out = NULL;
+	SL_TRY(sl_plan_check_job(&m->plan, nseq, max_prompt, max_len));
+	if (!m->plan.h2o)
 		return sl_kv_create(m, nseq, max_len, out);
 	if (!m->be->ops->h2o_compact || !m->be->ops->h2o_evict)
 		return sl_err(SL_EUNSUPPORTED, "the %s backend has no H2O cache operations",
 			      m->be->ops->name);
-	sl_kv probe = { .hh_ratio = m->hh_ratio, .recent_ratio = m->recent_ratio,
-			.fixed_heavy = m->h2o_heavy, .fixed_recent = m->h2o_recent };
+	sl_kv probe = { .hh_ratio = m->plan.p.hh, .recent_ratio = m->plan.p.rr,
+			.fixed_heavy = m->plan.p.fixed_heavy, .fixed_recent = m->plan.p.fixed_recent };
 	int heavy, recent;
 	/* a budget of 0 is allowed: each step then sees only its own token */
 	int b = sl_kv_h2o_budget(&probe, max_prompt, &heavy, &recent);
 	const int cap = SL_MIN(max_len, b + 1);
-	const int gs = sl_kv_group(m->micro, nseq);
-	const size_t es = m->kv_f32 ? 4 : 2;
+	const int gs = sl_kv_group(m->plan.p.micro, nseq);
+	const size_t es = m->plan.p.kv_f32 ? 4 : 2;
 	const sl_opt_config *c = &m->cfg;
 	const size_t extra = sl_kv_h2o_extra(c, nseq, gs, max_prompt, es);
 	SL_TRY(kv_create(m, nseq, cap, true, extra, out));
 	sl_kv *kv = *out;
-	kv->hh_ratio = m->hh_ratio;
-	kv->recent_ratio = m->recent_ratio;
-	kv->fixed_heavy = m->h2o_heavy;
-	kv->fixed_recent = m->h2o_recent;
+	kv->hh_ratio = m->plan.p.hh;
+	kv->recent_ratio = m->plan.p.rr;
+	kv->fixed_heavy = m->plan.p.fixed_heavy;
+	kv->fixed_recent = m->plan.p.fixed_recent;
 	kv->scratch_cap = max_prompt;
 	kv->heavy = calloc((size_t)nseq, sizeof *kv->heavy);
 	kv->recent = calloc((size_t)nseq, sizeof *kv->recent);
@@ -547,7 +555,7 @@ static int parts_of(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
 		q->seq = s0 + p.dev;
 		q->count = p.host;
 		q->tier = SL_TIER_HOST;
-		if (m->cpu_cache_compute && !prefill) { /* in place, at home */
+		if (m->plan.p.cpu_cache_compute && !prefill) { /* in place, at home */
 			const size_t hi = (size_t)mb * T->full.host;
 			q->k = host_home(T, l, hi, PART_K);
 			q->v = host_home(T, l, hi, PART_V);
@@ -632,7 +640,7 @@ static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g
 	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
 	const size_t slot_bytes = T->sb / kv->cap; /* every head's row of a token */
 	SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
-	if (p.host && !m->cpu_cache_compute) {
+	if (p.host && !m->plan.p.cpu_cache_compute) {
 		const size_t hi0 = (size_t)mb * T->full.host;
 		for (int j = 0; j < p.host; j++) {
 			const int s = s0 + p.dev + j;
@@ -717,7 +725,7 @@ int sl_kv_step_begin(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
 	} else {
 		T->cur = (int)(st - T->st);
 	}
-	if (m->overlap && next_l >= 0 && !stage_holding(T, next_l, next_s0))
+	if (m->plan.p.overlap && next_l >= 0 && !stage_holding(T, next_l, next_s0))
 		SL_TRY(stage_load(m, kv, &T->st[(T->cur + 1) % NSTAGE], next_l, next_s0, next_g,
 				  prefill));
 	SL_TRY(stage_ready(m, kv, st));
@@ -906,7 +914,7 @@ static int kv_flush(sl_model *m, sl_kv *kv, kv_stage *st)
 		st->pend = PEND_NONE;
 		split b, p;
 		mb_split(m, kv, T->nseq0, st->pmb, st->pg, &b, &p);
-		const bool host_part = p.host && !m->cpu_cache_compute;
+		const bool host_part = p.host && !m->plan.p.cpu_cache_compute;
 		const size_t sn = (size_t)m->cfg.n_head * kv->cap;
 		const int32_t *hpos, *dpos;
 		SL_TRY(o->event_sync(be, o->dev_is_host ? st->done_ev : st->wb_ev));
@@ -948,7 +956,7 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
 	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
 	if (nh > SL_KV_MAX_HEADS)
 		return sl_err(SL_EUNSUPPORTED, "%d attention heads (at most %d)", nh, SL_KV_MAX_HEADS);
-	const bool host_part = p.host && !(m->cpu_cache_compute && !prefill);
+	const bool host_part = p.host && !(m->plan.p.cpu_cache_compute && !prefill);
 	if (!host_part && !p.disk)
 		return 0;
 	st->pmb = mb;

@@ -88,9 +88,15 @@ typedef struct sl_kv_sizes {
 	size_t device, host, disk;
 	size_t seq_bytes;   /* one sequence's K (or V) of one layer */
 	size_t state_bytes; /* H2O: its scores (or positions) of one layer */
+	int dev_seqs, host_seqs, disk_seqs; /* sequences in each tier */
 } sl_kv_sizes;
 void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es, bool h2o,
 		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out);
+
+/* cpu_cache_compute on a device that is not host memory: the pinned
+ * buffers of one micro-batch of gs (q, k, v rows, the output, H2O's
+ * evicted sums) that carry its attention to the CPU and back. */
+size_t sl_kv_ccc_bytes(const sl_opt_config *c, int gs);
 
 /* Sequences per micro-batch: the policy's micro (gpu_batch_size) when it
  * splits a block of nseq, else the whole block. */

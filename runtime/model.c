@@ -16,7 +16,7 @@
 
 int sl_model_open(sl_backend *be, const char *dir, const char *dummy, sl_model **out)
 {
-	sl_model_params p = { .dir = dir, .dummy = dummy, .w_gpu_percent = 100 };
+	sl_model_params p = { .dir = dir, .dummy = dummy };
 	return sl_model_open_ex(be, &p, out);
 }
 
@@ -35,10 +35,6 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 	if (!m)
 		return sl_err(SL_ENOMEM, "out of memory");
 	m->be = be;
-	m->h2o_heavy = m->h2o_recent = -1;
-	m->cache_gpu_percent = 100;
-	m->overlap = p->overlap;
-	m->sep_layer = p->sep_layer;
 	if (p->offload_dir && !(m->offload_dir = strdup(p->offload_dir))) {
 		free(m);
 		return sl_err(SL_ENOMEM, "out of memory");
@@ -57,23 +53,27 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 	} else if ((rc = sl_opt_config_named(p->dummy, &m->cfg)) < 0) {
 		goto fail;
 	}
-	sl_weight_place place = { .gpu_percent = p->w_gpu_percent, .cpu_percent = p->w_cpu_percent,
-				  .overlap = p->overlap, .halves = p->sep_layer };
-	if (p->w_gpu_percent + p->w_cpu_percent < 100.0) {
+	const sl_plan_params defaults = sl_plan_defaults();
+	if ((rc = sl_plan_make(&m->cfg, p->plan ? p->plan : &defaults, be->ops->dev_is_host,
+			       &m->plan)) < 0)
+		goto fail;
+	const sl_plan_params *pp = &m->plan.p;
+	sl_weight_place place = { .gpu_percent = pp->w_gpu, .cpu_percent = pp->w_cpu,
+				  .overlap = pp->overlap, .halves = pp->sep_layer };
+	if (pp->w_gpu + pp->w_cpu < 100.0) {
 		if (!p->offload_dir) {
 			rc = sl_err(SL_EINVAL, "weights placed on disk need --offload-dir DIR");
 			goto fail;
 		}
 		/* one store per model and placement, keyed on what it is made from */
 		char key[SL_DISK_MAX_KEY + 1], name[SL_WSTORE_NAME_MAX];
-		if ((rc = sl_wstore_ident(p->dir, st, &m->cfg, p->w_gpu_percent, p->w_cpu_percent, name,
+		if ((rc = sl_wstore_ident(p->dir, st, &m->cfg, pp->w_gpu, pp->w_cpu, name,
 					  sizeof name, key, sizeof key)) < 0)
 			goto fail;
 		/* the data area: every layer's disk segment */
 		sl_disk_params dp = { .dir = p->offload_dir, .file_name = name, .key = key,
 				      .data_bytes = (uint64_t)m->cfg.n_layer *
-						    sl_weights_disk_bytes(&m->cfg, p->w_gpu_percent,
-									  p->w_cpu_percent) };
+						    sl_weights_disk_bytes(&m->cfg, pp->w_gpu, pp->w_cpu) };
 		sl_model_io_node(be, &dp);
 		bool fresh = true;
 		if ((rc = sl_wstore_open(&dp, &m->disk, &fresh)) < 0)
@@ -138,119 +138,30 @@ void sl_model_free(sl_model *m)
 	free(m);
 }
 
-/* Rows of one micro-batch's buffers for blocks of max_seq sequences and
- * max_rows rows. */
-static int group_rows(int micro, int max_seq, int max_rows)
-{
-	if (micro <= 0 || micro >= max_seq)
-		return max_rows;
-	return (int)(((long)max_rows * micro + max_seq - 1) / max_seq);
-}
-
-/* Floats of each device buffer: h (act_host: the step buffers: two, or one
- * when a micro-batch is the whole block and its rows stay put), x, qb, kb,
- * vb, ab, fb, logits. */
-static void ws_sizes(const sl_opt_config *c, int max_seq, int max_rows, int micro, bool act_host,
-		     size_t *sizes)
-{
-	const size_t r = (size_t)max_rows, h = (size_t)c->hidden;
-	const size_t g = (size_t)group_rows(micro, max_seq, max_rows);
-	const size_t gx = SL_MAX(g, (size_t)max_seq); /* also the head's rows */
-	const size_t wide = (size_t)SL_MAX(c->hidden, c->embed_dim);
-	const size_t nbuf = g >= r ? 1 : 2;
-	size_t v[] = { act_host ? nbuf * gx * h : r * h, gx * wide, gx * wide, g * h, g * h, g * h,
-		       g * (size_t)c->ffn, (size_t)max_seq * c->vocab };
-	memcpy(sizes, v, sizeof v);
-}
-
-static size_t ws_bytes(const sl_opt_config *c, int max_seq, int max_rows, int micro, bool act_host)
-{
-	size_t sizes[8], total = 0;
-	ws_sizes(c, max_seq, max_rows, micro, act_host, sizes);
-	for (size_t i = 0; i < 8; i++)
-		total += (sizes[i] * sizeof(float) + 255) & ~(size_t)255;
-	return total;
-}
-
-/* act_host: the pinned host bytes of the residual stream. */
-static size_t act_host_bytes(const sl_opt_config *c, int max_rows, bool act_host)
-{
-	return act_host ? (size_t)max_rows * c->hidden * sizeof(float) : 0;
-}
-
-size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
-				 bool kv_f32, int micro, double hh, double rr, int max_prompt,
-				 double cache_gpu_percent, bool act_host)
-{
-	const size_t es = kv_f32 ? 4 : 2;
-	size_t stage = (sl_weights_layer_bytes(c) + 2 * 4096) & ~(size_t)4095;
-	size_t extra = 0;
-	if (hh > 0 || rr > 0) {
-		cap = sl_kv_h2o_slots(hh, rr, max_prompt, cap);
-		extra = sl_kv_h2o_extra(c, max_seq, sl_kv_group(micro, max_seq), max_prompt, es);
-	}
-	sl_kv_sizes kz;
-	sl_kv_tier_sizes(c, max_seq, micro, cap, es, hh > 0 || rr > 0, cache_gpu_percent,
-			 100 - cache_gpu_percent, true, &kz);
-	return sl_weights_global_bytes(c) + 2 * stage + kz.device + extra +
-	       ws_bytes(c, max_seq, SL_MAX(max_rows, max_seq), micro, act_host);
-}
-
-/* Whether a checkpoint stores lm_head (converted beside the globals). */
-size_t sl_model_min_host_bytes(const sl_opt_config *c, const sl_model_params *p,
-			       const sl_job_shape *j, bool dev_is_host)
-{
-	const sl_weight_place wp = { .gpu_percent = p->w_gpu_percent, .cpu_percent = p->w_cpu_percent,
-				     .halves = p->sep_layer };
-	size_t resident, loading;
-	sl_weights_host_bytes(c, &wp, dev_is_host, &resident, &loading);
-	const size_t es = j->kv_f32 ? 4 : 2;
-	const bool h2o = j->hh > 0 || j->rr > 0;
-	const int gs = sl_kv_group(j->micro, j->max_seq);
-	const int cap = h2o ? sl_kv_h2o_slots(j->hh, j->rr, j->max_prompt, j->cap) : j->cap;
-	sl_kv_sizes kz;
-	sl_kv_tier_sizes(c, j->max_seq, gs, cap, es, h2o, j->cache_gpu_percent, j->cache_cpu_percent,
-			 dev_is_host, &kz);
-	size_t job = kz.host + act_host_bytes(c, SL_MAX(j->max_rows, j->max_seq), j->act_host);
-	if (j->cpu_cache_compute && !dev_is_host && j->cache_cpu_percent > 0) /* tiers_create's */
-		job += 4 * (size_t)gs * c->hidden * sizeof(float) + (size_t)gs * c->n_head * 4;
-	return SL_MAX(loading, resident + job);
-}
-
-void sl_model_job_bytes(const sl_model *m, int nseq, int max_prompt, int max_len, size_t *dev,
-			size_t *host)
-{
-	const sl_opt_config *c = &m->cfg;
-	const size_t es = m->kv_f32 ? 4 : 2;
-	const int gs = sl_kv_group(m->micro, nseq);
-	int cap = max_len;
-	size_t extra = 0;
-	if (m->hh_ratio > 0 || m->recent_ratio > 0) {
-		cap = sl_kv_h2o_slots(m->hh_ratio, m->recent_ratio, max_prompt, max_len);
-		extra = sl_kv_h2o_extra(c, nseq, gs, max_prompt, es);
-	}
-	sl_kv_sizes kz;
-	sl_kv_tier_sizes(c, nseq, gs, cap, es, extra > 0, m->cache_gpu_percent,
-			 m->cache_cpu_percent, m->be->ops->dev_is_host, &kz);
-	const int rows = SL_MAX(nseq * max_prompt, nseq);
-	*dev = ws_bytes(c, nseq, rows, m->micro, m->act_host) + kz.device + extra;
-	*host = kz.host + act_host_bytes(c, rows, m->act_host);
-}
-
 int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 {
+	const sl_plan *pl = &m->plan;
+	if (pl->p.max_seq) { /* a planned workload: its workspace, once */
+		if (max_seq > pl->p.max_seq || max_rows > pl->max_rows)
+			return sl_err(SL_EINVAL, "a block of %d sequences and %d rows is larger than the run plan's %d and %d",
+				      max_seq, max_rows, pl->p.max_seq, pl->max_rows);
+		max_seq = pl->p.max_seq;
+		max_rows = pl->max_rows;
+	}
 	if (max_seq <= m->max_seq && max_rows <= m->max_rows)
 		return 0;
 	max_seq = SL_MAX(max_seq, m->max_seq);
 	max_rows = SL_MAX(SL_MAX(max_rows, m->max_rows), max_seq);
 	release_ws(m);
 	const sl_opt_config *c = &m->cfg;
+	const int micro = pl->p.micro;
+	const bool act_host = pl->p.act_host;
 	const size_t r = (size_t)max_rows;
-	size_t sizes[8];
-	ws_sizes(c, max_seq, max_rows, m->micro, m->act_host, sizes);
+	size_t sizes[SL_WS_BUFFERS];
+	sl_plan_ws_sizes(c, max_seq, max_rows, micro, act_host, sizes);
 	float *hdev = NULL;
 	float **ptrs[] = { &hdev, &m->x, &m->qb, &m->kb, &m->vb, &m->ab, &m->fb, &m->logits };
-	size_t total = ws_bytes(c, max_seq, max_rows, m->micro, m->act_host);
+	size_t total = sl_plan_ws_bytes(c, max_seq, max_rows, micro, act_host);
 	int rc = sl_dev_alloc(m->be, total, "activation workspace", &m->ws);
 	if (rc < 0)
 		return rc;
@@ -260,18 +171,18 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 		*ptrs[i] = (float *)p;
 		p += (sizes[i] * sizeof(float) + 255) & ~(size_t)255;
 	}
-	if (!m->act_host) {
+	if (!act_host) {
 		m->h = hdev;
 	} else {
 		const sl_backend_ops *o = m->be->ops;
 		/* one buffer when the block is one micro-batch: every step then
 		 * keeps its rows, and both names lead to it */
-		const size_t gx = SL_MAX((size_t)group_rows(m->micro, max_seq, max_rows),
+		const size_t gx = SL_MAX((size_t)sl_plan_group_rows(micro, max_seq, max_rows),
 					 (size_t)max_seq);
 		m->abuf[0] = hdev;
 		m->abuf[1] = sizes[0] > gx * c->hidden ? hdev + gx * c->hidden : hdev;
 		m->abuf_s0[0] = m->abuf_s0[1] = -1;
-		const size_t hb = act_host_bytes(c, max_rows, true);
+		const size_t hb = (size_t)max_rows * c->hidden * sizeof(float);
 		if ((rc = sl_host_alloc(m->be, hb, "activations (host)", (void **)&m->h)) < 0) {
 			m->h = NULL;
 			release_ws(m);
@@ -299,7 +210,7 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	}
 	m->max_rows = max_rows;
 	m->max_seq = max_seq;
-	m->group_rows = group_rows(m->micro, max_seq, max_rows);
+	m->group_rows = sl_plan_group_rows(micro, max_seq, max_rows);
 	return 0;
 }
 
@@ -341,7 +252,7 @@ static int embed(sl_model *m, int rows)
 {
 	const sl_backend_ops *o = m->be->ops;
 	const size_t h = (size_t)m->cfg.hidden;
-	if (!m->act_host)
+	if (!m->plan.p.act_host)
 		return embed_rows(m, 0, rows, m->h);
 	const int step = SL_MAX(m->group_rows, m->max_seq); /* a step buffer's rows */
 	for (int r0 = 0; r0 < rows; r0 += step) {
@@ -381,7 +292,7 @@ static int act_load(sl_model *m, int i, int s0, int g, int t)
 static int act_begin(sl_model *m, int s0, int g, int t, int next_s0, int next_g, float **hg)
 {
 	const sl_backend_ops *o = m->be->ops;
-	if (!m->act_host) {
+	if (!m->plan.p.act_host) {
 		*hg = m->h + (size_t)s0 * t * m->cfg.hidden;
 		return 0;
 	}
@@ -391,7 +302,7 @@ static int act_begin(sl_model *m, int s0, int g, int t, int next_s0, int next_g,
 		SL_TRY(act_load(m, i, s0, g, t));
 	}
 	m->acur = i;
-	if (m->overlap && next_s0 >= 0 && next_s0 != s0 && m->abuf_s0[i ^ 1] != next_s0)
+	if (m->plan.p.overlap && next_s0 >= 0 && next_s0 != s0 && m->abuf_s0[i ^ 1] != next_s0)
 		SL_TRY(act_load(m, i ^ 1, next_s0, next_g, t));
 	SL_TRY(o->queue_wait(m->be, m->q, m->a_ready[i]));
 	*hg = m->abuf[i];
@@ -403,7 +314,7 @@ static int act_begin(sl_model *m, int s0, int g, int t, int next_s0, int next_g,
 static int act_end(sl_model *m, int s0, int g, int t, int next_s0)
 {
 	const sl_backend_ops *o = m->be->ops;
-	if (!m->act_host)
+	if (!m->plan.p.act_host)
 		return 0;
 	const int i = m->acur;
 	SL_TRY(o->event_record(m->be, m->a_done[i], m->q));
@@ -480,7 +391,7 @@ static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, in
 			   .cap = kv->cap, .q = m->qb + ro, .k_new = m->kb + ro, .v_new = m->vb + ro,
 			   .out = m->ab + ro, .k_cache = p->k, .v_cache = p->v, .kv_f32 = kv->f32,
 			   .npad = npad ? npad + p->seq : NULL, .len = kv->len + p->seq };
-	if (!prefill && p->tier == SL_TIER_HOST && m->cpu_cache_compute && !o->dev_is_host)
+	if (!prefill && p->tier == SL_TIER_HOST && m->plan.p.cpu_cache_compute && !o->dev_is_host)
 		return sl_kv_host_attention(m, kv, l, p, &a);
 	if (kv->h2o)
 		return h2o_attention(m, kv, l, p, &a, prefill, t);
@@ -548,11 +459,11 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 	const sl_opt_config *c = &m->cfg;
 	const int nseq = kv->nseq;
 	const int gs = kv->gs; /* the placement's micro-batches (a block may be smaller) */
-	if (m->micro > 0 && m->micro < gs)
+	if (m->plan.p.micro > 0 && m->plan.p.micro < gs)
 		return sl_err(SL_EINVAL, "the KV cache was placed for micro-batches of %d, not %d",
-			      kv->gs, m->micro);
+			      kv->gs, m->plan.p.micro);
 	/* weights streamed by halves run the separate-layer schedule */
-	const bool halves = m->w.halves, sep = m->sep_layer || halves;
+	const bool halves = m->w.halves, sep = m->plan.p.sep_layer || halves;
 	for (int l = 0; l < c->n_layer; l++) {
 		sl_opt_layer_w wv;
 		SL_TRY(sl_weights_acquire(m->be, m->q, &m->w, l, halves ? SL_UNIT_ATTN : SL_UNIT_LAYER,
@@ -594,7 +505,7 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 			}
 		SL_TRY(sl_weights_release(m->be, m->q, &m->w, l, halves ? SL_UNIT_MLP : SL_UNIT_LAYER));
 	}
-	if (m->act_host) {
+	if (m->plan.p.act_host) {
 		/* every row back on the host before the head reads them:
 		 * a_ready[0], unused until the next pass loads, marks the stores */
 		SL_TRY(m->be->ops->event_record(m->be, m->a_ready[0], m->acq));
@@ -637,7 +548,7 @@ static int head_rows(sl_model *m, int count, size_t first, size_t stride)
 {
 	const sl_backend_ops *o = m->be->ops;
 	const size_t h = (size_t)m->cfg.hidden;
-	if (!m->act_host)
+	if (!m->plan.p.act_host)
 		return head(m, count, m->h + first * h, (int)(stride * h));
 	if (stride == 1) {
 		SL_TRY(o->copy_h2d(m->be, m->q, m->abuf[0], m->h + first * h, count * h * sizeof(float)));

@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "opt_config.h"
+#include "plan.h"
 #include "weights.h"
 
 /* What the KV cache moved between tiers (all caches of a model). */
@@ -49,8 +50,9 @@ typedef struct sl_model {
 	sl_opt_config cfg;
 	sl_opt_weights w;
 	/* activation workspace (device), for up to max_rows rows */
-	int max_rows, max_seq;
-	int micro;      /* sequences per micro-batch (0: the whole block) */
+	/* how it runs, fixed at open (plan.h): read it, never write it */
+	sl_plan plan;
+	int max_rows, max_seq; /* the workspace's (at most the plan's workload) */
 	int group_rows; /* rows the per-micro-batch buffers hold */
 	float *h, *x, *qb, *kb, *vb, *ab, *fb;
 	/* act_host (FlexGen's act_cpu_percent 100): the residual stream of the
@@ -58,9 +60,7 @@ typedef struct sl_model {
 	 * micro-batch's rows into one of two device buffers (abuf, each of
 	 * the larger of a micro-batch's rows and max_seq rows) on a copy
 	 * queue, prefetching the next step's with overlap, and stores them
-	 * back when the next step moves to other rows.  Set before the first
-	 * forward. */
-	bool act_host;
+	 * back when the next step moves to other rows. */
 	float *abuf[2];
 	int abuf_s0[2]; /* the first sequence whose rows a buffer holds; -1: none */
 	int acur;       /* the buffer of the step in progress */
@@ -72,22 +72,8 @@ typedef struct sl_model {
 	void *ws;
 	size_t ws_bytes;
 	int32_t *ids_host, *pos_host; /* (max_rows) */
-	bool kv_f32; /* caches made by sl_kv_create hold fp32 (default fp16) */
-	/* H2O: caches made by sl_kv_make keep floor(hh * P) heavy hitters and
-	 * floor(recent * P) recent tokens of a P-token prompt; both 0 = dense.
-	 * h2o_heavy/h2o_recent >= 0 fix the counts instead (tests). */
-	double hh_ratio, recent_ratio;
-	int h2o_heavy, h2o_recent;
 	sl_disk_store *disk; /* owned; weights on disk */
-	/* KV cache placement (kvcache.h), read when a cache is made: shares of
-	 * each micro-batch's sequences on the device and in pinned host memory,
-	 * the rest on disk under offload_dir; 100 and 0 after open */
-	double cache_gpu_percent, cache_cpu_percent;
-	bool cpu_cache_compute; /* decode attention over host-tier caches in place */
-	bool overlap;           /* prefetch the next step's cache */
-	bool sep_layer;         /* attention of every micro-batch, then every MLP (set at
-				   open; weights streamed by halves always run so) */
-	char *offload_dir;
+	char *offload_dir;   /* the disk tier's folder (weights, KV cache) */
 	sl_kv_stats kv_stats;
 	struct {
 		double disk_busy_s;
@@ -124,19 +110,17 @@ typedef struct sl_kv {
 
 /* Open a model: from a checkpoint directory (config.json + safetensors),
  * or with dummy weights for a named shape (dir NULL, dummy "opt-1.3b"),
- * all weights on the device. */
+ * under the default plan (everything on the device, the workload open). */
 int sl_model_open(sl_backend *be, const char *dir, const char *dummy, sl_model **out);
 
 typedef struct sl_model_params {
-	const char *dir, *dummy;     /* one of them */
-	double w_gpu_percent, w_cpu_percent; /* the rest on disk */
-	const char *offload_dir;     /* the disk store's folder (weights on disk) */
-	bool overlap;                /* prefetch the next layer's weights (and cache) */
-	bool sep_layer;              /* attention and MLP as separate schedule steps; streamed
-					weights stage by half layers */
+	const char *dir, *dummy;       /* one of them */
+	const char *offload_dir;       /* the disk tier's folder */
+	const sl_plan_params *plan;    /* NULL: sl_plan_defaults() */
 } sl_model_params;
 
-/* Open with the weights placed across device, pinned host and disk. */
+/* Open under a plan made from p->plan and the model's shapes (m->plan);
+ * the weights placed across device, pinned host and disk as it says. */
 int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out);
 void sl_model_free(sl_model *m);
 
@@ -150,48 +134,18 @@ void sl_model_io_node(sl_backend *be, sl_disk_params *dp);
  * layer's weights serve every micro-batch) and only the residual stream is
  * kept for the whole block; the other buffers hold one micro-batch. */
 int sl_model_reserve(sl_model *m, int max_seq, int max_rows);
-/* The device and host bytes a job of nseq sequences (prompts up to
- * max_prompt, max_len tokens in all) adds to the open model: the workspace
- * and the KV cache (sl_kv_make's) under the model's placement. */
-void sl_model_job_bytes(const sl_model *m, int nseq, int max_prompt, int max_len, size_t *dev,
-			size_t *host);
+/* Under a plan with a workload, reserve makes the plan's workspace (the
+ * whole of it, once) and refuses a block larger than the plan. */
 /* Free the workspace (the next forward or reserve makes it again). */
 void sl_model_release(sl_model *m);
-
-/* The least device memory a job of max_seq sequences, max_rows rows per
- * forward and cap cache slots can run in: every decoder layer's weights off
- * the device (two staging slots of a whole layer), the activations where
- * act_host puts them, the rest as sl_model_reserve and sl_kv_create size
- * it.  Used to say what budget would work. */
-size_t sl_model_min_device_bytes(const sl_opt_config *c, int max_seq, int max_rows, int cap,
-				 bool kv_f32, int micro, double hh, double rr, int max_prompt,
-				 double cache_gpu_percent, bool act_host);
-
-/* A job before anything is allocated: its block, its rows per forward,
- * its cache slots (dense) and longest prompt, and where its cache and
- * activations go; for sizing budgets. */
-typedef struct sl_job_shape {
-	int max_seq, max_rows, cap, max_prompt;
-	bool kv_f32;
-	int micro;        /* sequences per micro-batch (0: the block) */
-	double hh, rr;    /* H2O ratios (0, 0: dense) */
-	double cache_gpu_percent, cache_cpu_percent;
-	bool act_host, cpu_cache_compute;
-} sl_job_shape;
-
-/* The least pinned host memory (--cpu-mem) the model under p's placement
- * and the job need: the weights' host tier with, while they load, their
- * conversion buffer; then their disk bounce buffers, the KV cache's host
- * tier and staging and the activations where the job puts them. */
-size_t sl_model_min_host_bytes(const sl_opt_config *c, const sl_model_params *p,
-			       const sl_job_shape *j, bool dev_is_host);
 
 /* A KV cache of cap slots for nseq sequences (dense). */
 int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out);
 
 /* The cache a job needs: dense with max_len slots, or, with H2O on, the
  * budget B + 1 of the longest prompt (never more than max_len) plus one
- * layer of prompt scratch. */
+ * layer of prompt scratch.  Refuses a job larger than the plan's
+ * workload (sl_plan_check_job). */
 int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out);
 void sl_kv_free(sl_model *m, sl_kv *kv);
 

@@ -347,6 +347,16 @@ size_t sl_weights_global_bytes(const sl_opt_config *c)
 	return n;
 }
 
+size_t sl_weights_device_bytes(const sl_opt_config *c, const sl_weight_place *p)
+{
+	sl_opt_weights tmp;
+	place_layer(c, p, &tmp);
+	size_t n = sl_weights_global_bytes(c) + (size_t)c->n_layer * tmp.dev_bytes;
+	for (int k = 0; k < 2 && tmp.streamed; k++)
+		n += tmp.slot[k].bytes;
+	return n;
+}
+
 size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent)
 {
 	sl_opt_weights tmp;

@@ -122,6 +122,10 @@ size_t sl_weights_layer_bytes(const sl_opt_config *c);
 /* The embeddings, positions, projections and final norm (always on the
  * device; a stored untied head adds vocab x embed halves). */
 size_t sl_weights_global_bytes(const sl_opt_config *c);
+/* The device bytes of the weights under a placement: the globals (the
+ * head tied, as every OPT checkpoint has it), the device tier of every
+ * layer, and the two staging slots when some tensors are streamed. */
+size_t sl_weights_device_bytes(const sl_opt_config *c, const sl_weight_place *p);
 /* The pinned host bytes of the weights under a placement: *resident the
  * host tier and the disk bounce buffers (a backend whose device is not
  * the host), *loading the peak while they load (the host tier and the

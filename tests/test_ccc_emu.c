@@ -53,19 +53,26 @@ static void run(double cg, double cc, bool ccc, bool h2o, int micro, unsigned fl
 	ck_assert(!be->ops->dev_is_host);
 	sl_model *m = NULL;
 	const bool wdisk = flags & WEIGHTS_DISK_SEP;
-	sl_model_params mp = { .dir = dir, .w_gpu_percent = wdisk ? 0 : 100, .offload_dir = offdir,
-			       .overlap = true, .sep_layer = wdisk };
-	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
-	m->cache_gpu_percent = cg;
-	m->cache_cpu_percent = cc;
-	m->cpu_cache_compute = ccc;
-	m->micro = micro;
-	m->act_host = flags & ACT_HOST;
-	if (h2o)
-		m->hh_ratio = m->recent_ratio = 0.2;
 	int t = 0;
 	for (int i = 0; i < np; i++)
 		t = SL_MAX(t, plen[i]);
+	/* the plan of this workload: np prompts up to t tokens, 8 new ones */
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = wdisk ? 0 : 100;
+	pp.overlap = true;
+	pp.sep_layer = wdisk;
+	pp.cache_gpu = cg;
+	pp.cache_cpu = cc;
+	pp.cpu_cache_compute = ccc;
+	pp.micro = micro;
+	pp.act_host = flags & ACT_HOST;
+	if (h2o)
+		pp.hh = pp.rr = 0.2;
+	pp.max_seq = np;
+	pp.max_prompt = t;
+	pp.max_len = t + 8;
+	sl_model_params mp = { .dir = dir, .offload_dir = offdir, .plan = &pp };
+	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
 	sl_generator *g = NULL;
 	ck_assert_msg(sl_generator_create(m, np, t + 8, t, &g) == 0, "%s", sl_errmsg());
 	sl_seq seqs[16];
@@ -168,12 +175,14 @@ START_TEST(test_h2o_score)
 		sl_backend *be = NULL;
 		ck_assert_msg(sl_backend_create("cuda", 1, &be) == 0, "%s", sl_errmsg());
 		sl_model *m = NULL;
-		ck_assert_msg(sl_model_open(be, dir, NULL, &m) == 0, "%s", sl_errmsg());
-		m->hh_ratio = hh;
-		m->recent_ratio = rr;
-		m->cache_gpu_percent = host ? 0 : 100;
-		m->cache_cpu_percent = host ? 100 : 0;
-		m->cpu_cache_compute = host;
+		sl_plan_params pp = sl_plan_defaults();
+		pp.hh = hh;
+		pp.rr = rr;
+		pp.cache_gpu = host ? 0 : 100;
+		pp.cache_cpu = host ? 100 : 0;
+		pp.cpu_cache_compute = host;
+		const sl_model_params mp = { .dir = dir, .plan = &pp };
+		ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
 		sl_scorer *sc = NULL;
 		ck_assert_msg(sl_scorer_create(m, n, max_len, max_prompt, &sc) == 0, "%s", sl_errmsg());
 		ck_assert_msg(sl_scorer_run(sc, seqs, n, NULL) == 0, "H2O %g/%g: %s", hh, rr, sl_errmsg());

@@ -243,6 +243,11 @@ assert d["peak_bytes"]["host"] <= 1 << 20 and h["peak_bytes"]["host"] <= 1 << 20
 PY
 if "$sluice" bench --backend cpu --model "$fx/opt-pre" --batch max 2>"$tmp/stderr"; then bad "--batch max without a budget ran"
 elif grep -q "needs a budget" "$tmp/stderr"; then ok; else bad "--batch max without a budget: $(cat "$tmp/stderr")"; fi
+# a host budget when nothing of the job grows on the host (on the CPU
+# backend the cache and workspace are in the device tier): no batch is
+# bounded, so it is refused instead of trying the largest one
+expect_fail "--batch max, a budget that bounds nothing" "--cpu-mem does not bound the batch" "" -- \
+	bench --backend cpu --dummy opt-125m --batch max --cpu-mem 600M
 
 # budgets: a budget no schedule fits names the smallest that does, and that
 # one runs with the weights off the device; too small for the placement asked

@@ -386,12 +386,14 @@ static void greedy(const char *name, int first, int count, int heavy, int recent
 	char dir[600];
 	snprintf(dir, sizeof dir, "%s/%s", fixtures_dir, name);
 	sl_model *m = NULL;
-	ck_assert_int_eq(sl_model_open(be, dir, NULL, &m), 0);
-	m->h2o_heavy = heavy;
-	m->h2o_recent = recent;
-	m->hh_ratio = hh;
-	m->recent_ratio = rr;
-	m->micro = micro_batch;
+	sl_plan_params pp = sl_plan_defaults();
+	pp.fixed_heavy = heavy;
+	pp.fixed_recent = recent;
+	pp.hh = hh;
+	pp.rr = rr;
+	pp.micro = micro_batch;
+	const sl_model_params mp = { .dir = dir, .plan = &pp };
+	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
 	int maxp = 0;
 	for (int s = first; s < first + count; s++)
 		maxp = SL_MAX(maxp, plen[s]);
@@ -519,19 +521,24 @@ START_TEST(test_score_against_reference)
 		json_t *cs = json_array_get(fcases, c);
 		const double hh = json_real_value(json_object_get(cs, "hh_ratio")),
 			     rr = json_real_value(json_object_get(cs, "recent_ratio"));
-		sl_model_params mp = { .dir = dir, .w_gpu_percent = 100, .offload_dir = off,
-				       .overlap = true };
+		sl_plan_params pp = sl_plan_defaults();
+		pp.overlap = true;
+		pp.kv_f32 = true;
+		pp.hh = hh;
+		pp.rr = rr;
+		if (hh == 0 && rr == 0) /* ratios 0 and 0 mean dense: the counts instead */
+			pp.fixed_heavy = pp.fixed_recent = 0;
+		pp.cache_gpu = pl->cg;
+		pp.cache_cpu = pl->cc;
+		pp.cpu_cache_compute = pl->ccc;
+		pp.micro = pl->micro;
+		/* the workload the scorer runs */
+		pp.max_seq = n;
+		pp.max_prompt = max_prompt;
+		pp.max_len = max_len;
+		sl_model_params mp = { .dir = dir, .offload_dir = off, .plan = &pp };
 		sl_model *m = NULL;
 		ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
-		m->kv_f32 = true;
-		m->hh_ratio = hh;
-		m->recent_ratio = rr;
-		if (hh == 0 && rr == 0) /* ratios 0 and 0 mean dense: the counts instead */
-			m->h2o_heavy = m->h2o_recent = 0;
-		m->cache_gpu_percent = pl->cg;
-		m->cache_cpu_percent = pl->cc;
-		m->cpu_cache_compute = pl->ccc;
-		m->micro = pl->micro;
 		sl_scorer *sc = NULL;
 		ck_assert_msg(sl_scorer_create(m, n, max_len, max_prompt, &sc) == 0, "%s", sl_errmsg());
 		int rc = sl_scorer_run(sc, seqs, n, NULL);

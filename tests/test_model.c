@@ -93,10 +93,14 @@ static void teardown(void)
 	sl_backend_free(be);
 }
 
-static sl_model *open_fixture(const golden *g)
+/* The fixture's model under the default plan, the cache in fp32 or fp16. */
+static sl_model *open_fixture(const golden *g, bool kv_f32)
 {
 	sl_model *m = NULL;
-	int rc = sl_model_open(be, g->dir, NULL, &m);
+	sl_plan_params pp = sl_plan_defaults();
+	pp.kv_f32 = kv_f32;
+	const sl_model_params mp = { .dir = g->dir, .plan = &pp };
+	int rc = sl_model_open_ex(be, &mp, &m);
 	ck_assert_msg(rc == 0, "%s: %s", g->dir, sl_errmsg());
 	ck_assert_int_eq(m->cfg.vocab, g->vocab);
 	return m;
@@ -159,8 +163,7 @@ START_TEST(test_logits_match_hf)
 {
 	golden g;
 	golden_load(FIXTURE(_i), &g);
-	sl_model *m = open_fixture(&g);
-	m->kv_f32 = KV_F32(_i);
+	sl_model *m = open_fixture(&g, KV_F32(_i));
 	const double tol = logits_tol[KV_F32(_i)];
 	float *lg = prefill_batch(m, g.nprompt, g.prompts, g.plen, g.pad_to, NULL, g.pad_to);
 	const float *ref = g.logits;
@@ -205,8 +208,7 @@ START_TEST(test_greedy_matches_hf)
 {
 	golden g;
 	golden_load(FIXTURE(_i), &g);
-	sl_model *m = open_fixture(&g);
-	m->kv_f32 = KV_F32(_i);
+	sl_model *m = open_fixture(&g, KV_F32(_i));
 	int32_t *outs[16];
 	int nout[16];
 	run_greedy(m, &g, 0, g.nprompt, outs, nout);
@@ -230,8 +232,7 @@ START_TEST(test_batch_equals_alone)
 {
 	golden g;
 	golden_load(FIXTURE(_i), &g);
-	sl_model *m = open_fixture(&g);
-	m->kv_f32 = KV_F32(_i);
+	sl_model *m = open_fixture(&g, KV_F32(_i));
 	int32_t *batch_out[16], *alone_out[1];
 	int nb[16], na[1];
 	run_greedy(m, &g, 0, g.nprompt, batch_out, nb);
@@ -263,8 +264,7 @@ START_TEST(test_cached_decode_equals_recompute)
 {
 	golden g;
 	golden_load(FIXTURE(_i), &g);
-	sl_model *m = open_fixture(&g);
-	m->kv_f32 = KV_F32(_i);
+	sl_model *m = open_fixture(&g, KV_F32(_i));
 	const int s = 0, steps = 6, V = g.vocab;
 	const int p = g.plen[s];
 	int32_t *seq = malloc(sizeof(int32_t) * (size_t)(p + steps));

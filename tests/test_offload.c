@@ -64,15 +64,18 @@ static int run_micro(double gpu, double cpu, bool overlap, size_t gpu_mem, int m
 	sl_backend *be = NULL;
 	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
 	sl_backend_set_dev_limit(be, gpu_mem);
-	sl_model_params mp = { .dir = dir, .w_gpu_percent = gpu, .w_cpu_percent = cpu,
-			       .offload_dir = storedir, .overlap = overlap };
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = gpu;
+	pp.w_cpu = cpu;
+	pp.overlap = overlap;
+	pp.micro = micro;
+	sl_model_params mp = { .dir = dir, .offload_dir = storedir, .plan = &pp };
 	sl_model *m = NULL;
 	int rc = sl_model_open_ex(be, &mp, &m);
 	if (rc < 0) {
 		sl_backend_free(be);
 		return rc;
 	}
-	m->micro = micro;
 	int t = 0;
 	for (int i = 0; i < np; i++)
 		t = SL_MAX(t, plen[i]);
@@ -176,8 +179,12 @@ static int dummy_peak_ex(double gpu, double cpu, bool sep, size_t budget, size_t
 	sl_backend *be = NULL;
 	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
 	sl_backend_set_dev_limit(be, budget);
-	sl_model_params mp = { .dummy = "opt-125m", .w_gpu_percent = gpu, .w_cpu_percent = cpu,
-			       .offload_dir = storedir, .overlap = true, .sep_layer = sep };
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = gpu;
+	pp.w_cpu = cpu;
+	pp.overlap = true;
+	pp.sep_layer = sep;
+	sl_model_params mp = { .dummy = "opt-125m", .offload_dir = storedir, .plan = &pp };
 	sl_model *m = NULL;
 	int rc = sl_model_open_ex(be, &mp, &m);
 	if (!rc) {
@@ -308,7 +315,9 @@ START_TEST(test_store_per_layout)
 	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
 	sl_backend *be = NULL;
 	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
-	sl_model_params mp = { .dir = dir, .w_gpu_percent = 50 };
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = 50;
+	sl_model_params mp = { .dir = dir, .plan = &pp };
 	sl_model *m = NULL;
 	ck_assert_int_eq(sl_model_open_ex(be, &mp, &m), SL_EINVAL);
 	ck_assert_msg(strstr(sl_errmsg(), "--offload-dir"), "%s", sl_errmsg());
@@ -347,24 +356,33 @@ static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem
 	/* one store folder per weight placement: a store holds one layout */
 	snprintf(storedir, sizeof storedir, "%s/w%g-%g", offdir, p->wg, p->wc);
 	mkdir(storedir, 0755);
-	sl_model_params mp = { .dir = dir, .w_gpu_percent = p->wg, .w_cpu_percent = p->wc,
-			       .offload_dir = storedir, .overlap = p->overlap, .sep_layer = p->sep };
+	int t = 0;
+	for (int i = 0; i < np; i++)
+		t = SL_MAX(t, plen[i]);
+	/* the plan: the policy, and the workload below (np prompts up to t
+	 * tokens, 24 new ones) */
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = p->wg;
+	pp.w_cpu = p->wc;
+	pp.overlap = p->overlap;
+	pp.sep_layer = p->sep;
+	pp.micro = p->micro;
+	pp.cache_gpu = p->cg;
+	pp.cache_cpu = p->cc;
+	pp.cpu_cache_compute = p->ccc;
+	pp.act_host = p->act;
+	if (h2o)
+		pp.hh = pp.rr = 0.2;
+	pp.max_seq = np;
+	pp.max_prompt = t;
+	pp.max_len = t + 24;
+	sl_model_params mp = { .dir = dir, .offload_dir = storedir, .plan = &pp };
 	sl_model *m = NULL;
 	int rc = sl_model_open_ex(be, &mp, &m);
 	if (rc < 0) {
 		sl_backend_free(be);
 		return rc;
 	}
-	m->micro = p->micro;
-	m->cache_gpu_percent = p->cg;
-	m->cache_cpu_percent = p->cc;
-	m->cpu_cache_compute = p->ccc;
-	m->act_host = p->act;
-	if (h2o)
-		m->hh_ratio = m->recent_ratio = 0.2;
-	int t = 0;
-	for (int i = 0; i < np; i++)
-		t = SL_MAX(t, plen[i]);
 	int32_t ids[16 * 64] = { 0 };
 	int npad[16];
 	for (int s = 0; s < np; s++) {
@@ -392,6 +410,16 @@ static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem
 	o->dev_peak = be->dev_peak;
 	o->host_peak = be->host_peak;
 	o->kv = m->kv_stats;
+	/* the plan's arithmetic is what the model and the job allocated */
+	if (!rc) {
+		ck_assert_msg(be->dev_peak == m->plan.total.device, "device: plan %zu, peak %zu",
+			      m->plan.total.device, be->dev_peak);
+		ck_assert_int_eq(be->data_peak, be->dev_peak); /* no workspace of its own */
+		ck_assert_msg(be->host_peak == m->plan.total.host, "host: plan %zu, peak %zu",
+			      m->plan.total.host, be->host_peak);
+		ck_assert_msg(o->kv.disk_bytes == m->plan.cache.disk, "KV disk: plan %zu, store %zu",
+			      m->plan.cache.disk, o->kv.disk_bytes);
+	}
 	sl_generator_free(g);
 	sl_model_free(m);
 	ck_assert_int_eq(be->dev_used, 0);

@@ -94,18 +94,25 @@ static void run(int fx, const char *backend, const placement *p, bool h2o, const
 	sl_backend *be = NULL;
 	ck_assert_msg(sl_backend_create(backend, 1, &be) == 0, "%s", sl_errmsg());
 	sl_model *m = NULL;
-	sl_model_params mp = { .dir = dir, .w_gpu_percent = p->wg, .w_cpu_percent = p->wc,
-			       .offload_dir = store, .overlap = p->overlap, .sep_layer = p->sep };
-	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
-	m->cache_gpu_percent = p->cg;
-	m->cache_cpu_percent = p->cc;
-	m->micro = p->micro;
-	m->act_host = p->act_host;
-	if (h2o)
-		m->hh_ratio = m->recent_ratio = 0.2;
 	int t = 0;
 	for (int i = 0; i < np; i++)
 		t = SL_MAX(t, plen[i]);
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = p->wg;
+	pp.w_cpu = p->wc;
+	pp.overlap = p->overlap;
+	pp.sep_layer = p->sep;
+	pp.cache_gpu = p->cg;
+	pp.cache_cpu = p->cc;
+	pp.micro = p->micro;
+	pp.act_host = p->act_host;
+	if (h2o)
+		pp.hh = pp.rr = 0.2;
+	pp.max_seq = np;
+	pp.max_prompt = t;
+	pp.max_len = t + MAX_NEW;
+	sl_model_params mp = { .dir = dir, .offload_dir = store, .plan = &pp };
+	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
 	sl_generator *g = NULL;
 	ck_assert_msg(sl_generator_create(m, np, t + MAX_NEW, t, &g) == 0, "%s", sl_errmsg());
 	sl_seq seqs[16];
@@ -122,6 +129,13 @@ static void run(int fx, const char *backend, const placement *p, bool h2o, const
 	o->w_disk_read = m->w.stats.disk_read_bytes;
 	o->kv_disk_read = m->kv_stats.disk_read_bytes;
 	o->kv_disk_write = m->kv_stats.disk_write_bytes;
+	/* the plan's arithmetic is what the model and the job allocated, on a
+	 * device that is not host memory (bounce buffers, staging); the
+	 * backend's own workspaces (cuBLAS's, its scratch) are outside it */
+	ck_assert_msg(be->data_peak == m->plan.total.device, "device: plan %zu, peak %zu",
+		      m->plan.total.device, be->data_peak);
+	ck_assert_msg(be->host_peak == m->plan.total.host, "host: plan %zu, peak %zu",
+		      m->plan.total.host, be->host_peak);
 	sl_generator_free(g);
 	sl_model_free(m);
 	ck_assert_int_eq(be->dev_used, 0);

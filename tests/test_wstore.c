@@ -156,6 +156,18 @@ typedef struct run_out {
 	uint64_t disk_written;
 } run_out;
 
+
+/* A plan with the weights gpu% on the device, cpu% in pinned host memory
+ * and the rest on disk; everything else as the default. */
+static sl_plan_params weights_at(double gpu, double cpu, bool overlap)
+{
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = gpu;
+	pp.w_cpu = cpu;
+	pp.overlap = overlap;
+	return pp;
+}
+
 /* Prefill logits of the fixture's prompts, weights placed gpu/cpu (the rest
  * in a store in off). */
 static int run(const char *ckpt, const char *golden_of, double gpu, double cpu, const char *off, run_out *o)
@@ -165,8 +177,8 @@ static int run(const char *ckpt, const char *golden_of, double gpu, double cpu, 
 	sl_test_prompts(fixtures_dir, golden_of, &np, plen, prompts);
 	sl_backend *be = NULL;
 	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
-	sl_model_params mp = { .dir = ckpt, .w_gpu_percent = gpu, .w_cpu_percent = cpu, .offload_dir = off,
-			       .overlap = true };
+	const sl_plan_params pp = weights_at(gpu, cpu, true);
+	sl_model_params mp = { .dir = ckpt, .offload_dir = off, .plan = &pp };
 	sl_model *m = NULL;
 	int rc = sl_model_open_ex(be, &mp, &m);
 	if (rc < 0) {
@@ -293,7 +305,8 @@ typedef struct held {
 static void hold(const char *ckpt, double gpu, double cpu, const char *off, held *h)
 {
 	ck_assert_int_eq(sl_backend_create("cpu", 0, &h->be), 0);
-	sl_model_params mp = { .dir = ckpt, .w_gpu_percent = gpu, .w_cpu_percent = cpu, .offload_dir = off };
+	const sl_plan_params pp = weights_at(gpu, cpu, false);
+	sl_model_params mp = { .dir = ckpt, .offload_dir = off, .plan = &pp };
 	ck_assert_msg(sl_model_open_ex(h->be, &mp, &h->m) == 0, "%s", sl_errmsg());
 }
 
@@ -508,8 +521,8 @@ static int run_dummy(double gpu, double cpu, const char *off, size_t host_mem, r
 	sl_backend *be = NULL;
 	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
 	sl_backend_set_host_limit(be, host_mem);
-	sl_model_params mp = { .dummy = "opt-125m", .w_gpu_percent = gpu, .w_cpu_percent = cpu,
-			       .offload_dir = off, .overlap = true };
+	const sl_plan_params pp = weights_at(gpu, cpu, true);
+	sl_model_params mp = { .dummy = "opt-125m", .offload_dir = off, .plan = &pp };
 	sl_model *m = NULL;
 	int rc = sl_model_open_ex(be, &mp, &m);
 	if (rc == 0) {

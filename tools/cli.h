@@ -104,13 +104,14 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 void common_init(common_opts *o);
 bool common_opt(const char *cmd, int c, common_opts *o);
 void check_model_opts(const char *cmd, const common_opts *o);
-sl_job_shape job_shape(const common_opts *o, int nseq, int rows, int cap, int max_prompt);
+sl_plan_params job_plan(const common_opts *o, int nseq, int rows, int max_len, int max_prompt);
 int model_config(const common_opts *o, sl_opt_config *cfg);
-int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js,
+int make_backend(const common_opts *o, sl_backend **be);
+int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_plan_params *pp,
 	       sl_backend **be, sl_model **m);
-int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js);
+int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_plan_params *pp);
 void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
-		 const sl_job_shape *js);
+		 const sl_plan_params *pp);
 void fmt_bytes(size_t n, char *buf, size_t len);
 
 /* ---- generate and score (cli_job.c) ----------------------------------- */

@@ -201,29 +201,17 @@ void check_model_opts(const char *cmd, const common_opts *o)
 		die(rc);
 }
 
-/* Backend and model; on failure both are released and *be, *m are NULL. */
-static sl_model_params model_params(const common_opts *o)
+/* The run plan's parameters for a job of nseq sequences, rows rows per
+ * forward, max_len tokens a sequence and prompts up to max_prompt, under
+ * the options' policy (micro-batches only when a policy was given). */
+sl_plan_params job_plan(const common_opts *o, int nseq, int rows, int max_len, int max_prompt)
 {
-	const sl_policy *p = &o->policy;
-	return (sl_model_params){ .dir = o->model_dir, .dummy = o->dummy,
-				  .w_gpu_percent = p->w_gpu_percent, .w_cpu_percent = p->w_cpu_percent,
-				  .offload_dir = o->offload_dir, .overlap = p->overlap,
-				  .sep_layer = p->sep_layer };
-}
-
-/* A job of nseq sequences, rows rows per forward, cap cache slots (dense)
- * and prompts up to max_prompt, under the options' policy. */
-sl_job_shape job_shape(const common_opts *o, int nseq, int rows, int cap, int max_prompt)
-{
-	const sl_policy *p = &o->policy;
-	return (sl_job_shape){ .max_seq = nseq, .max_rows = rows, .cap = cap, .max_prompt = max_prompt,
-			       .kv_f32 = o->kv_f32, .micro = o->policy_given ? p->gpu_batch_size : 0,
-			       .hh = p->hh_ratio,
-			       .rr = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0,
-			       .cache_gpu_percent = p->cache_gpu_percent,
-			       .cache_cpu_percent = p->cache_cpu_percent,
-			       .act_host = p->act_cpu_percent >= 100,
-			       .cpu_cache_compute = p->cpu_cache_compute };
+	sl_plan_params pp = sl_plan_of_policy(&o->policy, o->policy_given, o->kv_f32);
+	pp.max_seq = nseq;
+	pp.max_rows = rows;
+	pp.max_len = max_len;
+	pp.max_prompt = max_prompt;
+	return pp;
 }
 
 /* 0 when budget (0: no cap) covers need, else SL_EBUDGET: "OPT BUDGET
@@ -243,26 +231,38 @@ static int budget_short(const char *opt, size_t budget, size_t need, const char 
 /* A host budget the job does not fit under its placement is refused
  * before anything is loaded, with the smallest that does. */
 static int check_host_budget(const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
-			     const sl_job_shape *js)
+			     const sl_plan_params *pp)
 {
-	const sl_model_params mp = model_params(o);
-	return budget_short("--cpu-mem", o->cpu_mem,
-			    sl_model_min_host_bytes(cfg, &mp, js, be->ops->dev_is_host),
+	sl_plan pl;
+	SL_TRY(sl_plan_make(cfg, pp, be->ops->dev_is_host, &pl));
+	return budget_short("--cpu-mem", o->cpu_mem, pl.total.host,
 			    "is too small for this job under this placement",
 			    "the weights' host tier and their conversion, the KV cache and activations on the host), or a smaller --batch-size, or less on the host (--percent)");
 }
 
-/* The backend under the options' budgets, the host budget checked against
- * the job js (NULL: none), and the model; on failure *m is NULL and *be,
- * when made, is the caller's to free (budget_hint reads it). */
-int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js,
-		      sl_backend **be, sl_model **m)
+/* The backend the options ask for, under their budgets. */
+int make_backend(const common_opts *o, sl_backend **be)
+{
+	*be = NULL;
+	if (o->threads > 0)
+		omp_set_num_threads(o->threads);
+	int rc = sl_backend_create(o->backend, o->threads, be);
+	if (rc < 0)
+		return rc;
+	if ((rc = sl_cpu_backend_set_gemm(*be, o->cpu_gemm)) < 0)
+		return rc;
+	sl_backend_set_dev_limit(*be, o->gpu_mem);
+	sl_backend_set_host_limit(*be, o->cpu_mem);
+	return 0;
+}
+
+/* The backend (*be, made here when NULL), the host budget checked against
+ * the plan pp, and the model opened under it; on failure *m is NULL and
+ * *be, when made, is the caller's to free (budget_hint reads it). */
+int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_plan_params *pp,
+	       sl_backend **be, sl_model **m)
 {
 	*m = NULL;
-	*be = NULL;
-	int threads = o->threads;
-	if (threads > 0)
-		omp_set_num_threads(threads);
 	const sl_policy *p = &o->policy;
 	/* what this engine places today: weights and the KV cache in any
 	 * tier; activations on the device or in pinned host memory */
@@ -272,29 +272,16 @@ int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_job_shap
 	if (p->compress_weight || p->compress_cache)
 		return sl_err(SL_EUNSUPPORTED,
 			      "this build does not compress: set compress_weight and compress_cache false");
-	int rc = sl_backend_create(o->backend, threads, be);
-	if (rc < 0)
+	int rc;
+	if (!*be && (rc = make_backend(o, be)) < 0)
 		return rc;
-	if ((rc = sl_cpu_backend_set_gemm(*be, o->cpu_gemm)) < 0)
-		return rc;
-	sl_backend_set_dev_limit(*be, o->gpu_mem);
-	sl_backend_set_host_limit(*be, o->cpu_mem);
-	if (js && (rc = check_host_budget(o, cfg, *be, js)) < 0) {
+	if ((rc = check_host_budget(o, cfg, *be, pp)) < 0) {
 		(*be)->host_refused = true;
 		return rc;
 	}
-	const sl_model_params mp = model_params(o);
-	if ((rc = sl_model_open_ex(*be, &mp, m)) < 0)
-		return rc;
-	(*m)->kv_f32 = o->kv_f32;
-	(*m)->cache_gpu_percent = p->cache_gpu_percent;
-	(*m)->cache_cpu_percent = p->cache_cpu_percent;
-	(*m)->cpu_cache_compute = p->cpu_cache_compute;
-	(*m)->act_host = p->act_cpu_percent >= 100;
-	(*m)->micro = o->policy_given ? p->gpu_batch_size : 0;
-	(*m)->hh_ratio = p->hh_ratio;
-	(*m)->recent_ratio = p->hh_ratio > 0 || p->recent_ratio > 0 ? sl_policy_recent_ratio(p) : 0;
-	return 0;
+	const sl_model_params mp = { .dir = o->model_dir, .dummy = o->dummy,
+				     .offload_dir = o->offload_dir, .plan = pp };
+	return sl_model_open_ex(*be, &mp, m);
 }
 
 /* The model's shapes without reading its weights. */
@@ -320,15 +307,9 @@ void fmt_bytes(size_t n, char *buf, size_t len)
 
 /* A device budget no schedule fits is refused before anything is loaded,
  * with the smallest budget that would work. */
-static size_t min_bytes(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js)
+int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_plan_params *pp)
 {
-	return sl_model_min_device_bytes(cfg, js->max_seq, js->max_rows, js->cap, js->kv_f32, js->micro,
-					 js->hh, js->rr, js->max_prompt, 0, js->act_host);
-}
-
-int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_job_shape *js)
-{
-	return budget_short("--gpu-mem", o->gpu_mem, min_bytes(o, cfg, js),
+	return budget_short("--gpu-mem", o->gpu_mem, sl_plan_min_device_bytes(cfg, pp),
 			    "is too small for any schedule of this job",
 			    "every layer's weights and the KV cache off the device, e.g. --percent 0 100 0 100 100 0), or a smaller --batch-size");
 }
@@ -336,7 +317,7 @@ int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_job_sh
 /* After a budget error: the smallest device budget that would fit, unless
  * the host's refused (be: the backend, if it was made). */
 void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
-			const sl_job_shape *js)
+		 const sl_plan_params *pp)
 {
 	if (rc != SL_EBUDGET)
 		return;
@@ -344,7 +325,7 @@ void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const s
 		return; /* check_host_budget named the smallest --cpu-mem */
 	char want[32], msg[1024];
 	snprintf(msg, sizeof msg, "%s", sl_errmsg());
-	fmt_bytes(min_bytes(o, cfg, js), want, sizeof want);
+	fmt_bytes(sl_plan_min_device_bytes(cfg, pp), want, sizeof want);
 	sl_err(rc, "%s; the smallest device budget for this job is --gpu-mem %s with every layer's weights and the KV cache off the device (--percent 0 100 0 100 100 0, or on disk with --offload-dir)",
 	       msg, want);
 }

@@ -159,18 +159,18 @@ int run_job(const char *cmd, job_cli *j, bool score)
 		max_prompt = SL_MAX(max_prompt, p->n);
 	}
 	const int nseq = SL_MIN(j->jo.batch, ps.n);
-	const sl_job_shape js = job_shape(&j->co, nseq, nseq * max_len, max_len, max_prompt);
-	if ((rc = check_budget(&j->co, &cfg, &js)) < 0)
+	const sl_plan_params pp = job_plan(&j->co, nseq, nseq * max_len, max_len, max_prompt);
+	if ((rc = check_budget(&j->co, &cfg, &pp)) < 0)
 		goto fail;
-	if ((rc = open_model(&j->co, &cfg, &js, &be, &m)) < 0) {
-		budget_hint(rc, &j->co, &cfg, be, &js);
+	if ((rc = open_model(&j->co, &cfg, &pp, &be, &m)) < 0) {
+		budget_hint(rc, &j->co, &cfg, be, &pp);
 		goto fail;
 	}
 	rc = score ? sl_job_score(m, &ps, out, &j->jo, &st)
 		   : sl_job_generate(m, tok, &ps, out, &j->jo, &st);
 	computing = st.started;
 	if (rc < 0) {
-		budget_hint(rc, &j->co, &cfg, be, &js);
+		budget_hint(rc, &j->co, &cfg, be, &pp);
 		goto fail;
 	}
 	sl_output_close(out, false);

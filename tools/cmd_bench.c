@@ -39,51 +39,6 @@ static json_t *json_text(const char *s)
 	return j;
 }
 
-/* 1 when a batch of b sequences fits the budgets (the workspace and the
- * cache allocate), 0 when it does not, or an error. */
-static int batch_fits(sl_model *m, int b, int plen, int glen)
-{
-	sl_kv *kv = NULL;
-	int rc = sl_model_reserve(m, b, b * plen);
-	if (!rc)
-		rc = sl_kv_make(m, b, plen, plen + glen, &kv);
-	sl_kv_free(m, kv);
-	sl_model_release(m);
-	if (rc == SL_EBUDGET || rc == SL_ENOMEM)
-		return 0;
-	return rc < 0 ? rc : 1;
-}
-
-/* Whether the budgets hold a batch of b by the model's own arithmetic
- * (sl_model_job_bytes): no allocation, so a search costs nothing. */
-static bool batch_counts(sl_model *m, int b, int plen, int glen)
-{
-	size_t dev, host;
-	sl_model_job_bytes(m, b, plen, plen + glen, &dev, &host);
-	const sl_backend *be = m->be;
-	return (!be->dev_limit || be->dev_used + dev <= be->dev_limit) &&
-	       (!be->host_limit || be->host_used + host <= be->host_limit);
-}
-
-/* The largest batch (up to 65536) whose workspace and KV cache fit the
- * budgets: bisection by arithmetic, then checked by allocating (stepping
- * down while it does not fit); 0 when not even one does. */
-static int max_batch(sl_model *m, int plen, int glen, int *out)
-{
-	int lo = 0, hi = 65537; /* lo fits, hi does not */
-	while (hi - lo > 1) {
-		int mid = lo + (hi - lo) / 2;
-		*(batch_counts(m, mid, plen, glen) ? &lo : &hi) = mid;
-	}
-	int rc = 0;
-	while (lo > 0 && (rc = batch_fits(m, lo, plen, glen)) == 0)
-		lo--;
-	if (rc < 0)
-		return rc;
-	*out = lo;
-	return 0;
-}
-
 /* bench's greedy next tokens; logits that are not finite (argmax -1)
  * stop it with the line generate gives. */
 static int bench_next(sl_model *m, int nseq, int32_t *next, int step)
@@ -149,10 +104,45 @@ static bool bench_parse(int argc, char **argv, bench_opts *o)
 	return true;
 }
 
+/* The run plan's parameters of a batch of b. */
+static sl_plan_params bench_plan(const bench_opts *o, int b)
+{
+	return job_plan(&o->co, b, b * o->plen, o->plen + o->glen, o->plen);
+}
+
+/* Whether the plan of a batch of b fits the budgets given (0: none). */
+static bool batch_counts(const bench_opts *o, const sl_opt_config *c, bool dev_is_host, size_t gpu_mem,
+			 size_t cpu_mem, int b)
+{
+	const sl_plan_params pp = bench_plan(o, b);
+	sl_plan pl;
+	if (sl_plan_make(c, &pp, dev_is_host, &pl) < 0)
+		return false;
+	return (!gpu_mem || pl.total.device <= gpu_mem) && (!cpu_mem || pl.total.host <= cpu_mem);
+}
+
+/* --batch max: the largest batch (up to 65536) whose run plan the budgets
+ * hold, by the plan's arithmetic (the bytes the model and the job
+ * allocate); 0 when not even one does. */
+static int max_batch(const bench_opts *o, const sl_opt_config *c, bool dev_is_host)
+{
+	const common_opts *co = &o->co;
+	enum { MAX_BATCH = 65536 };
+	if (batch_counts(o, c, dev_is_host, co->gpu_mem, co->cpu_mem, MAX_BATCH + 1))
+		die(sl_err(SL_EINVAL, "--batch max: under this placement nothing of the job grows in pinned host memory, so --cpu-mem does not bound the batch: give --gpu-mem (the device tier%s)",
+			   dev_is_host ? "; on the cpu backend, ordinary memory" : ""));
+	int lo = 0, hi = MAX_BATCH + 1; /* lo fits, hi does not */
+	while (hi - lo > 1) {
+		const int mid = lo + (hi - lo) / 2;
+		*(batch_counts(o, c, dev_is_host, co->gpu_mem, co->cpu_mem, mid) ? &lo : &hi) = mid;
+	}
+	return lo;
+}
+
 /* The backend and the model under the budgets, after the checks that need
  * no weights; --batch max resolved to the largest batch that fits.  bcfg
- * and js are what budget_hint needs later. */
-static void bench_open(bench_opts *o, sl_opt_config *bcfg, sl_job_shape *js, sl_backend **be,
+ * and pp are what budget_hint needs later. */
+static void bench_open(bench_opts *o, sl_opt_config *bcfg, sl_plan_params *pp, sl_backend **be,
 		       sl_model **m)
 {
 	const common_opts *co = &o->co;
@@ -167,27 +157,26 @@ static void bench_open(bench_opts *o, sl_opt_config *bcfg, sl_job_shape *js, sl_
 	if (plen + glen > bcfg->max_pos)
 		die(sl_err(SL_ERANGE, "--prompt-len %d plus --gen-len %d exceeds the model's %d positions",
 			   plen, glen, bcfg->max_pos));
-	/* --batch max: the budgets must hold one sequence at least */
-	*js = job_shape(co, o->batch_max ? 1 : o->batch, (o->batch_max ? 1 : o->batch) * plen,
-			plen + glen, plen);
-	if (!o->batch_max && (rc = check_budget(co, bcfg, js)) < 0)
+	if ((rc = make_backend(co, be)) < 0)
 		die(rc);
-	if ((rc = open_model(co, bcfg, js, be, m)) < 0) {
-		budget_hint(rc, co, bcfg, *be, js);
-		die(rc);
-	}
 	if (o->batch_max) {
-		if ((rc = max_batch(*m, plen, glen, &o->batch)) < 0)
-			die(rc);
+		o->batch = max_batch(o, bcfg, (*be)->ops->dev_is_host);
 		if (o->batch == 0) {
-			budget_hint(SL_EBUDGET, co, bcfg, *be, js);
+			*pp = bench_plan(o, 1);
+			budget_hint(SL_EBUDGET, co, bcfg, NULL, pp);
 			die(sl_err_prefix(SL_EBUDGET, "--batch max: not even one sequence fits"));
 		}
-		*js = job_shape(co, o->batch, o->batch * plen, plen + glen, plen);
 		if (!o->json) {
 			printf("largest batch that fits: %d\n", o->batch);
 			fflush(stdout);
 		}
+	}
+	*pp = bench_plan(o, o->batch);
+	if (!o->batch_max && (rc = check_budget(co, bcfg, pp)) < 0)
+		die(rc);
+	if ((rc = open_model(co, bcfg, pp, be, m)) < 0) {
+		budget_hint(rc, co, bcfg, *be, pp);
+		die(rc);
 	}
 }
 
@@ -210,7 +199,7 @@ typedef struct bench_result {
 /* A warm-up, then a timed prefill and decode of o->batch synthetic
  * prompts, and the rates and breakdowns of the run. */
 static void bench_measure(const bench_opts *o, sl_backend *be, sl_model *m,
-			  const sl_opt_config *bcfg, const sl_job_shape *js, bench_result *r)
+			  const sl_opt_config *bcfg, const sl_plan_params *pp, bench_result *r)
 {
 	const common_opts *co = &o->co;
 	const int plen = o->plen, glen = o->glen, batch = o->batch, seed = o->seed;
@@ -229,7 +218,7 @@ static void bench_measure(const bench_opts *o, sl_backend *be, sl_model *m,
 	}
 	if ((rc = sl_kv_make(m, batch, plen, plen + glen, &kv)) < 0 ||
 	    (rc = sl_model_reserve(m, batch, batch * plen)) < 0) {
-		budget_hint(rc, co, bcfg, be, js);
+		budget_hint(rc, co, bcfg, be, pp);
 		die(rc);
 	}
 	/* warm-up: a short prompt, one token (FlexGen's warm-up) */
@@ -351,7 +340,7 @@ static void bench_print_json(const bench_opts *o, const sl_backend *be, const sl
 	sl_jset(j, "overlap", json_boolean(pp->overlap), &e);
 	sl_jset(j, "sep_layer", json_boolean(pp->sep_layer), &e);
 	sl_jset_real(j, "hh_ratio", pp->hh_ratio, &e);
-	sl_jset_real(j, "recent_ratio", m->recent_ratio, &e);
+	sl_jset_real(j, "recent_ratio", m->plan.p.rr, &e);
 	sl_jset_real(j, "prefill_s", r->prefill_s, &e);
 	sl_jset_real(j, "decode_s", r->decode_s, &e);
 	sl_jset_real(j, "wall_s", r->wall, &e);
@@ -429,13 +418,13 @@ static void bench_print_table(const bench_opts *o, const sl_backend *be, const s
 	printf("  device peak     %10.1f MiB;  host peak %.1f MiB\n", be->dev_peak / 1048576.0,
 	       be->host_peak / 1048576.0);
 	const sl_policy *pp = &co->policy;
-	if (m->w.streamed || pp->cache_gpu_percent < 100 || m->act_host) {
+	if (m->w.streamed || pp->cache_gpu_percent < 100 || m->plan.p.act_host) {
 		printf("  weights         %g%% device, %g%% host, the rest on disk; overlap %s\n",
 		       pp->w_gpu_percent, pp->w_cpu_percent, pp->overlap ? "on" : "off");
 		printf("  KV cache        %g%% device, %g%% host, the rest on disk%s\n",
 		       pp->cache_gpu_percent, pp->cache_cpu_percent,
 		       pp->cpu_cache_compute ? "; attention over the host tier in place" : "");
-		printf("  activations     on the %s\n", m->act_host ? "host" : "device");
+		printf("  activations     on the %s\n", m->plan.p.act_host ? "host" : "device");
 		printf("  compute         %10.3f s\n  stall           %10.3f s  (waiting for weights or cache)\n",
 		       compute_s, stall_s);
 		if (f->h2d_bytes || f->d2h_bytes)
@@ -456,12 +445,12 @@ int cmd_bench(int argc, char **argv)
 	if (!bench_parse(argc, argv, &o))
 		return 0;
 	sl_opt_config bcfg;
-	sl_job_shape js;
+	sl_plan_params pp;
 	sl_backend *be = NULL;
 	sl_model *m = NULL;
-	bench_open(&o, &bcfg, &js, &be, &m);
+	bench_open(&o, &bcfg, &pp, &be, &m);
 	bench_result r;
-	bench_measure(&o, be, m, &bcfg, &js, &r);
+	bench_measure(&o, be, m, &bcfg, &pp, &r);
 	if (o.json)
 		bench_print_json(&o, be, m, &r);
 	else

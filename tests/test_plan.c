@@ -1,0 +1,165 @@
+/*
+ * test_plan.c - the run plan (runtime/plan.h): what a policy turns into,
+ * the bounds it refuses, and a model opened under a plan holding jobs to
+ * its workload.  That the plan's bytes are what the model and a job
+ * allocate is checked over every placement in test_offload.c's grid (CPU
+ * backend) and test_offload_emu.c (the emulated CUDA backend).
+ */
+#include "kvcache.h"
+#include "model.h"
+#include "plan.h"
+
+#include <check.h>
+#include <string.h>
+
+static const char *fixtures_dir;
+
+START_TEST(test_of_policy)
+{
+	sl_policy pol;
+	sl_policy_default(&pol);
+	pol.gpu_batch_size = 4;
+	pol.w_gpu_percent = 20;
+	pol.w_cpu_percent = 30;
+	pol.cache_gpu_percent = 0;
+	pol.cache_cpu_percent = 100;
+	pol.act_gpu_percent = 0;
+	pol.act_cpu_percent = 100;
+	pol.hh_ratio = 0.1;
+	pol.recent_ratio = -1; /* the same as hh_ratio */
+	sl_plan_params p = sl_plan_of_policy(&pol, true, true);
+	ck_assert(p.w_gpu == 20 && p.w_cpu == 30 && p.cache_gpu == 0 && p.cache_cpu == 100);
+	ck_assert(p.act_host && p.kv_f32);
+	ck_assert_int_eq(p.micro, 4);
+	ck_assert(p.hh == 0.1 && p.rr == 0.1);
+	ck_assert_int_eq(p.fixed_heavy, -1);
+	ck_assert_int_eq(p.max_seq, 0); /* the workload is the job's */
+	/* no policy given: the block is one micro-batch */
+	p = sl_plan_of_policy(&pol, false, false);
+	ck_assert_int_eq(p.micro, 0);
+	ck_assert(!p.kv_f32);
+	/* H2O off: both ratios 0 */
+	pol.hh_ratio = 0;
+	p = sl_plan_of_policy(&pol, false, false);
+	ck_assert(p.hh == 0 && p.rr == 0);
+}
+END_TEST
+
+START_TEST(test_bounds)
+{
+	sl_opt_config c;
+	ck_assert_int_eq(sl_opt_config_named("opt-125m", &c), 0);
+	sl_plan pl;
+	sl_plan_params p = sl_plan_defaults();
+	p.w_gpu = 80;
+	p.w_cpu = 30;
+	ck_assert_int_eq(sl_plan_make(&c, &p, true, &pl), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "weight placement"), "%s", sl_errmsg());
+	p = sl_plan_defaults();
+	p.cache_gpu = -1;
+	ck_assert_int_eq(sl_plan_make(&c, &p, true, &pl), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "cache placement"), "%s", sl_errmsg());
+	p = sl_plan_defaults();
+	p.max_seq = 2;
+	p.max_prompt = 10;
+	p.max_len = c.max_pos + 1;
+	ck_assert_int_eq(sl_plan_make(&c, &p, true, &pl), SL_ERANGE);
+	ck_assert_msg(strstr(sl_errmsg(), "positions"), "%s", sl_errmsg());
+	p.max_len = 5; /* shorter than the prompt */
+	ck_assert_int_eq(sl_plan_make(&c, &p, true, &pl), SL_EINVAL);
+	/* an open plan: the model's bytes only */
+	p = sl_plan_defaults();
+	ck_assert_int_eq(sl_plan_make(&c, &p, true, &pl), 0);
+	ck_assert(pl.weights.device > 0 && pl.cache.device == 0 && pl.act.device == 0);
+	ck_assert_int_eq(pl.total.device, pl.weights.device);
+}
+END_TEST
+
+/* What a plan says of its workload: micro-batches, slots, tiers. */
+START_TEST(test_shape)
+{
+	sl_opt_config c;
+	ck_assert_int_eq(sl_opt_config_named("opt-125m", &c), 0);
+	sl_plan_params p = sl_plan_defaults();
+	p.max_seq = 8;
+	p.max_prompt = 100;
+	p.max_len = 132;
+	p.micro = 2;
+	sl_plan dense, h2o, host;
+	ck_assert_int_eq(sl_plan_make(&c, &p, true, &dense), 0);
+	ck_assert_int_eq(dense.gs, 2);
+	ck_assert_int_eq(dense.cap, 132);
+	ck_assert_int_eq(dense.max_rows, 8 * 132);
+	ck_assert_int_eq(dense.group_rows, 2 * 132);
+	ck_assert(!dense.h2o && dense.cache.host == 0 && dense.cache.disk == 0);
+	p.hh = p.rr = 0.1; /* 10 + 10 tokens of a 100-token prompt, plus the new one */
+	ck_assert_int_eq(sl_plan_make(&c, &p, true, &h2o), 0);
+	ck_assert(h2o.h2o);
+	ck_assert_int_eq(h2o.cap, 21);
+	ck_assert(h2o.cache.device < dense.cache.device);
+	p.hh = p.rr = 0;
+	p.cache_gpu = 0;
+	p.cache_cpu = 100;
+	p.w_gpu = 0;
+	p.w_cpu = 100;
+	ck_assert_int_eq(sl_plan_make(&c, &p, false, &host), 0);
+	/* the host tier holds every layer's weights and the whole cache */
+	ck_assert(host.weights.host >= (size_t)c.n_layer * sl_weights_layer_bytes(&c));
+	ck_assert(host.cache.host >= 2 * (size_t)c.n_layer * 8 * 132 * c.hidden * 2);
+	ck_assert(host.weights.device < dense.weights.device);
+	ck_assert_int_eq(host.total.host, SL_MAX(host.weights_loading,
+						 host.weights.host + host.cache.host + host.act.host));
+}
+END_TEST
+
+/* A model opened under a plan with a workload refuses a larger job, and
+ * makes its workspace for the plan, not for the job. */
+START_TEST(test_workload_held)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	sl_plan_params pp = sl_plan_defaults();
+	pp.max_seq = 4;
+	pp.max_prompt = 8;
+	pp.max_len = 16;
+	const sl_model_params mp = { .dir = dir, .plan = &pp };
+	sl_model *m = NULL;
+	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
+	sl_kv *kv = NULL;
+	ck_assert_int_eq(sl_kv_make(m, 5, 8, 16, &kv), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "larger than the run plan"), "%s", sl_errmsg());
+	ck_assert_ptr_null(kv);
+	ck_assert_int_eq(sl_kv_make(m, 4, 9, 16, &kv), SL_EINVAL);
+	ck_assert_int_eq(sl_kv_make(m, 4, 8, 17, &kv), SL_EINVAL);
+	ck_assert_int_eq(sl_model_reserve(m, 5, 5), SL_EINVAL);
+	ck_assert_int_eq(sl_model_reserve(m, 4, 4 * 16 + 1), SL_EINVAL);
+	/* a smaller job runs in the plan's workspace */
+	ck_assert_int_eq(sl_kv_make(m, 2, 3, 6, &kv), 0);
+	ck_assert_int_eq(sl_model_reserve(m, 2, 6), 0);
+	ck_assert_int_eq(m->max_seq, 4);
+	ck_assert_int_eq(m->max_rows, 64);
+	sl_kv_free(m, kv);
+	sl_model_free(m);
+	ck_assert_int_eq(be->dev_used, 0);
+	sl_backend_free(be);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	fixtures_dir = argc > 1 ? argv[1] : "tests/fixtures";
+	Suite *s = suite_create("plan");
+	TCase *tc = tcase_create("plan");
+	tcase_add_test(tc, test_of_policy);
+	tcase_add_test(tc, test_bounds);
+	tcase_add_test(tc, test_shape);
+	tcase_add_test(tc, test_workload_held);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int nf = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nf ? 1 : 0;
+}
