@@ -21,6 +21,10 @@
  * cuda_emu_cross_backend, every build), every case; SL_CROSS_SMALL=1 skips
  * the big ones (head_dim 128 with 32 heads, long decodes, the largest
  * GEMMs and H2O prompts) for a quick run.
+ *
+ * Over 800 lines on purpose: every op's comparison drives the same
+ * poison/compare/normalise helpers over its own shape table; one file
+ * keeps one place where the tolerances are chosen.
  */
 #include "backend.h"
 #include "sl_config.h"

@@ -25,6 +25,10 @@
  *
  * SLUICE_DISK_BENCH=DIR test_disk_store bench measures the probe's read
  * GB/s and the store's for a 1 GiB sequential read through the API, in DIR.
+ *
+ * Over 800 lines on purpose: one suite run once per engine (meson runs
+ * it with each engine's environment), so every check of the store sits
+ * beside the engine switches and the fault injection helpers it uses.
  */
 #include "disk_store.h"
 #include "sl_common.h"

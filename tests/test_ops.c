@@ -20,6 +20,10 @@
  * The GEMM small-m threshold (SLUICE_GEMM_SMALL_M, default 8) is read once
  * per process, so the m values of the table straddle it instead: m <= 8
  * takes the direct kernel, m >= 9 the packed path.
+ *
+ * Over 800 lines on purpose: one reference per op with its case table,
+ * all sharing the poisoning, random and fp16 helpers at the top; split by
+ * op, each file would repeat those helpers or need a header of its own.
  */
 #include "backend.h"
 #include "cpu/cpu_backend.h"
