@@ -14,7 +14,10 @@
  *  - event_sync and queue_sync return only when the work is done;
  *  - a re-recorded event stands for its latest record;
  *  - queue_free and dev_free/host_free wait for pending copies;
- *  - the NULL queue is a queue like the others.
+ *  - the NULL queue is a queue like the others;
+ *  - a schedule that repeats (the per-token loop) allocates nothing once
+ *    its tasks in flight have reached their peak (DESIGN.md: nothing is
+ *    allocated in the per-token loop).
  * Every test runs in four modes: the default (copies under 64 KiB inline
  * on an idle queue), every copy on the worker (SLUICE_CPU_INLINE_BYTES=0),
  * every copy on the worker and started late (SLUICE_CPU_LATE_COPIES, the
@@ -26,6 +29,7 @@
 
 #include <check.h>
 #include <dirent.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,6 +45,24 @@
 		int rc_ = (expr);                                             \
 		FAIL_IF(rc_ != 0, "%s failed: %d (%s)", what, rc_, sl_errmsg()); \
 	} while (0)
+
+/*
+ * malloc, counted.  This program is linked with -Wl,--wrap=malloc
+ * (tests/meson.build): every call of malloc in its objects and in the
+ * backend's (a static library) comes here; the C library's own calls do
+ * not.  Counted while `counting` is set.
+ */
+void *__real_malloc(size_t n);
+void *__wrap_malloc(size_t n);
+static atomic_bool counting;
+static atomic_long mallocs;
+
+void *__wrap_malloc(size_t n)
+{
+	if (atomic_load(&counting))
+		atomic_fetch_add(&mallocs, 1);
+	return __real_malloc(n);
+}
 
 enum { MODE_DEFAULT, MODE_ALL_QUEUED, MODE_LATE, MODE_SYNC, N_MODES };
 static const char *const mode_names[N_MODES] = { "default", "all copies queued", "copies late",
@@ -714,6 +736,51 @@ START_TEST(test_free_drains)
 }
 END_TEST
 
+/* ---- the per-token loop allocates nothing ------------------------------------------ */
+
+START_TEST(test_steps_allocate_nothing)
+{
+	/* A step as the schedule issues it: a copy on one queue, an event, a
+	 * wait for it on another, a copy there, a sync.  At most three tasks
+	 * are in flight at once (the sync ends the step with none), so 200
+	 * steps may allocate three tasks at most, not one per task. */
+	const int mode = _i;
+	sl_backend *b = make_backend(mode);
+	sl_queue *q1, *q2;
+	sl_event *e;
+	ok(b->ops->queue_create(b, &q1), "queue_create");
+	ok(b->ops->queue_create(b, &q2), "queue_create");
+	ok(b->ops->event_create(b, &e), "event_create");
+	const size_t n = (size_t)256 << 10; /* above the inline size: queued */
+	rng r = { 7 };
+	unsigned char *h = pinned(b, n), *back = pinned(b, n);
+	unsigned char *d = dev(b, n, 0);
+	fill(&r, h, n);
+	const int steps = 200;
+	atomic_store(&mallocs, 0);
+	atomic_store(&counting, true);
+	for (int s = 0; s < steps; s++) {
+		h[s] = (unsigned char)s;
+		ok(b->ops->copy_h2d(b, q1, d, h, n), "copy_h2d");
+		ok(b->ops->event_record(b, e, q1), "event_record");
+		ok(b->ops->queue_wait(b, q2, e), "queue_wait");
+		ok(b->ops->copy_d2h(b, q2, back, d, n), "copy_d2h");
+		ok(b->ops->queue_sync(b, q2), "queue_sync");
+	}
+	atomic_store(&counting, false);
+	check_bytes(back, h, n, "after the last step");
+	ck_assert_msg(atomic_load(&mallocs) <= 3, "%s: %ld mallocs in %d steps, want at most 3 (the tasks in flight)",
+		      mode_names[mode], (long)atomic_load(&mallocs), steps);
+	sl_host_free(b, h, n);
+	sl_host_free(b, back, n);
+	sl_dev_free(b, d, n);
+	b->ops->event_free(b, e);
+	b->ops->queue_free(b, q1);
+	b->ops->queue_free(b, q2);
+	sl_backend_free(b);
+}
+END_TEST
+
 static Suite *queues_suite(void)
 {
 	Suite *s = suite_create("queues");
@@ -725,6 +792,7 @@ static Suite *queues_suite(void)
 	tcase_add_loop_test(tc, test_syncs_block, 0, N_MODES);
 	tcase_add_loop_test(tc, test_rerecord, 0, N_MODES);
 	tcase_add_loop_test(tc, test_free_drains, 0, N_MODES);
+	tcase_add_loop_test(tc, test_steps_allocate_nothing, 0, N_MODES);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -30,6 +30,10 @@
  * condition variables for "a task was added" (per queue) and "a task was
  * done" (per backend); a copy runs outside the mutex.  Waits cannot form a
  * cycle: a wait names a task issued before it.
+ * A queued task's record is allocated once: when done it goes on the
+ * backend's spare list (under the mutex) for the next task of any queue,
+ * so a schedule that repeats allocates nothing once the number of tasks in
+ * flight has reached its peak; sl_backend_free releases the list.
  *
  * SLUICE_CPU_SYNC_QUEUES=1 restores the serial schedule (for debugging):
  * every call runs to completion before it returns, events are always
@@ -169,7 +173,8 @@ static void *worker_main(void *arg)
 			q->tail = NULL;
 		q->done = t->seq;
 		pthread_cond_broadcast(&c->qdone);
-		free(t);
+		t->next = c->spare; /* kept for the next submit: none in the per-token loop */
+		c->spare = t;
 	}
 	pthread_mutex_unlock(&c->qlock);
 	return NULL;
@@ -252,10 +257,18 @@ static int submit(sl_backend *b, sl_queue *q, const cpu_task *t)
 	bool run_inline = q->sync ||
 			  (t->kind != TASK_WAIT && t->n < c->inline_max && q->done == q->issued);
 	if (!run_inline) {
-		qt = malloc(sizeof *qt);
+		if (c->spare) {
+			qt = c->spare;
+			c->spare = qt->next;
+		} else {
+			qt = malloc(sizeof *qt);
+		}
 		if (!qt || start_worker_locked(q) < 0) {
 			/* degrade to the serial schedule rather than fail */
-			free(qt);
+			if (qt) {
+				qt->next = c->spare;
+				c->spare = qt;
+			}
 			qt = NULL;
 			run_inline = true;
 		}
@@ -336,6 +349,11 @@ static void cpu_free(sl_backend *b)
 	/* the default queue, and any the caller left */
 	while (c->queues)
 		queue_destroy(b, c->queues);
+	while (c->spare) {
+		cpu_task *t = c->spare;
+		c->spare = t->next;
+		free(t);
+	}
 	pthread_cond_destroy(&c->qdone);
 	pthread_mutex_destroy(&c->qlock);
 	free(c->gemm_wf);

@@ -32,6 +32,9 @@ typedef struct sl_cpu_ctx {
 	bool sync_queues;          /* SLUICE_CPU_SYNC_QUEUES: run every call inline */
 	size_t inline_max;         /* copies below this run inline on an idle queue */
 	unsigned late_us;          /* SLUICE_CPU_LATE_COPIES: every copy on the worker, this late */
+	struct cpu_task *spare;    /* finished queued tasks, reused by the next submit:
+				    * queueing allocates only while the number in flight
+				    * grows past its peak */
 	/* workspace grown on demand, reused across calls (never freed in the
 	 * per-token loop once large enough) */
 	float *gemm_wf;  /* packed GEMM: a weight panel, widened to fp32 */
