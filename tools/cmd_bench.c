@@ -5,7 +5,7 @@
 #include "cli.h"
 #include "cpu/cpu_backend.h"
 #include "generate.h"
-#include "profile.h"
+#include "profile_measure.h"
 #include "sl_config.h"
 #include "sl_json.h"
 

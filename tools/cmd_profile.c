@@ -3,7 +3,7 @@
  * the cost model.
  */
 #include "cli.h"
-#include "profile.h"
+#include "profile_measure.h"
 
 #include <omp.h>
 #include <stdio.h>

@@ -1,15 +1,14 @@
 /*
- * profile.c - the machine's topology and measured rates (profile.h).
+ * profile_measure.c - measuring the machine's topology and rates
+ * (profile_measure.h) into a profile (policy/profile.h).
  */
-#include "profile.h"
+#include "profile_measure.h"
+#include "backend.h"
 #include "disk_store.h"
 #include "sl_common.h"
-#include "sl_config.h"
-#include "sl_json.h"
+#include "topology.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -59,34 +58,6 @@ int sl_profile_check_offload_dir(const char *dir)
 	if (access(dir, W_OK | X_OK) != 0)
 		return sl_err(SL_EIO, "offload directory %s is not writable (%s); use another --offload-dir", dir,
 			      strerror(errno));
-	return 0;
-}
-
-static char *tmp_path(const char *path)
-{
-	size_t n = strlen(path);
-	char *tmp = malloc(n + 5);
-	if (tmp) {
-		memcpy(tmp, path, n);
-		memcpy(tmp + n, ".tmp", 5);
-	}
-	return tmp;
-}
-
-int sl_profile_check_json_path(const char *path)
-{
-	char *tmp = tmp_path(path);
-	if (!tmp)
-		return sl_err(SL_ENOMEM, "%s: out of memory", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	int err = errno;
-	if (fd >= 0) {
-		close(fd);
-		unlink(tmp);
-	}
-	free(tmp);
-	if (fd < 0)
-		return sl_err(SL_EIO, "cannot write %s (%s)", path, strerror(err));
 	return 0;
 }
 
@@ -254,12 +225,12 @@ static int measure_disk(probe_job *j)
 
 static void print_topology(const sl_profile_opts *o, const sl_profile *p)
 {
-	const sl_topo_info *t = &p->topo;
+	const sl_profile_topo *t = &p->topo;
 	say(o, "machine     %d package%s, %d cores, %d PUs, %d NUMA node%s%s\n", t->packages,
 	    t->packages == 1 ? "" : "s", t->cores, t->pus, t->nnodes, t->nnodes == 1 ? "" : "s",
 	    t->loaded ? "" : " (hwloc unavailable: a guess)");
-	for (int i = 0; i < SL_MIN(t->nnodes, SL_TOPO_MAX_NODES); i++) {
-		const sl_topo_node *n = &t->node[i];
+	for (int i = 0; i < SL_MIN(t->nnodes, SL_PROFILE_MAX_NODES); i++) {
+		const sl_profile_node *n = &t->node[i];
 		say(o, "numa %-6d %.1f GiB, %d cores, %d PUs (cpus %s)\n", n->os_index, gib(n->memory_bytes),
 		    n->cores, n->pus, n->cpus[0] ? n->cpus : "none");
 	}
@@ -293,25 +264,71 @@ static void print_topology(const sl_profile_opts *o, const sl_profile *p)
 	say(o, "placement   pinned memory: %s; I/O threads: %s\n", pin, io);
 }
 
+/* The profile records hwloc's view and the backend's device in plain data
+ * of its own (policy/ sees neither topology.h nor backend.h): copied field
+ * by field, the same sizes, nothing cut. */
+_Static_assert(SL_PROFILE_MAX_NODES == SL_TOPO_MAX_NODES, "a profile lists the nodes topology lists");
+_Static_assert(sizeof(((sl_profile_node *)0)->cpus) == sizeof(((sl_topo_node *)0)->cpus), "cpus");
+_Static_assert(sizeof(((sl_profile_topo *)0)->binding) == sizeof(((sl_topo_info *)0)->binding), "binding");
+_Static_assert(sizeof(((sl_profile_gpu *)0)->name) == sizeof(((sl_device_info *)0)->name), "name");
+_Static_assert(sizeof(((sl_profile_gpu *)0)->pci_bus_id) == sizeof(((sl_device_info *)0)->pci_bus_id),
+	       "pci_bus_id");
+
+static void record_topology(const sl_topo_info *t, sl_profile_topo *d)
+{
+	d->loaded = t->loaded;
+	d->packages = t->packages;
+	d->cores = t->cores;
+	d->pus = t->pus;
+	d->nnodes = t->nnodes;
+	for (int i = 0; i < SL_MIN(t->nnodes, SL_TOPO_MAX_NODES); i++) {
+		d->node[i].os_index = t->node[i].os_index;
+		d->node[i].memory_bytes = t->node[i].memory_bytes;
+		d->node[i].cores = t->node[i].cores;
+		d->node[i].pus = t->node[i].pus;
+		memcpy(d->node[i].cpus, t->node[i].cpus, sizeof d->node[i].cpus);
+	}
+	memcpy(d->binding, t->binding, sizeof d->binding);
+	d->binding_pus = t->binding_pus;
+	d->binding_node = t->binding_node;
+}
+
+static void record_gpu(const sl_device_info *g, sl_profile_gpu *d)
+{
+	memcpy(d->name, g->name, sizeof d->name);
+	memcpy(d->pci_bus_id, g->pci_bus_id, sizeof d->pci_bus_id);
+	d->memory_bytes = g->memory_bytes;
+	d->numa_node = g->numa_node;
+}
+
 int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 {
 	memset(out, 0, sizeof *out);
 	const double t_start = sl_now();
 	out->quick = o->quick;
-	out->offload_dir = o->offload_dir;
 	out->pinned_node = out->io_node = -1;
-	if (o->offload_dir)
+	if (o->offload_dir) {
 		SL_TRY(sl_profile_check_offload_dir(o->offload_dir));
+		if (strlen(o->offload_dir) >= sizeof out->offload_dir)
+			return sl_err(SL_EINVAL, "offload directory %s: longer than %zu bytes", o->offload_dir,
+				      sizeof out->offload_dir - 1);
+		strcpy(out->offload_dir, o->offload_dir);
+	}
 
-	sl_topo_get(&out->topo); /* on failure: the fallback description */
+	sl_topo_info topo;
+	sl_topo_get(&topo); /* on failure: the fallback description */
+	record_topology(&topo, &out->topo);
 	sl_backend *be = NULL, *cpu = NULL;
 	int rc = sl_backend_create(o->backend ? o->backend : "auto", o->threads, &be);
 	if (rc < 0)
 		return rc;
-	out->backend = be->ops->name;
+	snprintf(out->backend, sizeof out->backend, "%s", be->ops->name);
 	out->have_gpu = strcmp(be->ops->name, "cpu") != 0;
-	if (out->have_gpu)
-		sl_backend_device_info(be, &out->gpu);
+	if (out->have_gpu) {
+		sl_device_info gpu;
+		sl_backend_device_info(be, &gpu);
+		record_gpu(&gpu, &out->gpu);
+	}
 	if (!out->have_gpu)
 		cpu = be;
 	else if ((rc = sl_backend_create("cpu", o->threads, &cpu)) < 0)
@@ -325,10 +342,11 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 	out->threads = o->threads > 0 ? o->threads : omp_get_max_threads();
 	print_topology(o, out);
 
-	out->mem_bytes = (o->quick ? 16 : 512) * MIB;
-	out->mem_read_gbps = sl_profile_mem_read_gbps(out->mem_bytes, out->threads);
+	const size_t mem_bytes = (o->quick ? 16 : 512) * MIB;
+	out->mem_bytes = mem_bytes;
+	out->mem_read_gbps = sl_profile_mem_read_gbps(mem_bytes, out->threads);
 	say(o, "mem read    %8.2f GB/s     (%d threads summing %zu MiB, median of 3)\n", out->mem_read_gbps,
-	    out->threads, out->mem_bytes / MIB);
+	    out->threads, mem_bytes / MIB);
 
 	out->cpu_gemm_m = o->quick ? 64 : 512;
 	out->cpu_gemm_n = out->cpu_gemm_k = o->quick ? 256 : 2048;
@@ -348,19 +366,20 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 		out->disk_bytes = j.bytes;
 		snprintf(out->disk_engine, sizeof out->disk_engine, "%s", j.mode);
 		say(o, "disk read   %8.2f GB/s     (%s, %llu MiB sequential in %s)\n", out->disk_read_gbps,
-		    out->disk_engine, out->disk_bytes / MIB, o->offload_dir);
+		    out->disk_engine, (unsigned long long)(out->disk_bytes / MIB), o->offload_dir);
 	} else {
 		say(o, "disk read   not measured  (no --offload-dir)\n");
 	}
 
 	if (out->have_gpu) {
-		out->copy_bytes = (o->quick ? 16 : 256) * MIB;
-		if ((rc = measure_copies(be, out->copy_bytes, &out->h2d_gbps, &out->d2h_gbps)) < 0)
+		const size_t copy_bytes = (o->quick ? 16 : 256) * MIB;
+		out->copy_bytes = copy_bytes;
+		if ((rc = measure_copies(be, copy_bytes, &out->h2d_gbps, &out->d2h_gbps)) < 0)
 			goto out;
 		say(o, "h2d         %8.2f GB/s     (pinned, %zu MiB, median of 3)\n", out->h2d_gbps,
-		    out->copy_bytes / MIB);
+		    copy_bytes / MIB);
 		say(o, "d2h         %8.2f GB/s     (pinned, %zu MiB, median of 3)\n", out->d2h_gbps,
-		    out->copy_bytes / MIB);
+		    copy_bytes / MIB);
 		out->gpu_gemm_m = o->quick ? 256 : 2048;
 		out->gpu_gemm_n = out->gpu_gemm_k = o->quick ? 1024 : 8192;
 		if ((rc = measure_gemm(be, out->gpu_gemm_m, out->gpu_gemm_n, out->gpu_gemm_k, o->quick ? 2 : 20,
@@ -375,137 +394,5 @@ out:
 	if (cpu != be)
 		sl_backend_free(cpu);
 	sl_backend_free(be);
-	return rc;
-}
-
-/* ---- JSON ---------------------------------------------------------------------------- */
-
-/* A measured rate, or null where it was not measured. */
-static void set_rate(json_t *j, const char *key, double v, sl_jerr *e)
-{
-	if (v > 0)
-		sl_jset_real(j, key, v, e);
-	else
-		sl_jset(j, key, json_null(), e);
-}
-
-static json_t *node_or_null(int n)
-{
-	return n >= 0 ? json_integer(n) : json_null();
-}
-
-static json_t *shape(int m, int n, int k, sl_jerr *e)
-{
-	if (m <= 0)
-		return json_null();
-	json_t *s = json_object();
-	sl_jset(s, "m", json_integer(m), e);
-	sl_jset(s, "n", json_integer(n), e);
-	sl_jset(s, "k", json_integer(k), e);
-	return s;
-}
-
-static json_t *profile_json(const sl_profile *p, sl_jerr *e)
-{
-	const sl_topo_info *t = &p->topo;
-	json_t *nodes = json_array();
-	for (int i = 0; i < SL_MIN(t->nnodes, SL_TOPO_MAX_NODES); i++) {
-		json_t *n = json_object();
-		sl_jset(n, "node", json_integer(t->node[i].os_index), e);
-		sl_jset(n, "memory_bytes", json_integer((json_int_t)t->node[i].memory_bytes), e);
-		sl_jset(n, "cores", json_integer(t->node[i].cores), e);
-		sl_jset(n, "pus", json_integer(t->node[i].pus), e);
-		sl_jset(n, "cpus", json_string(t->node[i].cpus), e);
-		sl_jappend(nodes, n, "numa_nodes", e);
-	}
-	json_t *topo = json_object();
-	sl_jset(topo, "hwloc", json_boolean(t->loaded), e);
-	sl_jset(topo, "packages", json_integer(t->packages), e);
-	sl_jset(topo, "cores", json_integer(t->cores), e);
-	sl_jset(topo, "pus", json_integer(t->pus), e);
-	sl_jset(topo, "numa_node_count", json_integer(t->nnodes), e);
-	sl_jset(topo, "numa_nodes", nodes, e);
-	sl_jset(topo, "binding", json_string(t->binding), e);
-	sl_jset(topo, "binding_pus", json_integer(t->binding_pus), e);
-	sl_jset(topo, "binding_node", node_or_null(t->binding_node), e);
-	json_t *gpu = json_null();
-	if (p->have_gpu) {
-		gpu = json_object();
-		sl_jset(gpu, "name", json_string(p->gpu.name), e);
-		sl_jset(gpu, "pci_bus_id", json_string(p->gpu.pci_bus_id), e);
-		sl_jset(gpu, "memory_bytes", json_integer((json_int_t)p->gpu.memory_bytes), e);
-		sl_jset(gpu, "numa_node", node_or_null(p->gpu.numa_node), e);
-	}
-	json_t *j = json_object();
-	sl_jset(j, "format", json_string("sluice-profile"), e);
-	sl_jset(j, "format_version", json_integer(1), e);
-	sl_jset(j, "sluice_version", json_string(SL_VERSION), e);
-	sl_jset(j, "quick", json_boolean(p->quick), e);
-	sl_jset(j, "backend", json_string(p->backend ? p->backend : ""), e);
-	sl_jset(j, "topology", topo, e);
-	sl_jset(j, "gpu", gpu, e);
-	sl_jset(j, "pinned_numa_node", node_or_null(p->pinned_node), e);
-	sl_jset(j, "io_numa_node", node_or_null(p->io_node), e);
-	sl_jset(j, "threads", json_integer(p->threads), e);
-	set_rate(j, "mem_read_gbps", p->mem_read_gbps, e);
-	sl_jset(j, "mem_read_bytes", json_integer((json_int_t)p->mem_bytes), e);
-	set_rate(j, "cpu_gemm_gflops", p->cpu_gemm_gflops, e);
-	sl_jset(j, "cpu_gemm_shape", shape(p->cpu_gemm_m, p->cpu_gemm_n, p->cpu_gemm_k, e), e);
-	set_rate(j, "disk_read_gbps", p->disk_read_gbps, e);
-	sl_jset(j, "disk_engine", p->disk_engine[0] ? json_string(p->disk_engine) : json_null(), e);
-	sl_jset(j, "disk_probe_bytes", p->disk_bytes ? json_integer((json_int_t)p->disk_bytes) : json_null(),
-		e);
-	sl_jset(j, "offload_dir", p->offload_dir ? json_string(p->offload_dir) : json_null(), e);
-	set_rate(j, "h2d_gbps", p->h2d_gbps, e);
-	set_rate(j, "d2h_gbps", p->d2h_gbps, e);
-	sl_jset(j, "copy_bytes", p->copy_bytes ? json_integer((json_int_t)p->copy_bytes) : json_null(), e);
-	set_rate(j, "gpu_gemm_tflops", p->gpu_gemm_tflops, e);
-	sl_jset(j, "gpu_gemm_shape", shape(p->gpu_gemm_m, p->gpu_gemm_n, p->gpu_gemm_k, e), e);
-	sl_jset_real(j, "seconds", p->seconds, e);
-	return j;
-}
-
-int sl_profile_save_json(const sl_profile *p, const char *path)
-{
-	char *tmp = tmp_path(path);
-	sl_jerr e = { 0 };
-	json_t *j = profile_json(p, &e);
-	int rc = sl_jcheck(&e, path);
-	if (rc < 0)
-		goto out;
-	if (!tmp) {
-		rc = sl_err(SL_ENOMEM, "%s: out of memory", path);
-		goto out;
-	}
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		rc = sl_err(SL_EIO, "cannot write %s (%s)", path, strerror(errno));
-		goto out;
-	}
-	int bad = json_dumpfd(j, fd, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-	int err = errno;
-	if (!bad && write(fd, "\n", 1) != 1) {
-		bad = -1;
-		err = errno;
-	}
-	if (!bad && fsync(fd) != 0) {
-		bad = -1;
-		err = errno;
-	}
-	if (close(fd) != 0 && !bad) {
-		bad = -1;
-		err = errno;
-	}
-	if (!bad && rename(tmp, path) != 0) {
-		bad = -1;
-		err = errno;
-	}
-	if (bad) {
-		unlink(tmp);
-		rc = sl_err(SL_EIO, "cannot write %s (%s)", path, strerror(err));
-	}
-out:
-	json_decref(j);
-	free(tmp);
 	return rc;
 }

@@ -1,0 +1,490 @@
+/*
+ * profile.c - the hardware profile's JSON file: writing and reading
+ * (profile.h).  Needs only common/ and jansson.
+ */
+#include "profile.h"
+#include "sl_common.h"
+#include "sl_config.h"
+#include "sl_json.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SL_PROFILE_MAX_FILE_BYTES (1 << 20)
+
+static char *tmp_path(const char *path)
+{
+	size_t n = strlen(path);
+	char *tmp = malloc(n + 5);
+	if (tmp) {
+		memcpy(tmp, path, n);
+		memcpy(tmp + n, ".tmp", 5);
+	}
+	return tmp;
+}
+
+int sl_profile_check_json_path(const char *path)
+{
+	char *tmp = tmp_path(path);
+	if (!tmp)
+		return sl_err(SL_ENOMEM, "%s: out of memory", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int err = errno;
+	if (fd >= 0) {
+		close(fd);
+		unlink(tmp);
+	}
+	free(tmp);
+	if (fd < 0)
+		return sl_err(SL_EIO, "cannot write %s (%s)", path, strerror(err));
+	return 0;
+}
+
+/* ---- writing ---------------------------------------------------------------------- */
+
+/* A measured rate, or null where it was not measured. */
+static void set_rate(json_t *j, const char *key, double v, sl_jerr *e)
+{
+	if (v > 0)
+		sl_jset_real(j, key, v, e);
+	else
+		sl_jset(j, key, json_null(), e);
+}
+
+static json_t *node_or_null(int n)
+{
+	return n >= 0 ? json_integer(n) : json_null();
+}
+
+static json_t *shape(int m, int n, int k, sl_jerr *e)
+{
+	if (m <= 0)
+		return json_null();
+	json_t *s = json_object();
+	sl_jset(s, "m", json_integer(m), e);
+	sl_jset(s, "n", json_integer(n), e);
+	sl_jset(s, "k", json_integer(k), e);
+	return s;
+}
+
+static json_t *profile_json(const sl_profile *p, sl_jerr *e)
+{
+	const sl_profile_topo *t = &p->topo;
+	json_t *nodes = json_array();
+	for (int i = 0; i < SL_MIN(t->nnodes, SL_PROFILE_MAX_NODES); i++) {
+		json_t *n = json_object();
+		sl_jset(n, "node", json_integer(t->node[i].os_index), e);
+		sl_jset(n, "memory_bytes", json_integer((json_int_t)t->node[i].memory_bytes), e);
+		sl_jset(n, "cores", json_integer(t->node[i].cores), e);
+		sl_jset(n, "pus", json_integer(t->node[i].pus), e);
+		sl_jset(n, "cpus", json_string(t->node[i].cpus), e);
+		sl_jappend(nodes, n, "numa_nodes", e);
+	}
+	json_t *topo = json_object();
+	sl_jset(topo, "hwloc", json_boolean(t->loaded), e);
+	sl_jset(topo, "packages", json_integer(t->packages), e);
+	sl_jset(topo, "cores", json_integer(t->cores), e);
+	sl_jset(topo, "pus", json_integer(t->pus), e);
+	sl_jset(topo, "numa_node_count", json_integer(t->nnodes), e);
+	sl_jset(topo, "numa_nodes", nodes, e);
+	sl_jset(topo, "binding", json_string(t->binding), e);
+	sl_jset(topo, "binding_pus", json_integer(t->binding_pus), e);
+	sl_jset(topo, "binding_node", node_or_null(t->binding_node), e);
+	json_t *gpu = json_null();
+	if (p->have_gpu) {
+		gpu = json_object();
+		sl_jset(gpu, "name", json_string(p->gpu.name), e);
+		sl_jset(gpu, "pci_bus_id", json_string(p->gpu.pci_bus_id), e);
+		sl_jset(gpu, "memory_bytes", json_integer((json_int_t)p->gpu.memory_bytes), e);
+		sl_jset(gpu, "numa_node", node_or_null(p->gpu.numa_node), e);
+	}
+	json_t *j = json_object();
+	sl_jset(j, "format", json_string("sluice-profile"), e);
+	sl_jset(j, "format_version", json_integer(SL_PROFILE_FORMAT_VERSION), e);
+	sl_jset(j, "sluice_version", json_string(SL_VERSION), e);
+	sl_jset(j, "quick", json_boolean(p->quick), e);
+	sl_jset(j, "backend", json_string(p->backend), e);
+	sl_jset(j, "topology", topo, e);
+	sl_jset(j, "gpu", gpu, e);
+	sl_jset(j, "pinned_numa_node", node_or_null(p->pinned_node), e);
+	sl_jset(j, "io_numa_node", node_or_null(p->io_node), e);
+	sl_jset(j, "threads", json_integer(p->threads), e);
+	set_rate(j, "mem_read_gbps", p->mem_read_gbps, e);
+	sl_jset(j, "mem_read_bytes", json_integer((json_int_t)p->mem_bytes), e);
+	set_rate(j, "cpu_gemm_gflops", p->cpu_gemm_gflops, e);
+	sl_jset(j, "cpu_gemm_shape", shape(p->cpu_gemm_m, p->cpu_gemm_n, p->cpu_gemm_k, e), e);
+	set_rate(j, "disk_read_gbps", p->disk_read_gbps, e);
+	sl_jset(j, "disk_engine", p->disk_engine[0] ? json_string(p->disk_engine) : json_null(), e);
+	sl_jset(j, "disk_probe_bytes", p->disk_bytes ? json_integer((json_int_t)p->disk_bytes) : json_null(),
+		e);
+	sl_jset(j, "offload_dir", p->offload_dir[0] ? json_string(p->offload_dir) : json_null(), e);
+	set_rate(j, "h2d_gbps", p->h2d_gbps, e);
+	set_rate(j, "d2h_gbps", p->d2h_gbps, e);
+	sl_jset(j, "copy_bytes", p->copy_bytes ? json_integer((json_int_t)p->copy_bytes) : json_null(), e);
+	set_rate(j, "gpu_gemm_tflops", p->gpu_gemm_tflops, e);
+	sl_jset(j, "gpu_gemm_shape", shape(p->gpu_gemm_m, p->gpu_gemm_n, p->gpu_gemm_k, e), e);
+	sl_jset_real(j, "seconds", p->seconds, e);
+	return j;
+}
+
+int sl_profile_save_json(const sl_profile *p, const char *path)
+{
+	char *tmp = tmp_path(path);
+	sl_jerr e = { 0 };
+	json_t *j = profile_json(p, &e);
+	int rc = sl_jcheck(&e, path);
+	if (rc < 0)
+		goto out;
+	if (!tmp) {
+		rc = sl_err(SL_ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = sl_err(SL_EIO, "cannot write %s (%s)", path, strerror(errno));
+		goto out;
+	}
+	int bad = json_dumpfd(j, fd, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	int err = errno;
+	if (!bad && write(fd, "\n", 1) != 1) {
+		bad = -1;
+		err = errno;
+	}
+	if (!bad && fsync(fd) != 0) {
+		bad = -1;
+		err = errno;
+	}
+	if (close(fd) != 0 && !bad) {
+		bad = -1;
+		err = errno;
+	}
+	if (!bad && rename(tmp, path) != 0) {
+		bad = -1;
+		err = errno;
+	}
+	if (bad) {
+		unlink(tmp);
+		rc = sl_err(SL_EIO, "cannot write %s (%s)", path, strerror(err));
+	}
+out:
+	json_decref(j);
+	free(tmp);
+	return rc;
+}
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+/*
+ * A reader keeps the first error: every getter after it does nothing and
+ * returns 0, so the fields read in a row and the error is checked once.
+ * Fields are named by their place, "topology.numa_nodes[1].cores".
+ */
+typedef struct reader {
+	const char *path;
+	int rc;
+} reader;
+
+static const char *type_of(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a number";
+	case JSON_TRUE: return "true";
+	case JSON_FALSE: return "false";
+	default: return "null";
+	}
+}
+
+/* obj[key], or NULL with the error "missing". */
+static json_t *field(reader *r, const json_t *obj, const char *where, const char *key)
+{
+	if (r->rc < 0)
+		return NULL;
+	json_t *v = json_object_get(obj, key);
+	if (!v)
+		r->rc = sl_err(SL_EFORMAT, "%s: %s%s is missing", r->path, where, key);
+	return v;
+}
+
+static void wrong_type(reader *r, const char *where, const char *key, const char *want, const json_t *v)
+{
+	r->rc = sl_err(SL_EFORMAT, "%s: %s%s must be %s, got %s", r->path, where, key, want, type_of(v));
+}
+
+static int64_t get_int(reader *r, const json_t *obj, const char *where, const char *key, int64_t lo,
+		       int64_t hi)
+{
+	json_t *v = field(r, obj, where, key);
+	if (!v)
+		return 0;
+	if (!json_is_integer(v)) {
+		wrong_type(r, where, key, "an integer", v);
+		return 0;
+	}
+	const int64_t x = json_integer_value(v);
+	if (x < lo || x > hi) {
+		r->rc = sl_err(SL_ERANGE, "%s: %s%s = %" PRId64 ", must be in [%" PRId64 ", %" PRId64 "]", r->path,
+			       where, key, x, lo, hi);
+		return 0;
+	}
+	return x;
+}
+
+/* An integer in [lo, hi], or null: none (0 for sizes, -1 for nodes). */
+static int64_t get_int_or_null(reader *r, const json_t *obj, const char *where, const char *key, int64_t lo,
+			       int64_t hi, int64_t none)
+{
+	json_t *v = field(r, obj, where, key);
+	if (!v || json_is_null(v))
+		return none;
+	if (!json_is_integer(v)) {
+		wrong_type(r, where, key, "an integer or null", v);
+		return none;
+	}
+	return get_int(r, obj, where, key, lo, hi);
+}
+
+static bool get_bool(reader *r, const json_t *obj, const char *where, const char *key)
+{
+	json_t *v = field(r, obj, where, key);
+	if (!v)
+		return false;
+	if (!json_is_boolean(v)) {
+		wrong_type(r, where, key, "true or false", v);
+		return false;
+	}
+	return json_is_true(v);
+}
+
+/* A rate: a positive finite number, or null (0: not measured). */
+static double get_rate(reader *r, const json_t *obj, const char *key)
+{
+	json_t *v = field(r, obj, "", key);
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_number(v)) {
+		wrong_type(r, "", key, "a positive number or null", v);
+		return 0;
+	}
+	const double x = json_number_value(v);
+	if (!(x > 0) || !isfinite(x)) {
+		r->rc = sl_err(SL_ERANGE, "%s: %s = %g, must be a positive number or null", r->path, key, x);
+		return 0;
+	}
+	return x;
+}
+
+/* A string that fits buf (NUL included); null reads "" where nullable. */
+static void get_str(reader *r, const json_t *obj, const char *where, const char *key, char *buf, size_t cap,
+		    bool nullable)
+{
+	json_t *v = field(r, obj, where, key);
+	buf[0] = 0;
+	if (!v || (nullable && json_is_null(v)))
+		return;
+	if (!json_is_string(v)) {
+		wrong_type(r, where, key, nullable ? "a string or null" : "a string", v);
+		return;
+	}
+	/* (jansson refuses \u0000 unless asked: the string is its length) */
+	if (json_string_length(v) >= cap) {
+		r->rc = sl_err(SL_EFORMAT, "%s: %s%s is longer than %zu bytes", r->path, where, key, cap - 1);
+		return;
+	}
+	memcpy(buf, json_string_value(v), json_string_length(v) + 1);
+}
+
+/* An object, or NULL for null where nullable. */
+static json_t *get_obj(reader *r, const json_t *obj, const char *where, const char *key, bool nullable)
+{
+	json_t *v = field(r, obj, where, key);
+	if (!v || (nullable && json_is_null(v)))
+		return NULL;
+	if (!json_is_object(v)) {
+		wrong_type(r, where, key, nullable ? "an object or null" : "an object", v);
+		return NULL;
+	}
+	return v;
+}
+
+/* A GEMM shape {"m", "n", "k"}, or null (zeros). */
+static void get_shape(reader *r, const json_t *obj, const char *key, int *m, int *n, int *k)
+{
+	*m = *n = *k = 0;
+	json_t *s = get_obj(r, obj, "", key, true);
+	if (!s)
+		return;
+	char where[64];
+	snprintf(where, sizeof where, "%s.", key);
+	*m = (int)get_int(r, s, where, "m", 1, INT32_MAX);
+	*n = (int)get_int(r, s, where, "n", 1, INT32_MAX);
+	*k = (int)get_int(r, s, where, "k", 1, INT32_MAX);
+}
+
+static void get_topology(reader *r, const json_t *root, sl_profile_topo *t)
+{
+	const char *w = "topology.";
+	json_t *o = get_obj(r, root, "", "topology", false);
+	if (!o)
+		return;
+	t->loaded = get_bool(r, o, w, "hwloc");
+	t->packages = (int)get_int(r, o, w, "packages", 0, INT32_MAX);
+	t->cores = (int)get_int(r, o, w, "cores", 0, INT32_MAX);
+	t->pus = (int)get_int(r, o, w, "pus", 0, INT32_MAX);
+	t->nnodes = (int)get_int(r, o, w, "numa_node_count", 1, INT32_MAX);
+	json_t *a = field(r, o, w, "numa_nodes");
+	if (a && !json_is_array(a))
+		wrong_type(r, w, "numa_nodes", "an array", a);
+	if (r->rc < 0)
+		return;
+	const size_t want = (size_t)SL_MIN(t->nnodes, SL_PROFILE_MAX_NODES);
+	if (json_array_size(a) != want) {
+		r->rc = sl_err(SL_EFORMAT, "%s: topology.numa_nodes lists %zu nodes, numa_node_count %d needs %zu",
+			       r->path, json_array_size(a), t->nnodes, want);
+		return;
+	}
+	for (size_t i = 0; i < want && r->rc == 0; i++) {
+		char wn[64];
+		snprintf(wn, sizeof wn, "topology.numa_nodes[%zu]", i);
+		json_t *n = json_array_get(a, i);
+		if (!json_is_object(n)) {
+			r->rc = sl_err(SL_EFORMAT, "%s: %s must be an object, got %s", r->path, wn, type_of(n));
+			return;
+		}
+		strcat(wn, ".");
+		sl_profile_node *d = &t->node[i];
+		d->os_index = (int)get_int(r, n, wn, "node", 0, INT32_MAX);
+		d->memory_bytes = (uint64_t)get_int(r, n, wn, "memory_bytes", 0, INT64_MAX);
+		d->cores = (int)get_int(r, n, wn, "cores", 0, INT32_MAX);
+		d->pus = (int)get_int(r, n, wn, "pus", 0, INT32_MAX);
+		get_str(r, n, wn, "cpus", d->cpus, sizeof d->cpus, false);
+	}
+	get_str(r, o, w, "binding", t->binding, sizeof t->binding, false);
+	t->binding_pus = (int)get_int(r, o, w, "binding_pus", 0, INT32_MAX);
+	t->binding_node = (int)get_int_or_null(r, o, w, "binding_node", 0, INT32_MAX, -1);
+}
+
+static void get_profile(reader *r, const json_t *root, sl_profile *p)
+{
+	p->quick = get_bool(r, root, "", "quick");
+	get_str(r, root, "", "backend", p->backend, sizeof p->backend, false);
+	get_topology(r, root, &p->topo);
+	json_t *g = get_obj(r, root, "", "gpu", true);
+	p->have_gpu = g != NULL;
+	p->gpu.numa_node = -1;
+	if (g) {
+		get_str(r, g, "gpu.", "name", p->gpu.name, sizeof p->gpu.name, false);
+		get_str(r, g, "gpu.", "pci_bus_id", p->gpu.pci_bus_id, sizeof p->gpu.pci_bus_id, false);
+		p->gpu.memory_bytes = (uint64_t)get_int(r, g, "gpu.", "memory_bytes", 0, INT64_MAX);
+		p->gpu.numa_node = (int)get_int_or_null(r, g, "gpu.", "numa_node", 0, INT32_MAX, -1);
+	}
+	p->pinned_node = (int)get_int_or_null(r, root, "", "pinned_numa_node", 0, INT32_MAX, -1);
+	p->io_node = (int)get_int_or_null(r, root, "", "io_numa_node", 0, INT32_MAX, -1);
+	p->threads = (int)get_int(r, root, "", "threads", 1, INT32_MAX);
+	p->mem_read_gbps = get_rate(r, root, "mem_read_gbps");
+	p->mem_bytes = (uint64_t)get_int(r, root, "", "mem_read_bytes", 0, INT64_MAX);
+	p->cpu_gemm_gflops = get_rate(r, root, "cpu_gemm_gflops");
+	get_shape(r, root, "cpu_gemm_shape", &p->cpu_gemm_m, &p->cpu_gemm_n, &p->cpu_gemm_k);
+	p->disk_read_gbps = get_rate(r, root, "disk_read_gbps");
+	get_str(r, root, "", "disk_engine", p->disk_engine, sizeof p->disk_engine, true);
+	p->disk_bytes = (uint64_t)get_int_or_null(r, root, "", "disk_probe_bytes", 1, INT64_MAX, 0);
+	get_str(r, root, "", "offload_dir", p->offload_dir, sizeof p->offload_dir, true);
+	p->h2d_gbps = get_rate(r, root, "h2d_gbps");
+	p->d2h_gbps = get_rate(r, root, "d2h_gbps");
+	p->copy_bytes = (uint64_t)get_int_or_null(r, root, "", "copy_bytes", 1, INT64_MAX, 0);
+	p->gpu_gemm_tflops = get_rate(r, root, "gpu_gemm_tflops");
+	get_shape(r, root, "gpu_gemm_shape", &p->gpu_gemm_m, &p->gpu_gemm_n, &p->gpu_gemm_k);
+	json_t *s = field(r, root, "", "seconds");
+	if (s && !json_is_number(s))
+		wrong_type(r, "", "seconds", "a number", s);
+	else if (s && !(json_number_value(s) >= 0))
+		r->rc = sl_err(SL_ERANGE, "%s: seconds = %g, must be at least 0", r->path, json_number_value(s));
+	else if (s)
+		p->seconds = json_number_value(s);
+}
+
+/* The file as JSON, or NULL with the error. */
+static json_t *load_file(const char *path, int *rc)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp) {
+		*rc = errno == ENOENT ? sl_err(SL_ENOTFOUND, "%s: no such profile file", path)
+				      : sl_err(SL_EIO, "%s: cannot open the profile file: %s", path, strerror(errno));
+		return NULL;
+	}
+	struct stat st;
+	if (fstat(fileno(fp), &st) == 0) {
+		if (S_ISDIR(st.st_mode)) {
+			fclose(fp);
+			*rc = sl_err(SL_EIO, "%s: is a directory, not a profile file", path);
+			return NULL;
+		}
+		if (S_ISREG(st.st_mode) && st.st_size > SL_PROFILE_MAX_FILE_BYTES) {
+			fclose(fp);
+			*rc = sl_err(SL_EFORMAT, "%s: %lld bytes is too large for a profile file", path,
+				     (long long)st.st_size);
+			return NULL;
+		}
+	}
+	json_error_t jerr;
+	json_t *root = json_loadf(fp, JSON_REJECT_DUPLICATES, &jerr);
+	const int read_failed = ferror(fp);
+	fclose(fp);
+	if (root)
+		return root;
+	if (read_failed) {
+		*rc = sl_err(SL_EIO, "%s: cannot read the profile file", path);
+		return NULL;
+	}
+	for (char *c = jerr.text; *c; c++) /* jansson quotes the input: keep one line */
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	*rc = jerr.line > 0 ? sl_err(SL_EFORMAT, "%s:%d: not valid JSON (line %d, column %d): %s", path, jerr.line,
+				     jerr.line, jerr.column, jerr.text)
+			    : sl_err(SL_EFORMAT, "%s: not valid JSON: %s", path, jerr.text);
+	return NULL;
+}
+
+int sl_profile_load(const char *path, sl_profile *p)
+{
+	SL_ASSERT(path && p);
+	int rc = 0;
+	json_t *root = load_file(path, &rc);
+	if (!root)
+		return rc;
+	sl_profile *tmp = calloc(1, sizeof *tmp);
+	reader r = { .path = path };
+	if (!tmp) {
+		rc = sl_err(SL_ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	const char *fmt = json_string_value(json_object_get(root, "format"));
+	if (!json_is_object(root) || !fmt || strcmp(fmt, "sluice-profile")) {
+		rc = sl_err(SL_EFORMAT, "%s: not a sluice profile (no \"format\": \"sluice-profile\")", path);
+		goto out;
+	}
+	const int64_t version = get_int(&r, root, "", "format_version", 1, INT64_MAX);
+	if (r.rc == 0 && version != SL_PROFILE_FORMAT_VERSION) {
+		rc = sl_err(SL_EUNSUPPORTED, "%s: format_version %" PRId64 ", this sluice reads version %d", path,
+			    version, SL_PROFILE_FORMAT_VERSION);
+		goto out;
+	}
+	get_profile(&r, root, tmp);
+	if ((rc = r.rc) == 0)
+		*p = *tmp;
+out:
+	free(tmp);
+	json_decref(root);
+	return rc;
+}

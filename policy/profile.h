@@ -1,0 +1,117 @@
+/*
+ * profile.h - the hardware profile: what `sluice profile` measured about a
+ * machine, as plain data, and its JSON file.  The cost model reads a
+ * profile from here without linking the runtime, the backends or the disk
+ * store; the measuring itself is runtime/profile_measure.h.
+ *
+ *   mem_read_gbps     host memory read bandwidth: every thread sums its part
+ *                     of a 512 MiB buffer (median of 3)
+ *   cpu_gemm_gflops   the CPU backend's sl_gemm (fp32 activations, fp16
+ *                     weights) at m=512, n=k=2048 (median of 3)
+ *   disk_read_gbps    sequential O_DIRECT reads in the offload directory
+ *                     through the disk store's engine (sl_disk_probe_read,
+ *                     1 GiB, its threads on the I/O node)
+ *   h2d_gbps, d2h_gbps  pinned host <-> device copies of 256 MiB (CUDA;
+ *                     median of 3)
+ *   gpu_gemm_tflops   sl_gemm on the CUDA backend at m=4096, n=k=8192
+ *                     (fp16 tensor cores, fp32 accumulation; median of 3)
+ *
+ * quick: measured with small sizes (tests: the numbers mean little).  Rates
+ * are in 1e9 bytes/s and 1e9 / 1e12 FLOP/s.  A rate not measured is 0 (no
+ * offload directory; no GPU); the JSON writes it as null.
+ *
+ * The topology and the GPU are recorded as the profile saw them (hwloc's
+ * view, the backend's device info), in types of their own: a profile read
+ * from a file describes a machine, not the one running.
+ */
+#ifndef SL_PROFILE_H
+#define SL_PROFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SL_PROFILE_FORMAT_VERSION 1
+#define SL_PROFILE_MAX_NODES 64 /* nodes listed (more are counted) */
+
+typedef struct sl_profile_node {
+	int os_index;          /* the kernel's node number */
+	uint64_t memory_bytes; /* memory local to the node */
+	int cores, pus;        /* cores and hardware threads nearest it */
+	char cpus[64];         /* its PUs as a list, e.g. "0-15,32-47" */
+} sl_profile_node;
+
+typedef struct sl_profile_topo {
+	bool loaded;   /* false: hwloc failed; one node and sysconf's counts */
+	int packages;  /* 0 where hwloc could not tell */
+	int cores, pus;
+	int nnodes;    /* NUMA nodes, at least 1 */
+	sl_profile_node node[SL_PROFILE_MAX_NODES]; /* the first min(nnodes, 64) */
+	char binding[128]; /* the process's CPU binding as a list, e.g. "0-15" */
+	int binding_pus;   /* PUs in it */
+	int binding_node;  /* the node whose cores hold all of it; -1: several */
+} sl_profile_topo;
+
+typedef struct sl_profile_gpu {
+	char name[256];       /* e.g. "NVIDIA H100 80GB HBM3" */
+	char pci_bus_id[32];  /* "0000:65:00.0"; empty where unknown */
+	uint64_t memory_bytes;
+	int numa_node;        /* -1: none */
+} sl_profile_gpu;
+
+typedef struct sl_profile {
+	bool quick;
+	sl_profile_topo topo;
+	char backend[16];      /* "cpu" or "cuda": the backend measured */
+	bool have_gpu;
+	sl_profile_gpu gpu;    /* with have_gpu */
+	int pinned_node;       /* node for pinned host memory; -1: none chosen */
+	int io_node;           /* node for the disk's I/O threads; -1: none */
+	int threads;
+
+	double mem_read_gbps;
+	uint64_t mem_bytes;
+
+	double cpu_gemm_gflops;
+	int cpu_gemm_m, cpu_gemm_n, cpu_gemm_k;
+
+	double disk_read_gbps; /* 0: not measured */
+	char disk_engine[64];  /* "": not measured */
+	uint64_t disk_bytes;
+	char offload_dir[4096]; /* "": none given */
+
+	double h2d_gbps, d2h_gbps; /* 0: no GPU */
+	uint64_t copy_bytes;
+	double gpu_gemm_tflops;
+	int gpu_gemm_m, gpu_gemm_n, gpu_gemm_k; /* 0: not measured */
+
+	double seconds; /* the whole profile */
+} sl_profile;
+
+/*
+ * Check that a JSON file can be written at path (creates and removes
+ * path.tmp): SL_EIO "cannot write PATH (...)" where it cannot.
+ */
+int sl_profile_check_json_path(const char *path);
+
+/* Write the profile as one JSON object to path, atomically (path.tmp,
+ * fsync, rename); doubles in the shortest form that reads back to the same
+ * bits.  SL_EIO naming the path. */
+int sl_profile_save_json(const sl_profile *p, const char *path);
+
+/*
+ * Read a profile that sl_profile_save_json wrote.  Every field it writes
+ * must be there with its type (a rate: a positive number, or null where not
+ * measured); fields it does not write are ignored.  On error *p is
+ * unchanged and the one-line message names the file and the field
+ * ("topology.numa_nodes[1].cores"):
+ *   SL_ENOTFOUND     no such file
+ *   SL_EIO           cannot open or read it
+ *   SL_EFORMAT       not JSON (with the line), not a sluice profile, a field
+ *                    missing or of the wrong type, a string too long
+ *   SL_ERANGE        a value out of its range (a negative rate or count)
+ *   SL_EUNSUPPORTED  a format_version this sluice does not read
+ */
+int sl_profile_load(const char *path, sl_profile *p);
+
+#endif

@@ -1,0 +1,44 @@
+/*
+ * profile_measure.h - `sluice profile`'s measuring: the machine's topology
+ * and the rates a cost model needs (policy/profile.h says what each is and
+ * how it is measured), each in a fraction of a second to a few seconds.
+ *
+ * It lives here, not in policy/, because it drives a backend (kernels/)
+ * and the disk store (offload/), which runtime/ is the first layer to see
+ * both of; the profile it fills is policy/'s plain data, so the cost model
+ * reads a profile without linking any of this.
+ */
+#ifndef SL_PROFILE_MEASURE_H
+#define SL_PROFILE_MEASURE_H
+
+#include "profile.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct sl_profile_opts {
+	const char *backend;     /* "cpu", "cuda" or "auto" (NULL: auto) */
+	const char *offload_dir; /* NULL: the disk is not measured */
+	int threads;             /* CPU threads; 0: all */
+	bool quick;              /* small sizes, for tests */
+	FILE *log;               /* one line per result as it is measured; NULL: none */
+} sl_profile_opts;
+
+/* Host memory read bandwidth in GB/s: threads sum a buffer of `bytes`
+ * (larger than the caches), median of 3; 0 if it cannot be measured.  The
+ * decode roofline on the CPU backend. */
+double sl_profile_mem_read_gbps(size_t bytes, int threads);
+
+/*
+ * Measure.  Checks the offload directory first (missing, not a directory,
+ * not writable: SL_ENOTFOUND / SL_EIO naming it, before anything runs).
+ * Other errors: the backend's (SL_EUNSUPPORTED for cuda in a build without
+ * it, SL_EDEVICE), SL_ENOMEM, the disk probe's.
+ */
+int sl_profile_run(const sl_profile_opts *o, sl_profile *out);
+
+/* Before measuring: that dir is a folder sluice can write in. */
+int sl_profile_check_offload_dir(const char *dir);
+
+#endif

@@ -1,0 +1,374 @@
+/*
+ * test_profile.c - the hardware profile's file (policy/profile.h), as the
+ * cost model will read it: linked with the policy library and common/
+ * only, no runtime, backend or disk store.
+ *
+ * What a user of the file relies on:
+ *  - a profile written by sl_profile_save_json reads back equal, field by
+ *    field, doubles to the bit: a full one (two NUMA nodes, a GPU, every
+ *    rate), one with nothing optional (no GPU, no disk, nodes unknown), and
+ *    one of a machine with more nodes than a profile lists;
+ *  - a malformed profile is refused with a one-line message that names the
+ *    file and the field ("topology.numa_nodes[1].cores"), the right code,
+ *    and the destination left as it was;
+ *  - a missing file, a directory and text that is not JSON are refused
+ *    naming the file; fields a later sluice may add are ignored.
+ */
+#include "profile.h"
+#include "sl_common.h"
+
+#include "testutil.h"
+
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[64];
+
+static void make_tmpdir(void)
+{
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/sl_profile_XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void remove_tmpdir(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A profile with every field set, none of them a round number. */
+static void full_profile(sl_profile *p)
+{
+	memset(p, 0, sizeof *p);
+	p->quick = true;
+	sl_profile_topo *t = &p->topo;
+	t->loaded = true;
+	t->packages = 2;
+	t->cores = 96;
+	t->pus = 192;
+	t->nnodes = 2;
+	for (int i = 0; i < 2; i++) {
+		t->node[i].os_index = 1 - i; /* listed in any order */
+		t->node[i].memory_bytes = ((uint64_t)1 << 40) + 12345 * (uint64_t)(i + 1);
+		t->node[i].cores = 48;
+		t->node[i].pus = 96;
+		snprintf(t->node[i].cpus, sizeof t->node[i].cpus, "%d-%d,%d-%d", 48 * i, 48 * i + 47, 96 + 48 * i,
+			 96 + 48 * i + 47);
+	}
+	snprintf(t->binding, sizeof t->binding, "0-191");
+	t->binding_pus = 192;
+	t->binding_node = -1;
+	snprintf(p->backend, sizeof p->backend, "cuda");
+	p->have_gpu = true;
+	snprintf(p->gpu.name, sizeof p->gpu.name, "NVIDIA H200 \"NVL\" \xc3\xa9");
+	snprintf(p->gpu.pci_bus_id, sizeof p->gpu.pci_bus_id, "0000:65:00.0");
+	p->gpu.memory_bytes = 150754820096ull;
+	p->gpu.numa_node = 1;
+	p->pinned_node = 1;
+	p->io_node = 0;
+	p->threads = 96;
+	p->mem_read_gbps = 0.1 + 0.2;
+	p->mem_bytes = 512ull << 20;
+	p->cpu_gemm_gflops = 1234.5678901234567;
+	p->cpu_gemm_m = 512;
+	p->cpu_gemm_n = p->cpu_gemm_k = 2048;
+	p->disk_read_gbps = 6.02214076e-3;
+	snprintf(p->disk_engine, sizeof p->disk_engine, "io_uring+O_DIRECT");
+	p->disk_bytes = 1ull << 30;
+	snprintf(p->offload_dir, sizeof p->offload_dir, "/mnt/nvme/sluice dir");
+	p->h2d_gbps = 53.123456789;
+	p->d2h_gbps = 1.0 / 3.0;
+	p->copy_bytes = 256ull << 20;
+	p->gpu_gemm_tflops = 712.25;
+	p->gpu_gemm_m = 4096;
+	p->gpu_gemm_n = p->gpu_gemm_k = 8192;
+	p->seconds = 2.718281828459045;
+}
+
+/* Nothing optional: a CPU machine, no disk measured, nodes unknown. */
+static void bare_profile(sl_profile *p)
+{
+	memset(p, 0, sizeof *p);
+	p->topo.loaded = false;
+	p->topo.cores = p->topo.pus = 2;
+	p->topo.nnodes = 1;
+	p->topo.node[0].cores = p->topo.node[0].pus = 2;
+	snprintf(p->topo.binding, sizeof p->topo.binding, "0-1");
+	p->topo.binding_pus = 2;
+	p->topo.binding_node = -1;
+	snprintf(p->backend, sizeof p->backend, "cpu");
+	p->gpu.numa_node = -1;
+	p->pinned_node = p->io_node = -1;
+	p->threads = 1;
+	p->mem_read_gbps = 9.5;
+	p->mem_bytes = 16ull << 20;
+	p->cpu_gemm_gflops = 3.25;
+	p->cpu_gemm_m = 64;
+	p->cpu_gemm_n = p->cpu_gemm_k = 256;
+}
+
+#define SAME(f) ck_assert_msg(a->f == b->f, "%s differs after the round trip", #f)
+#define SAME_STR(f) ck_assert_msg(!strcmp(a->f, b->f), "%s: '%s' read back as '%s'", #f, a->f, b->f)
+#define SAME_BITS(f) ck_assert_msg(!memcmp(&a->f, &b->f, sizeof a->f), "%s: %.17g read back as %.17g", #f, a->f, b->f)
+
+static void check_same(const sl_profile *a, const sl_profile *b)
+{
+	SAME(quick);
+	SAME(topo.loaded);
+	SAME(topo.packages);
+	SAME(topo.cores);
+	SAME(topo.pus);
+	SAME(topo.nnodes);
+	for (int i = 0; i < SL_MIN(a->topo.nnodes, SL_PROFILE_MAX_NODES); i++) {
+		SAME(topo.node[i].os_index);
+		SAME(topo.node[i].memory_bytes);
+		SAME(topo.node[i].cores);
+		SAME(topo.node[i].pus);
+		SAME_STR(topo.node[i].cpus);
+	}
+	SAME_STR(topo.binding);
+	SAME(topo.binding_pus);
+	SAME(topo.binding_node);
+	SAME_STR(backend);
+	SAME(have_gpu);
+	if (a->have_gpu) {
+		SAME_STR(gpu.name);
+		SAME_STR(gpu.pci_bus_id);
+		SAME(gpu.memory_bytes);
+		SAME(gpu.numa_node);
+	}
+	SAME(pinned_node);
+	SAME(io_node);
+	SAME(threads);
+	SAME_BITS(mem_read_gbps);
+	SAME(mem_bytes);
+	SAME_BITS(cpu_gemm_gflops);
+	SAME(cpu_gemm_m);
+	SAME(cpu_gemm_n);
+	SAME(cpu_gemm_k);
+	SAME_BITS(disk_read_gbps);
+	SAME_STR(disk_engine);
+	SAME(disk_bytes);
+	SAME_STR(offload_dir);
+	SAME_BITS(h2d_gbps);
+	SAME_BITS(d2h_gbps);
+	SAME(copy_bytes);
+	SAME_BITS(gpu_gemm_tflops);
+	SAME(gpu_gemm_m);
+	SAME(gpu_gemm_n);
+	SAME(gpu_gemm_k);
+	SAME_BITS(seconds);
+}
+
+static void round_trip(const sl_profile *p, const char *name)
+{
+	char path[128];
+	snprintf(path, sizeof path, "%s/%s.json", tmpdir, name);
+	ck_assert_msg(sl_profile_save_json(p, path) == 0, "save %s: %s", name, sl_errmsg());
+	sl_profile *q = malloc(sizeof *q);
+	memset(q, 0xa5, sizeof *q); /* every field must be set by the load */
+	ck_assert_msg(sl_profile_load(path, q) == 0, "load %s: %s", name, sl_errmsg());
+	check_same(p, q);
+	free(q);
+}
+
+START_TEST(test_round_trip)
+{
+	make_tmpdir();
+	sl_profile *p = malloc(sizeof *p);
+	full_profile(p);
+	round_trip(p, "full");
+	bare_profile(p);
+	round_trip(p, "bare");
+	/* a machine of 70 nodes: 64 listed, 70 counted */
+	full_profile(p);
+	p->topo.nnodes = 70;
+	for (int i = 0; i < SL_PROFILE_MAX_NODES; i++) {
+		p->topo.node[i].os_index = i;
+		p->topo.node[i].memory_bytes = (uint64_t)i << 30;
+		p->topo.node[i].cores = p->topo.node[i].pus = i % 3;
+		snprintf(p->topo.node[i].cpus, sizeof p->topo.node[i].cpus, "%d", i);
+	}
+	round_trip(p, "many_nodes");
+	free(p);
+	remove_tmpdir();
+}
+END_TEST
+
+/* ---- malformed profiles ---------------------------------------------------------- */
+
+/* The value at a dotted place ("topology.numa_nodes.1.cores") set to v,
+ * or removed where v is NULL. */
+static void set_at(json_t *root, const char *place, json_t *v)
+{
+	char buf[128];
+	snprintf(buf, sizeof buf, "%s", place);
+	json_t *cur = root;
+	char *key = buf, *dot;
+	while ((dot = strchr(key, '.'))) {
+		*dot = 0;
+		cur = json_is_array(cur) ? json_array_get(cur, (size_t)atoi(key)) : json_object_get(cur, key);
+		ck_assert_msg(cur != NULL, "no %s in the profile", place);
+		key = dot + 1;
+	}
+	if (json_is_array(cur)) {
+		ck_assert_ptr_nonnull(v);
+		ck_assert_int_eq(json_array_set_new(cur, (size_t)atoi(key), v), 0);
+	} else if (v) {
+		ck_assert_int_eq(json_object_set_new(cur, key, v), 0);
+	} else {
+		ck_assert_int_eq(json_object_del(cur, key), 0);
+	}
+}
+
+typedef struct bad_case {
+	const char *place; /* where the change is */
+	const char *value; /* the new value as JSON text; NULL: the field removed;
+			    * "@300 x": a string of 300 x */
+	int code;
+	const char *says;  /* in the message, after "PATH: " */
+} bad_case;
+
+static const bad_case bad_cases[] = {
+	{ "threads", NULL, SL_EFORMAT, "threads is missing" },
+	{ "threads", "\"96\"", SL_EFORMAT, "threads must be an integer, got a string" },
+	{ "threads", "0", SL_ERANGE, "threads = 0, must be in [1, " },
+	{ "quick", "1", SL_EFORMAT, "quick must be true or false, got an integer" },
+	{ "backend", "null", SL_EFORMAT, "backend must be a string, got null" },
+	{ "mem_read_gbps", "-1.5", SL_ERANGE, "mem_read_gbps = -1.5, must be a positive number or null" },
+	{ "h2d_gbps", "\"fast\"", SL_EFORMAT, "h2d_gbps must be a positive number or null, got a string" },
+	{ "disk_probe_bytes", "-4096", SL_ERANGE, "disk_probe_bytes = -4096, must be in [1, " },
+	{ "pinned_numa_node", "1.5", SL_EFORMAT, "pinned_numa_node must be an integer or null, got a number" },
+	{ "topology", "[]", SL_EFORMAT, "topology must be an object, got an array" },
+	{ "topology.numa_nodes.1.cores", "\"48\"", SL_EFORMAT,
+	  "topology.numa_nodes[1].cores must be an integer, got a string" },
+	{ "topology.numa_nodes.0.cpus", NULL, SL_EFORMAT, "topology.numa_nodes[0].cpus is missing" },
+	{ "topology.numa_nodes.1", "7", SL_EFORMAT, "topology.numa_nodes[1] must be an object, got an integer" },
+	{ "topology.numa_node_count", "3", SL_EFORMAT,
+	  "topology.numa_nodes lists 2 nodes, numa_node_count 3 needs 3" },
+	{ "topology.binding_node", "-2", SL_ERANGE, "topology.binding_node = -2, must be in [0, " },
+	{ "gpu", "5", SL_EFORMAT, "gpu must be an object or null, got an integer" },
+	{ "gpu.name", "@300 x",
+	  SL_EFORMAT, "gpu.name is longer than 255 bytes" },
+	{ "cpu_gemm_shape.k", "0", SL_ERANGE, "cpu_gemm_shape.k = 0, must be in [1, " },
+	{ "seconds", "-1", SL_ERANGE, "seconds = -1, must be at least 0" },
+	{ "format", "\"sluice-policy\"", SL_EFORMAT, "not a sluice profile" },
+	{ "format_version", "2", SL_EUNSUPPORTED, "format_version 2, this sluice reads version 1" },
+	{ "format_version", "\"1\"", SL_EFORMAT, "format_version must be an integer, got a string" },
+};
+
+START_TEST(test_malformed)
+{
+	const bad_case *c = &bad_cases[_i];
+	make_tmpdir();
+	char good[128], path[128];
+	snprintf(good, sizeof good, "%s/good.json", tmpdir);
+	snprintf(path, sizeof path, "%s/bad.json", tmpdir);
+	sl_profile *p = malloc(sizeof *p), *q = malloc(sizeof *q), *before = malloc(sizeof *before);
+	full_profile(p);
+	ck_assert_int_eq(sl_profile_save_json(p, good), 0);
+	json_t *root = json_load_file(good, 0, NULL);
+	ck_assert_ptr_nonnull(root);
+	json_t *v = NULL;
+	if (c->value && !strcmp(c->value, "@300 x")) {
+		char x[301];
+		memset(x, 'x', 300);
+		x[300] = 0;
+		v = json_string(x);
+	} else if (c->value) {
+		v = json_loads(c->value, JSON_DECODE_ANY, NULL);
+		ck_assert_msg(v != NULL, "case %d: bad JSON in the test", _i);
+	}
+	set_at(root, c->place, v);
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	json_decref(root);
+
+	memset(q, 0x3c, sizeof *q);
+	memcpy(before, q, sizeof *q);
+	const int rc = sl_profile_load(path, q);
+	const char *msg = sl_errmsg();
+	char want[256];
+	snprintf(want, sizeof want, "%s: %s", path, c->says);
+	ck_assert_msg(rc == c->code, "%s = %s: code %d, want %d (%s)", c->place, c->value ? c->value : "(removed)", rc,
+		      c->code, msg);
+	ck_assert_msg(strstr(msg, want) != NULL, "%s: the message '%s' does not say '%s'", c->place, msg, want);
+	ck_assert_msg(!strchr(msg, '\n'), "%s: the message is not one line: '%s'", c->place, msg);
+	ck_assert_msg(!memcmp(q, before, sizeof *q), "%s: the destination was changed by a failed load", c->place);
+	free(p);
+	free(q);
+	free(before);
+	remove_tmpdir();
+}
+END_TEST
+
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void expect_refused(const char *path, int code, const char *says)
+{
+	sl_profile *q = malloc(sizeof *q);
+	const int rc = sl_profile_load(path, q);
+	const char *msg = sl_errmsg();
+	ck_assert_msg(rc == code, "%s: code %d, want %d (%s)", path, rc, code, msg);
+	ck_assert_msg(strstr(msg, path) && strstr(msg, says), "%s: the message '%s' does not say '%s'", path, msg,
+		      says);
+	ck_assert_msg(!strchr(msg, '\n'), "the message is not one line: '%s'", msg);
+	free(q);
+}
+
+START_TEST(test_files)
+{
+	make_tmpdir();
+	char path[128];
+	snprintf(path, sizeof path, "%s/none.json", tmpdir);
+	expect_refused(path, SL_ENOTFOUND, "no such profile file");
+	expect_refused(tmpdir, SL_EIO, "is a directory");
+	snprintf(path, sizeof path, "%s/text.json", tmpdir);
+	write_text(path, "{\n  \"format\": \"sluice-profile\",\n  oops\n}\n");
+	expect_refused(path, SL_EFORMAT, ":3: not valid JSON (line 3,");
+	write_text(path, "[1, 2]\n");
+	expect_refused(path, SL_EFORMAT, "not a sluice profile");
+
+	/* a field a later sluice adds is ignored */
+	sl_profile *p = malloc(sizeof *p), *q = malloc(sizeof *q);
+	bare_profile(p);
+	snprintf(path, sizeof path, "%s/later.json", tmpdir);
+	ck_assert_int_eq(sl_profile_save_json(p, path), 0);
+	json_t *root = json_load_file(path, 0, NULL);
+	ck_assert_ptr_nonnull(root);
+	json_object_set_new(root, "nvlink_gbps", json_real(450.0));
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	json_decref(root);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	check_same(p, q);
+	free(p);
+	free(q);
+	remove_tmpdir();
+}
+END_TEST
+
+static Suite *profile_suite(void)
+{
+	Suite *s = suite_create("profile");
+	TCase *tc = tcase_create("profile");
+	tcase_add_test(tc, test_round_trip);
+	tcase_add_loop_test(tc, test_malformed, 0, (int)SL_ARRAY_LEN(bad_cases));
+	tcase_add_test(tc, test_files);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return sl_test_run(profile_suite());
+}
