@@ -14,9 +14,9 @@
 #   Hugging Face, once per word of HF_BLAS:
 #     [env ...] $PYTHON bench/hf_cpu_bench.py --model MODEL --prompt-len P \
 #         --gen-len G --batch B --json
-# A BLAS word sets the OpenBLAS environment of that run: "inherit" (as this
-# shell has it), "unset" (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed), or
-# a core name (OPENBLAS_CORETYPE=NAME).  The kernels sluice ran are taken
+# A BLAS word sets the OpenBLAS environment of that Hugging Face run:
+# "inherit" (as this shell has it), "unset" (OPENBLAS_CORETYPE and
+# OPENBLAS_L2_SIZE removed), or a core name (OPENBLAS_CORETYPE=NAME).  The kernels sluice ran are taken
 # from its JSON (cpu_kernels, cpu_gemm, blas_core).
 #
 # Results: $OUTDIR/cpu-<UTC date-time>.jsonl (machine, every run, summaries)
@@ -50,7 +50,6 @@ G=${G:-32}
 REPEAT=${REPEAT:-3}
 SLUICE=${SLUICE:-build/sluice}
 SLUICE_ARGS=${SLUICE_ARGS:-}
-SLUICE_BLAS=own # one run of sluice per cell, its own kernels
 PYTHON=${PYTHON:-python3}
 HF_ARGS=${HF_ARGS:-}
 HF_BLAS=${HF_BLAS:-inherit}
@@ -71,15 +70,22 @@ recs = [r for r in recs if r["type"] != "summary"]  # a rerun of the summary rep
 mach = next(r for r in recs if r["type"] == "machine")
 runs = [r for r in recs if r["type"] == "run"]
 grid = mach["grid"]
+if len(grid.get("sluice_blas", [])) > 1:
+    sys.exit(f"{jsonl}: written by cpu_compare.sh when it ran sluice once per OpenBLAS environment "
+             f"({', '.join(grid['sluice_blas'])}); its .md holds its table")
 elapsed = max([r["t_end"] for r in runs], default=mach["t_start"]) - mach["t_start"]
-systems = [("sluice", w) for w in grid["sluice_blas"]] + [("hf", w) for w in grid["hf_blas"]]
+# sluice runs once per cell (a key of its own); HF once per BLAS word
+systems = [("sluice", None)] + [("hf", w) for w in grid["hf_blas"]]
+
+def key(s, w):
+    return s if s == "sluice" else f"{s}:{w}"
 
 def med(vals):
     vals = [v for v in vals if isinstance(v, (int, float))]
     return statistics.median(vals) if vals else None
 
 def cell_runs(sysname, word, model, batch):
-    return [r for r in runs if r["system"] == sysname and r["blas"] == word
+    return [r for r in runs if r["system"] == sysname and (sysname == "sluice" or r["blas"] == word)
             and r["model"] == model and r["batch"] == batch]
 
 summaries = []
@@ -98,17 +104,16 @@ for model in grid["models"]:
             if kernels:
                 d["kernels"] = kernels
             d["loadavg_1m"] = med([r["loadavg_1m"][0] for r in rs])
-            cell["systems"][f"{s}:{w}"] = d
+            cell["systems"][key(s, w)] = d
         # ratios: median over repetitions of sluice / HF of the same repetition
         for hw in grid["hf_blas"]:
-            for sw in grid["sluice_blas"]:
-                pairs = []
-                for rep in range(1, grid["repeat"] + 1):
-                    a = [r for r in cell_runs("sluice", sw, model, batch) if r["repeat_idx"] == rep and r["ok"]]
-                    b = [r for r in cell_runs("hf", hw, model, batch) if r["repeat_idx"] == rep and r["ok"]]
-                    if a and b and b[0]["result"]["throughput_tok_s"]:
-                        pairs.append(a[0]["result"]["throughput_tok_s"] / b[0]["result"]["throughput_tok_s"])
-                cell.setdefault("ratio_sluice_over_hf", {})[f"sluice:{sw}/hf:{hw}"] = med(pairs)
+            pairs = []
+            for rep in range(1, grid["repeat"] + 1):
+                a = [r for r in cell_runs("sluice", None, model, batch) if r["repeat_idx"] == rep and r["ok"]]
+                b = [r for r in cell_runs("hf", hw, model, batch) if r["repeat_idx"] == rep and r["ok"]]
+                if a and b and b[0]["result"]["throughput_tok_s"]:
+                    pairs.append(a[0]["result"]["throughput_tok_s"] / b[0]["result"]["throughput_tok_s"])
+            cell.setdefault("ratio_sluice_over_hf", {})[f"sluice/hf:{hw}"] = med(pairs)
         summaries.append(cell)
 with open(jsonl, "w") as f:
     for r in recs:
@@ -121,8 +126,7 @@ def fmt(v, nd=2):
 
 words = mach["blas_words"]
 def kernels_desc():
-    ks = sorted({k for c in summaries for s, d in c["systems"].items() if s.startswith("sluice:")
-                 for k in d.get("kernels", [])})
+    ks = sorted({k for c in summaries for k in c["systems"]["sluice"].get("kernels", [])})
     return ", ".join(f"**{k}**" for k in ks) or "?"
 
 py = mach["python_libs"]
@@ -146,7 +150,7 @@ L = [f"# sluice against Hugging Face transformers on the CPU, {mach['date_utc']}
      "## Environments\n"]
 for s, w in systems:
     if s == "sluice":  # its own GEMM by default: the OpenBLAS environment is not used
-        L.append(f"- {s}:{w}: the environment inherited; CPU kernels (instruction set, GEMM), "
+        L.append(f"- sluice: the environment inherited; CPU kernels (instruction set, GEMM), "
                  f"as its JSON reports them: {kernels_desc()}")
     else:  # torch does its matrix products with its own BLAS
         b = words.get(w, {})
@@ -155,9 +159,9 @@ for s, w in systems:
                  f"{py.get('torch_blas')}")
 L.append("\n## Commands (first cell; the others differ in the model and the batch)\n")
 for s, w in systems:
-    rs = [r for r in runs if r["system"] == s and r["blas"] == w]
+    rs = [r for r in runs if r["system"] == s and (s == "sluice" or r["blas"] == w)]
     if rs:
-        L.append(f"- {s}:{w}: `{rs[0]['cmd']}`")
+        L.append(f"- {key(s, w)}: `{rs[0]['cmd']}`")
 hf_first = next((r["result"] for r in runs if r["system"] == "hf" and r["ok"]), None)
 if hf_first:
     L.append(f"\nHF runs `model.generate(input_ids, attention_mask, max_new_tokens={grid['gen_len']}, "
@@ -166,26 +170,18 @@ if hf_first:
              f"{hf_first['threads']} threads (torch's default); libraries mapped: "
              f"{', '.join(hf_first.get('loaded_blas_libs', []))}.")
 L.append("\n## Results (medians)\n")
-hdr = ["model", "batch", "HF tok/s"]
-for sw in grid["sluice_blas"]:
-    hdr += [f"sluice tok/s ({sw})", f"sluice / HF ({sw})"]
-hdr += ["prefill s (HF / " + " / ".join(f"sluice {sw}" for sw in grid["sluice_blas"]) + ")",
-        "decode s (HF / " + " / ".join(f"sluice {sw}" for sw in grid["sluice_blas"]) + ")",
-        "sluice prefill GEMM GFLOP/s (" + " / ".join(grid["sluice_blas"]) + ")",
-        "HF CPU s", "load (1 min)"]
+hdr = ["model", "batch", "HF tok/s", "sluice tok/s", "sluice / HF", "prefill s (HF / sluice)",
+       "decode s (HF / sluice)", "sluice prefill GEMM GFLOP/s", "HF CPU s", "load (1 min)"]
 L.append("| " + " | ".join(hdr) + " |")
 L.append("|" + "---|" * 2 + "---:|" * (len(hdr) - 2))
 for hw in grid["hf_blas"]:
     for c in summaries:
         h = c["systems"][f"hf:{hw}"]
-        row = [c["model"], str(c["batch"]), fmt(h["throughput_tok_s"])]
-        for sw in grid["sluice_blas"]:
-            s = c["systems"][f"sluice:{sw}"]
-            row += [fmt(s["throughput_tok_s"]), fmt(c["ratio_sluice_over_hf"][f"sluice:{sw}/hf:{hw}"])]
-        ss = [c["systems"][f"sluice:{sw}"] for sw in grid["sluice_blas"]]
-        row.append(" / ".join([fmt(h["prefill_s"], 3)] + [fmt(s["prefill_s"], 3) for s in ss]))
-        row.append(" / ".join([fmt(h["decode_s"], 3)] + [fmt(s["decode_s"], 3) for s in ss]))
-        row.append(" / ".join(fmt(s["gemm_gflops"], 1) for s in ss))
+        s = c["systems"]["sluice"]
+        row = [c["model"], str(c["batch"]), fmt(h["throughput_tok_s"]), fmt(s["throughput_tok_s"]),
+               fmt(c["ratio_sluice_over_hf"][f"sluice/hf:{hw}"]),
+               f"{fmt(h['prefill_s'], 3)} / {fmt(s['prefill_s'], 3)}",
+               f"{fmt(h['decode_s'], 3)} / {fmt(s['decode_s'], 3)}", fmt(s["gemm_gflops"], 1)]
         row.append(fmt(h["cpu_s"], 1))
         row.append(fmt(med([x["loadavg_1m"] for x in c["systems"].values()]), 1))
         L.append("| " + " | ".join(row) + " |")
@@ -194,7 +190,7 @@ if bad:
     L.append("\n## Failed runs\n")
     for r in bad:
         tail = (r.get("stderr_tail") or r.get("stdout_tail") or "").strip().splitlines()[-1:] or [""]
-        L.append(f"- {r['system']}:{r['blas']} {r['model']} B={r['batch']} rep {r['repeat_idx']}: "
+        L.append(f"- {key(r['system'], r['blas'])} {r['model']} B={r['batch']} rep {r['repeat_idx']}: "
                  f"rc={r['rc']} {tail[0][:200]}")
 L.append("\ntokens/s = batch x new tokens / (prefill + decode). sluice: `sluice bench` (after a warm-up, "
          "prefill = the prompt's forward and the first token, decode = the other steps). HF: one "
@@ -229,7 +225,7 @@ done
 # blas_env WORD: the env(1) prefix of a BLAS word, one argument per line
 blas_env() {
 	case $1 in
-	inherit | own) ;;
+	inherit) ;;
 	unset) printf '%s\n' env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ;;
 	*) printf '%s\n' env "OPENBLAS_CORETYPE=$1" ;;
 	esac
@@ -251,7 +247,7 @@ print(json.dumps({"OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
                   "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE")}))'
 : >"$TMP/blas"
 # shellcheck disable=SC2086 # word lists
-for w in $(printf "%s\n" $SLUICE_BLAS $HF_BLAS | sort -u); do
+for w in $(printf "%s\n" $HF_BLAS | sort -u); do
 	mapfile -t pre < <(blas_env "$w")
 	printf '%s\t%s\n' "$w" "$(${pre[@]+"${pre[@]}"} "$PYTHON" -c "$probe")" >>"$TMP/blas"
 done
@@ -264,10 +260,10 @@ print(json.dumps({"torch": torch.__version__, "transformers": transformers.__ver
 "$PYTHON" - "$JSONL" "$STAMP" "$TMP/lscpu" "$TMP/blas" "$TMP/pyver" \
 	"$("$SLUICE" version 2>&1 | head -n1)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
 	"$(git status --porcelain 2>/dev/null | head -c1 | wc -c)" \
-	"$MODELS" "$BATCHES" "$P" "$G" "$REPEAT" "$SLUICE_BLAS" "$HF_BLAS" "$(nproc)" <<'PY'
+	"$MODELS" "$BATCHES" "$P" "$G" "$REPEAT" "$HF_BLAS" "$(nproc)" <<'PY'
 import json, os, sys, time
 (path, stamp, lscpu, blas, pyver, sluice_version, rev, dirty,
- models, batches, p, g, repeat, sluice_blas, hf_blas, nproc) = sys.argv[1:17]
+ models, batches, p, g, repeat, hf_blas, nproc) = sys.argv[1:16]
 lc = {}
 for line in open(lscpu):
     k, _, v = line.partition(":")
@@ -291,7 +287,7 @@ rec = {
         "OMP_WAIT_POLICY", "MKL_NUM_THREADS")},
     "grid": {"models": models.split(), "batches": [int(b) for b in batches.split()],
              "prompt_len": int(p), "gen_len": int(g), "repeat": int(repeat),
-             "sluice_blas": sluice_blas.split(), "hf_blas": hf_blas.split()},
+             "hf_blas": hf_blas.split()},
 }
 with open(path, "a") as f:
     f.write(json.dumps(rec) + "\n")
@@ -313,7 +309,7 @@ for line in reversed(lines):  # the last line that is a JSON object
             break
         except ValueError:
             pass
-rec = {"type": "run", "system": system, "blas": word, "model": model, "batch": int(batch),
+rec = {"type": "run", "system": system, "blas": word or None, "model": model, "batch": int(batch),
        "repeat_idx": int(rep), "cmd": cmd, "rc": int(rc), "wall_s": float(secs), "t_end": time.time(),
        "loadavg_1m": [float(load0), float(open("/proc/loadavg").read().split()[0])],
        "ok": int(rc) == 0 and result is not None, "result": result}
@@ -329,16 +325,16 @@ print(f"  {system:6s} {word:8s} {model} B={batch} rep {rep}: "
 PY
 }
 
-# run_one SYSTEM WORD MODEL BATCH REP
+# run_one SYSTEM WORD MODEL BATCH REP (WORD: HF's BLAS word; empty for sluice)
 run_one() {
 	local system=$1 word=$2 model=$3 batch=$4 rep=$5 rc=0 t0 t1 load0
-	local -a pre cmd
-	mapfile -t pre < <(blas_env "$word")
+	local -a pre=() cmd
 	if [[ $system == sluice ]]; then
 		read -r -a extra <<<"$SLUICE_ARGS"
 		cmd=("$SLUICE" bench --backend cpu --dummy "$model" --prompt-len "$P" --gen-len "$G"
 			--batch "$batch" --json ${extra[@]+"${extra[@]}"})
 	else
+		mapfile -t pre < <(blas_env "$word")
 		read -r -a extra <<<"$HF_ARGS"
 		cmd=("$PYTHON" bench/hf_cpu_bench.py --model "$model" --prompt-len "$P" --gen-len "$G"
 			--batch "$batch" --json ${extra[@]+"${extra[@]}"})
@@ -353,8 +349,7 @@ run_one() {
 		"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" "$load0"
 }
 
-jobs=()
-for w in $SLUICE_BLAS; do jobs+=("sluice $w"); done
+jobs=(sluice) # one run of sluice per cell
 for w in $HF_BLAS; do jobs+=("hf $w"); done
 for model in $MODELS; do
 	for batch in $BATCHES; do
@@ -366,7 +361,11 @@ for model in $MODELS; do
 				for ((i = ${#jobs[@]} - 1; i >= 0; i--)); do order+=("${jobs[i]}"); done
 			fi
 			for j in "${order[@]}"; do
-				run_one "${j% *}" "${j#* }" "$model" "$batch" "$rep"
+				if [[ $j == sluice ]]; then
+					run_one sluice "" "$model" "$batch" "$rep"
+				else
+					run_one hf "${j#hf }" "$model" "$batch" "$rep"
+				fi
 			done
 		done
 	done

@@ -98,19 +98,23 @@ fi
 expect_md() {
 	if grep -qF -- "$2" "$md"; then ok; else bad "$1: '$2' not in the results"; fi
 }
-expect_md "sluice's kernels" "sluice:own: the environment inherited; CPU kernels (instruction set, GEMM), as its JSON reports them: **avx2 sluice**"
+expect_md "sluice's kernels" "- sluice: the environment inherited; CPU kernels (instruction set, GEMM), as its JSON reports them: **avx2 sluice**"
 expect_md "inherited env" "OPENBLAS_CORETYPE=Haswell, OPENBLAS_L2_SIZE=1048576"
+# sluice is one column: no BLAS word of its own (its GEMM is its own; SLUICE_ARGS chooses another)
+expect_md "table header" "| model | batch | HF tok/s | sluice tok/s | sluice / HF | prefill s (HF / sluice) | decode s (HF / sluice) | sluice prefill GEMM GFLOP/s | HF CPU s | load (1 min) |"
 expect_md "batch 1 row" "| opt-125m | 1 | 40.00 | 100.00 | 2.50 | 1.500 / 1.000 | 2.500 / 2.000 | 10.0 |"
 expect_md "batch 32 row" "| opt-125m | 32 | 40.00 | n/a | n/a |"
-expect_md "failed run" "sluice:own opt-125m B=32 rep 2: rc=1 sluice: out of memory (stand-in)"
+expect_md "failed run" "- sluice opt-125m B=32 rep 2: rc=1 sluice: out of memory (stand-in)"
 if python3 - "$jsonl" <<'PY'; then ok; else bad "summary records of the .jsonl"; fi
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 s = {r["batch"]: r for r in recs if r["type"] == "summary"}
-assert s[1]["ratio_sluice_over_hf"] == {"sluice:own/hf:inherit": 2.5}, s[1]
-assert s[1]["systems"]["sluice:own"]["kernels"] == ["avx2 sluice"], s[1]
-assert s[32]["systems"]["sluice:own"]["n_ok"] == 0 and s[32]["systems"]["hf:inherit"]["n_ok"] == 2, s[32]
+assert s[1]["ratio_sluice_over_hf"] == {"sluice/hf:inherit": 2.5}, s[1]
+assert s[1]["systems"]["sluice"]["kernels"] == ["avx2 sluice"], s[1]
+assert s[32]["systems"]["sluice"]["n_ok"] == 0 and s[32]["systems"]["hf:inherit"]["n_ok"] == 2, s[32]
 assert sum(r["type"] == "run" for r in recs) == 8
+assert all(r["blas"] is None for r in recs if r["type"] == "run" and r["system"] == "sluice")
+assert "sluice_blas" not in recs[0]["grid"], recs[0]["grid"]
 PY
 
 # SUMMARIZE remakes the same table from the .jsonl
@@ -120,6 +124,17 @@ if (cd "$root" && SUMMARIZE="$jsonl" PYTHON="$tmp/bin/python" bash bench/cpu_com
 	ok
 else
 	bad "SUMMARIZE does not remake the same table"
+fi
+
+# a .jsonl of the script that ran sluice once per OpenBLAS environment: refused, nothing written
+mkdir "$tmp/old"
+cp "$root/bench/results/cpu-20261203-083256.jsonl" "$tmp/old/"
+if ! (cd "$root" && SUMMARIZE="$tmp/old/cpu-20261203-083256.jsonl" PYTHON="$tmp/bin/python" bash bench/cpu_compare.sh) \
+	>/dev/null 2>"$tmp/old.err" && grep -q "ran sluice once per OpenBLAS environment (unset, Haswell); its .md holds its table" "$tmp/old.err" &&
+	[ ! -e "$tmp/old/cpu-20261203-083256.md" ] && cmp -s "$tmp/old/cpu-20261203-083256.jsonl" "$root/bench/results/cpu-20261203-083256.jsonl"; then
+	ok
+else
+	bad "SUMMARIZE of a two-environment .jsonl: $(cat "$tmp/old.err")"
 fi
 
 echo "test_bench_compare: $passes passed, $fails failed"
