@@ -47,7 +47,7 @@ int sl_generator_create(sl_model *m, int max_seq, int max_len, int max_prompt,
 	if (!g->padded || !g->next || !g->npad || !g->running || !g->was_running)
 		rc = sl_err(SL_ENOMEM, "out of memory");
 	if (!rc)
-		rc = sl_kv_make(m, max_seq, max_prompt, max_len, &g->kv);
+		rc = sl_kv_make(&m->kv_env, max_seq, max_prompt, max_len, &g->kv);
 	if (!rc)
 		rc = sl_model_reserve(m, max_seq, max_seq * max_len);
 	if (rc) {
@@ -62,7 +62,7 @@ void sl_generator_free(sl_generator *g)
 {
 	if (!g)
 		return;
-	sl_kv_free(g->m, g->kv);
+	sl_kv_free(g->kv);
 	free(g->padded);
 	free(g->next);
 	free(g->npad);

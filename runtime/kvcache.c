@@ -1,7 +1,8 @@
 /*
  * kvcache.c - the KV cache: allocation (dense or H2O), its placement
  * across the device, pinned host and disk tiers, and the per-step loads
- * and write-backs of the zig-zag schedule (kvcache.h says how).
+ * and write-backs of the zig-zag schedule (kvcache.h says how).  It knows
+ * the model only through the cache's environment (sl_kv_env).
  */
 #include "kvcache.h"
 
@@ -65,11 +66,10 @@ struct sl_kv_tiers;
 /* The split of micro-batch mb as placed (b: fixes every offset), and of
  * the first g of its sequences that this block runs (p: the counts).  A
  * sequence's tier depends on its index only, never on the block size. */
-static void mb_split(const sl_model *m, const sl_kv *kv, int nseq0, int mb, int g, split *b,
-		     split *p)
+static void mb_split(const sl_kv *kv, int nseq0, int mb, int g, split *b, split *p)
 {
-	*b = split_of(SL_MIN(kv->gs, nseq0 - mb * kv->gs), m->plan.p.cache_gpu,
-		      m->plan.p.cache_cpu);
+	*b = split_of(SL_MIN(kv->gs, nseq0 - mb * kv->gs), kv->env.plan->p.cache_gpu,
+		      kv->env.plan->p.cache_cpu);
 	p->dev = SL_MIN(g, b->dev);
 	p->host = SL_MIN(g - p->dev, b->host);
 	p->disk = g - p->dev - p->host;
@@ -186,12 +186,12 @@ size_t sl_kv_ccc_bytes(const sl_opt_config *c, int gs)
 
 /* ---- allocation ------------------------------------------------------- */
 
-static void tiers_free(sl_model *m, sl_kv *kv)
+static void tiers_free(sl_kv *kv)
 {
 	sl_kv_tiers *T = kv->tiers;
 	if (!T)
 		return;
-	sl_backend *be = m->be;
+	sl_backend *be = kv->env.be;
 	for (int i = 0; i < NSTAGE; i++) {
 		kv_stage *st = &T->st[i];
 		if (T->disk) {
@@ -228,20 +228,20 @@ static void tiers_free(sl_model *m, sl_kv *kv)
 	kv->tiers = NULL;
 }
 
-static int tiers_create(sl_model *m, sl_kv *kv)
+static int tiers_create(sl_kv *kv)
 {
-	sl_backend *be = m->be;
+	sl_backend *be = kv->env.be;
 	const sl_backend_ops *o = be->ops;
-	const sl_opt_config *c = &m->cfg;
+	const sl_opt_config *c = kv->env.cfg;
 	sl_kv_tiers *T = calloc(1, sizeof *T);
 	if (!T)
 		return sl_err(SL_ENOMEM, "out of memory");
 	kv->tiers = T;
 	const int gs = kv->gs, nseq = kv->nseq;
 	const size_t es = kv->f32 ? 4 : 2;
-	T->full = split_of(gs, m->plan.p.cache_gpu, m->plan.p.cache_cpu);
+	T->full = split_of(gs, kv->env.plan->p.cache_gpu, kv->env.plan->p.cache_cpu);
 	T->nseq0 = nseq;
-	const counts n = counts_of(nseq, gs, m->plan.p.cache_gpu, m->plan.p.cache_cpu);
+	const counts n = counts_of(nseq, gs, kv->env.plan->p.cache_gpu, kv->env.plan->p.cache_cpu);
 	T->nmb = n.nmb;
 	T->sb = (size_t)c->hidden * kv->cap * es;
 	T->ss = kv->h2o ? (size_t)c->n_head * kv->cap * 4 : 0;
@@ -258,7 +258,7 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 	}
 	T->seg_bytes = align_page((size_t)maxdisk * ub);
 	if (maxdisk > 0) {
-		if (!m->offload_dir) {
+		if (!kv->env.offload_dir) {
 			rc = sl_err(SL_EINVAL, "a KV cache placed on disk needs --offload-dir DIR");
 			goto fail;
 		}
@@ -267,14 +267,15 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 		snprintf(name, sizeof name, "%s.kv.%ld.sluice",
 			 strrchr(c->name, '/') ? strrchr(c->name, '/') + 1 : c->name, (long)getpid());
 		snprintf(key, sizeof key, "sluice kv scratch v1 pid %ld", (long)getpid());
-		sl_disk_params dp = { .dir = m->offload_dir, .file_name = name, .key = key,
+		sl_disk_params dp = { .dir = kv->env.offload_dir, .file_name = name, .key = key,
 				      .data_bytes = L * T->nmb * T->seg_bytes };
-		sl_model_io_node(be, &dp);
+		dp.bind_io = kv->env.bind_io;
+		dp.io_node = kv->env.io_node;
 		bool fresh;
 		if ((rc = sl_disk_open(&dp, &T->disk, &fresh)) < 0)
 			goto fail;
 		unlink(sl_disk_path(T->disk));
-		m->kv_stats.disk_bytes = SL_MAX(m->kv_stats.disk_bytes, (size_t)dp.data_bytes);
+		kv->env.stats->disk_bytes = SL_MAX(kv->env.stats->disk_bytes, (size_t)dp.data_bytes);
 	}
 	if ((rc = o->queue_create(be, &T->cq)) < 0)
 		goto fail;
@@ -308,7 +309,7 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 		}
 		st->lens = st->offs + st->nrmax;
 	}
-	if (m->plan.p.cpu_cache_compute && !o->dev_is_host && T->nhost > 0) {
+	if (kv->env.plan->p.cpu_cache_compute && !o->dev_is_host && T->nhost > 0) {
 		/* attention over the host tier runs on a CPU backend beside the device */
 		const size_t rows = (size_t)gs * c->hidden * sizeof(float);
 		T->ccc_bytes = sl_kv_ccc_bytes(c, gs);
@@ -336,7 +337,7 @@ static int tiers_create(sl_model *m, sl_kv *kv)
 	}
 	return 0;
 fail:
-	tiers_free(m, kv);
+	tiers_free(kv);
 	return rc;
 }
 
@@ -344,21 +345,22 @@ fail:
  * bytes at the end of its block (H2O's scratch), so that the device part
  * is one allocation: [layer][K|V] of the device-tier sequences, then under
  * H2O [layer][scores|positions] of them, then the extra. */
-static int kv_create(sl_model *m, int nseq, int cap, bool h2o, size_t extra, sl_kv **out)
+static int kv_create(const sl_kv_env *env, int nseq, int cap, bool h2o, size_t extra, sl_kv **out)
 {
 	*out = NULL;
-	const sl_opt_config *c = &m->cfg;
+	const sl_opt_config *c = env->cfg;
 	if (nseq <= 0 || cap <= 0)
 		return sl_err(SL_EINVAL, "kv cache: %d sequences of %d slots", nseq, cap);
 	sl_kv *kv = calloc(1, sizeof *kv);
 	if (!kv)
 		return sl_err(SL_ENOMEM, "out of memory");
+	kv->env = *env;
 	kv->nseq = nseq;
 	kv->cap = cap;
 	kv->n_layer = c->n_layer;
-	kv->f32 = m->plan.p.kv_f32;
+	kv->f32 = kv->env.plan->p.kv_f32;
 	kv->h2o = h2o;
-	kv->gs = sl_kv_group(m->plan.p.micro, nseq);
+	kv->gs = sl_kv_group(kv->env.plan->p.micro, nseq);
 	kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
 	kv->v = calloc((size_t)c->n_layer, sizeof *kv->v);
 	kv->score = calloc((size_t)c->n_layer, sizeof *kv->score);
@@ -366,19 +368,19 @@ static int kv_create(sl_model *m, int nseq, int cap, bool h2o, size_t extra, sl_
 	kv->len = calloc((size_t)nseq, sizeof *kv->len);
 	kv->pos = calloc((size_t)nseq, sizeof *kv->pos);
 	if (!kv->k || !kv->v || !kv->score || !kv->pos_slot || !kv->len || !kv->pos) {
-		sl_kv_free(m, kv);
+		sl_kv_free(kv);
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
-	const int ndev = counts_of(nseq, kv->gs, m->plan.p.cache_gpu, m->plan.p.cache_cpu).dev;
+	const int ndev = counts_of(nseq, kv->gs, kv->env.plan->p.cache_gpu, kv->env.plan->p.cache_cpu).dev;
 	const size_t per = (size_t)ndev * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
 	const size_t sper = h2o ? (size_t)ndev * c->n_head * cap * 4 : 0;
 	const size_t L = (size_t)c->n_layer;
 	kv->bytes = 2 * (per + sper) * L + extra;
 	if (kv->bytes) {
-		int rc = sl_dev_alloc(m->be, kv->bytes, h2o ? "KV cache (H2O)" : "KV cache", &kv->block);
+		int rc = sl_dev_alloc(kv->env.be, kv->bytes, h2o ? "KV cache (H2O)" : "KV cache", &kv->block);
 		if (rc < 0) {
 			kv->bytes = 0;
-			sl_kv_free(m, kv);
+			sl_kv_free(kv);
 			return rc;
 		}
 	}
@@ -392,9 +394,9 @@ static int kv_create(sl_model *m, int nseq, int cap, bool h2o, size_t extra, sl_
 		}
 	}
 	if (ndev < nseq) {
-		int rc = tiers_create(m, kv);
+		int rc = tiers_create(kv);
 		if (rc < 0) {
-			sl_kv_free(m, kv);
+			sl_kv_free(kv);
 			return rc;
 		}
 	}
@@ -402,9 +404,9 @@ static int kv_create(sl_model *m, int nseq, int cap, bool h2o, size_t extra, sl_
 	return 0;
 }
 
-int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out)
+int sl_kv_create(const sl_kv_env *env, int nseq, int cap, sl_kv **out)
 {
-	return kv_create(m, nseq, cap, false, 0, out);
+	return kv_create(env, nseq, cap, false, 0, out);
 }
 
 /* Slots of an H2O cache for prompts of up to max_prompt tokens. */
@@ -427,36 +429,36 @@ int sl_kv_h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent)
 	return *heavy + *recent;
 }
 
-int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
+int sl_kv_make(const sl_kv_env *env, int nseq, int max_prompt, int max_len, sl_kv **out)
 {
 	*out = NULL;
-	SL_TRY(sl_plan_check_job(&m->plan, nseq, max_prompt, max_len));
-	if (!m->plan.h2o)
-		return sl_kv_create(m, nseq, max_len, out);
-	if (!m->be->ops->h2o_compact || !m->be->ops->h2o_evict)
+	SL_TRY(sl_plan_check_job(env->plan, nseq, max_prompt, max_len));
+	if (!env->plan->h2o)
+		return sl_kv_create(env, nseq, max_len, out);
+	if (!env->be->ops->h2o_compact || !env->be->ops->h2o_evict)
 		return sl_err(SL_EUNSUPPORTED, "the %s backend has no H2O cache operations",
-			      m->be->ops->name);
-	sl_kv probe = { .hh_ratio = m->plan.p.hh, .recent_ratio = m->plan.p.rr,
-			.fixed_heavy = m->plan.p.fixed_heavy, .fixed_recent = m->plan.p.fixed_recent };
+			      env->be->ops->name);
+	sl_kv probe = { .hh_ratio = env->plan->p.hh, .recent_ratio = env->plan->p.rr,
+			.fixed_heavy = env->plan->p.fixed_heavy, .fixed_recent = env->plan->p.fixed_recent };
 	int heavy, recent;
 	/* a budget of 0 is allowed: each step then sees only its own token */
 	int b = sl_kv_h2o_budget(&probe, max_prompt, &heavy, &recent);
 	const int cap = SL_MIN(max_len, b + 1);
-	const int gs = sl_kv_group(m->plan.p.micro, nseq);
-	const size_t es = m->plan.p.kv_f32 ? 4 : 2;
-	const sl_opt_config *c = &m->cfg;
+	const int gs = sl_kv_group(env->plan->p.micro, nseq);
+	const size_t es = env->plan->p.kv_f32 ? 4 : 2;
+	const sl_opt_config *c = env->cfg;
 	const size_t extra = sl_kv_h2o_extra(c, nseq, gs, max_prompt, es);
-	SL_TRY(kv_create(m, nseq, cap, true, extra, out));
+	SL_TRY(kv_create(env, nseq, cap, true, extra, out));
 	sl_kv *kv = *out;
-	kv->hh_ratio = m->plan.p.hh;
-	kv->recent_ratio = m->plan.p.rr;
-	kv->fixed_heavy = m->plan.p.fixed_heavy;
-	kv->fixed_recent = m->plan.p.fixed_recent;
+	kv->hh_ratio = kv->env.plan->p.hh;
+	kv->recent_ratio = kv->env.plan->p.rr;
+	kv->fixed_heavy = kv->env.plan->p.fixed_heavy;
+	kv->fixed_recent = kv->env.plan->p.fixed_recent;
 	kv->scratch_cap = max_prompt;
 	kv->heavy = calloc((size_t)nseq, sizeof *kv->heavy);
 	kv->recent = calloc((size_t)nseq, sizeof *kv->recent);
 	if (!kv->heavy || !kv->recent) {
-		sl_kv_free(m, kv);
+		sl_kv_free(kv);
 		*out = NULL;
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
@@ -470,16 +472,16 @@ int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out)
 	kv->scratch_score = (float *)p;
 	p += sc * 4;
 	kv->evicted = (float *)p;
-	return m->be->ops->memset_dev(m->be, m->q, kv->evicted, 0,
+	return kv->env.be->ops->memset_dev(kv->env.be, kv->env.q, kv->evicted, 0,
 				      (size_t)c->n_layer * nseq * c->n_head * 4);
 }
 
-void sl_kv_free(sl_model *m, sl_kv *kv)
+void sl_kv_free(sl_kv *kv)
 {
 	if (!kv)
 		return;
-	tiers_free(m, kv);
-	sl_dev_free(m->be, kv->block, kv->bytes);
+	tiers_free(kv);
+	sl_dev_free(kv->env.be, kv->block, kv->bytes);
 	free(kv->score);
 	free(kv->pos_slot);
 	free(kv->heavy);
@@ -526,19 +528,19 @@ static void part_in_group(sl_kv_part *q, const sl_kv_tiers *T, char *base, int n
 /* The parts of micro-batch [s0, s0 + g) and where each one's K and V (and
  * H2O state) are for this step (stage: the staging area, may be NULL when
  * everything is on the device). */
-static int parts_of(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
+static int parts_of(sl_kv *kv, int l, int s0, int g, bool prefill,
 		    const kv_stage *stage, sl_kv_part *parts)
 {
 	const sl_kv_tiers *T = kv->tiers;
-	const size_t sb = (size_t)m->cfg.hidden * kv->cap * (kv->f32 ? 4 : 2);
-	const size_t sn = (size_t)m->cfg.n_head * kv->cap; /* state entries per sequence */
+	const size_t sb = (size_t)kv->env.cfg->hidden * kv->cap * (kv->f32 ? 4 : 2);
+	const size_t sn = (size_t)kv->env.cfg->n_head * kv->cap; /* state entries per sequence */
 	/* the device-tier sequences from device index di */
 	size_t di = (size_t)s0;
 	int ndev = g;
 	split b = { 0 }, p = { .dev = g };
 	const int mb = s0 / kv->gs;
 	if (T) {
-		mb_split(m, kv, T->nseq0, mb, g, &b, &p);
+		mb_split(kv, T->nseq0, mb, g, &b, &p);
 		di = (size_t)mb * T->full.dev;
 		ndev = p.dev;
 	}
@@ -555,7 +557,7 @@ static int parts_of(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
 		q->seq = s0 + p.dev;
 		q->count = p.host;
 		q->tier = SL_TIER_HOST;
-		if (m->plan.p.cpu_cache_compute && !prefill) { /* in place, at home */
+		if (kv->env.plan->p.cpu_cache_compute && !prefill) { /* in place, at home */
 			const size_t hi = (size_t)mb * T->full.host;
 			q->k = host_home(T, l, hi, PART_K);
 			q->v = host_home(T, l, hi, PART_V);
@@ -618,17 +620,17 @@ static int add_wticket(kv_stage *st, uint64_t t)
 	return 0;
 }
 
-static int kv_flush(sl_model *m, sl_kv *kv, kv_stage *st);
+static int kv_flush(sl_kv *kv, kv_stage *st);
 
 /* Issue the loads of step (l, s0) into stage st. */
-static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g, bool prefill)
+static int stage_load(sl_kv *kv, kv_stage *st, int l, int s0, int g, bool prefill)
 {
-	sl_backend *be = m->be;
+	sl_backend *be = kv->env.be;
 	const sl_backend_ops *o = be->ops;
 	sl_kv_tiers *T = kv->tiers;
 	/* the stage's last user: its write-back finished, its disk writes
 	 * (which read from it) done */
-	SL_TRY(kv_flush(m, kv, st));
+	SL_TRY(kv_flush(kv, st));
 	SL_TRY(wait_writes(T, st));
 	st->l = l;
 	st->s0 = s0;
@@ -637,10 +639,10 @@ static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g
 		return 0;
 	const int mb = s0 / kv->gs;
 	split b, p;
-	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
+	mb_split(kv, T->nseq0, mb, g, &b, &p);
 	const size_t slot_bytes = T->sb / kv->cap; /* every head's row of a token */
 	SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
-	if (p.host && !m->plan.p.cpu_cache_compute) {
+	if (p.host && !kv->env.plan->p.cpu_cache_compute) {
 		const size_t hi0 = (size_t)mb * T->full.host;
 		for (int j = 0; j < p.host; j++) {
 			const int s = s0 + p.dev + j;
@@ -648,13 +650,13 @@ static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g
 				SL_TRY(copy_rows(be, T->cq, true,
 						 st->buf + grp_off((size_t)b.host, T->sb, T->ss, v, (size_t)j),
 						 host_home(T, l, hi0 + j, v), slot_bytes, kv->len[s],
-						 &m->kv_stats.h2d_bytes));
+						 &kv->env.stats->h2d_bytes));
 		}
 		/* H2O: the scores and positions whole, one range each */
 		for (int x = PART_S; T->ss && x <= PART_P; x++)
 			SL_TRY(copy_rows(be, T->cq, true,
 					 st->buf + grp_off((size_t)b.host, T->sb, T->ss, x, 0),
-					 host_home(T, l, hi0, x), T->ss, p.host, &m->kv_stats.h2d_bytes));
+					 host_home(T, l, hi0, x), T->ss, p.host, &kv->env.stats->h2d_bytes));
 	}
 	if (p.disk) {
 		void *dst = st->buf + T->stage_disk_off;
@@ -669,31 +671,31 @@ static int stage_load(sl_model *m, sl_kv *kv, kv_stage *st, int l, int s0, int g
 		SL_TRY(sl_disk_read(T->disk, seg_off(T, l, mb), dst, n, &st->rticket));
 		st->read_pending = true;
 		st->read_bytes = n;
-		m->kv_stats.disk_read_bytes += n;
+		kv->env.stats->disk_read_bytes += n;
 	}
 	return 0;
 }
 
 /* The stage's loads complete and visible to the compute queue. */
-static int stage_ready(sl_model *m, sl_kv *kv, kv_stage *st)
+static int stage_ready(sl_kv *kv, kv_stage *st)
 {
-	sl_backend *be = m->be;
+	sl_backend *be = kv->env.be;
 	const sl_backend_ops *o = be->ops;
 	sl_kv_tiers *T = kv->tiers;
 	if (st->read_pending) {
 		double t0 = sl_now();
 		int rc = sl_disk_wait(T->disk, st->rticket);
-		m->kv_stats.stall_s += sl_now() - t0;
+		kv->env.stats->stall_s += sl_now() - t0;
 		st->read_pending = false;
 		SL_TRY(rc);
 		if (!o->dev_is_host) {
 			SL_TRY(o->copy_h2d(be, T->cq, st->buf + T->stage_disk_off, st->bounce,
 					   st->read_bytes));
-			m->kv_stats.h2d_bytes += st->read_bytes;
+			kv->env.stats->h2d_bytes += st->read_bytes;
 		}
 	}
 	SL_TRY(o->event_record(be, st->ready_ev, T->cq));
-	return o->queue_wait(be, m->q, st->ready_ev);
+	return o->queue_wait(be, kv->env.q, st->ready_ev);
 }
 
 static kv_stage *stage_holding(sl_kv_tiers *T, int l, int s0)
@@ -704,12 +706,12 @@ static kv_stage *stage_holding(sl_kv_tiers *T, int l, int s0)
 	return NULL;
 }
 
-int sl_kv_step_begin(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, int next_l,
+int sl_kv_step_begin(sl_kv *kv, int l, int s0, int g, bool prefill, int next_l,
 		     int next_s0, int next_g, sl_kv_part *parts, int *nparts)
 {
 	sl_kv_tiers *T = kv->tiers;
 	if (!T) {
-		*nparts = parts_of(m, kv, l, s0, g, prefill, NULL, parts);
+		*nparts = parts_of(kv, l, s0, g, prefill, NULL, parts);
 		return 0;
 	}
 	if (l == 0 && s0 == 0) /* a new pass: nothing is prefetched yet */
@@ -720,16 +722,16 @@ int sl_kv_step_begin(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
 		T->cur = (T->cur + 1) % NSTAGE;
 		st = &T->st[T->cur];
 		double t0 = sl_now();
-		SL_TRY(stage_load(m, kv, st, l, s0, g, prefill));
-		m->kv_stats.stall_s += sl_now() - t0;
+		SL_TRY(stage_load(kv, st, l, s0, g, prefill));
+		kv->env.stats->stall_s += sl_now() - t0;
 	} else {
 		T->cur = (int)(st - T->st);
 	}
-	if (m->plan.p.overlap && next_l >= 0 && !stage_holding(T, next_l, next_s0))
-		SL_TRY(stage_load(m, kv, &T->st[(T->cur + 1) % NSTAGE], next_l, next_s0, next_g,
+	if (kv->env.plan->p.overlap && next_l >= 0 && !stage_holding(T, next_l, next_s0))
+		SL_TRY(stage_load(kv, &T->st[(T->cur + 1) % NSTAGE], next_l, next_s0, next_g,
 				  prefill));
-	SL_TRY(stage_ready(m, kv, st));
-	*nparts = parts_of(m, kv, l, s0, g, prefill, st, parts);
+	SL_TRY(stage_ready(kv, st));
+	*nparts = parts_of(kv, l, s0, g, prefill, st, parts);
 	return 0;
 }
 
@@ -738,9 +740,9 @@ int sl_kv_step_begin(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill,
  * in place; where the device is not host memory they are copied to the
  * stage's bounce after the step's compute, and wb_ev follows them.  The
  * disk writes wait for kv_flush. */
-static int disk_pages(sl_model *m, sl_kv *kv, kv_stage *st, int cnt)
+static int disk_pages(sl_kv *kv, kv_stage *st, int cnt)
 {
-	sl_backend *be = m->be;
+	sl_backend *be = kv->env.be;
 	const sl_backend_ops *o = be->ops;
 	sl_kv_tiers *T = kv->tiers;
 	size_t *offs = st->offs, *lens = st->lens;
@@ -783,15 +785,15 @@ static int disk_pages(sl_model *m, sl_kv *kv, kv_stage *st, int cnt)
 	for (int r = 0; r < nr; r++) {
 		SL_TRY(o->copy_d2h(be, T->cq, (char *)st->bounce + st->offs[r], base + st->offs[r],
 				   st->lens[r]));
-		m->kv_stats.d2h_bytes += st->lens[r];
+		kv->env.stats->d2h_bytes += st->lens[r];
 	}
 	return o->event_record(be, st->wb_ev, T->cq);
 }
 
 /* PEND_DISK: once the pages are on the host, write them. */
-static int flush_disk(sl_model *m, sl_kv *kv, kv_stage *st)
+static int flush_disk(sl_kv *kv, kv_stage *st)
 {
-	sl_backend *be = m->be;
+	sl_backend *be = kv->env.be;
 	const sl_backend_ops *o = be->ops;
 	sl_kv_tiers *T = kv->tiers;
 	st->pend = PEND_NONE;
@@ -802,7 +804,7 @@ static int flush_disk(sl_model *m, sl_kv *kv, kv_stage *st)
 		SL_TRY(sl_disk_write(T->disk, seg_off(T, st->l, st->pmb) + st->offs[r], src + st->offs[r],
 				     st->lens[r], &tk));
 		SL_TRY(add_wticket(st, tk));
-		m->kv_stats.disk_write_bytes += st->lens[r];
+		kv->env.stats->disk_write_bytes += st->lens[r];
 	}
 	st->nr = 0;
 	return 0;
@@ -847,12 +849,12 @@ static int new_ranges(const sl_kv *kv, const int32_t *pos, int s, int nh, size_t
 /* The host part's rows a decode step changed, back to their home: the
  * new token's row of each sequence (dense: slot len; H2O: where hpos, the
  * part's positions on the host, say each head put it). */
-static int host_rows_back(sl_model *m, sl_kv *kv, kv_stage *st, const split *b, const split *p,
+static int host_rows_back(sl_kv *kv, kv_stage *st, const split *b, const split *p,
 			  const int32_t *hpos)
 {
-	sl_backend *be = m->be;
+	sl_backend *be = kv->env.be;
 	sl_kv_tiers *T = kv->tiers;
-	const int nh = m->cfg.n_head, l = st->l, s0 = st->s0;
+	const int nh = kv->env.cfg->n_head, l = st->l, s0 = st->s0;
 	const size_t hrow = T->sb / kv->cap / nh, sn = (size_t)nh * kv->cap;
 	const size_t hi0 = (size_t)st->pmb * T->full.host;
 	size_t roff[SL_KV_MAX_HEADS], rlen[SL_KV_MAX_HEADS];
@@ -865,7 +867,7 @@ static int host_rows_back(sl_model *m, sl_kv *kv, kv_stage *st, const split *b, 
 			char *dev = st->buf + grp_off((size_t)b->host, T->sb, T->ss, v, (size_t)j);
 			for (int r = 0; r < n; r++) {
 				SL_TRY(be->ops->copy_d2h(be, T->cq, home + roff[r], dev + roff[r], rlen[r]));
-				m->kv_stats.d2h_bytes += rlen[r];
+				kv->env.stats->d2h_bytes += rlen[r];
 			}
 		}
 	}
@@ -873,17 +875,17 @@ static int host_rows_back(sl_model *m, sl_kv *kv, kv_stage *st, const split *b, 
 	for (int x = PART_S; T->ss && x <= PART_P; x++)
 		SL_TRY(copy_rows(be, T->cq, false, host_home(T, l, hi0, x),
 				 st->buf + grp_off((size_t)b->host, T->sb, T->ss, x, 0), T->ss, p->host,
-				 &m->kv_stats.d2h_bytes));
+				 &kv->env.stats->d2h_bytes));
 	return 0;
 }
 
 /* The disk part's pages a decode step changed (dpos: the part's H2O
  * positions on the host, or NULL), to disk_pages. */
-static int disk_rows_back(sl_model *m, sl_kv *kv, kv_stage *st, const split *b, const split *p,
+static int disk_rows_back(sl_kv *kv, kv_stage *st, const split *b, const split *p,
 			  const int32_t *dpos)
 {
 	sl_kv_tiers *T = kv->tiers;
-	const int nh = m->cfg.n_head, s0 = st->s0;
+	const int nh = kv->env.cfg->n_head, s0 = st->s0;
 	const size_t hrow = T->sb / kv->cap / nh, sn = (size_t)nh * kv->cap;
 	size_t roff[SL_KV_MAX_HEADS], rlen[SL_KV_MAX_HEADS];
 	int cnt = 0;
@@ -900,22 +902,22 @@ static int disk_rows_back(sl_model *m, sl_kv *kv, kv_stage *st, const split *b, 
 		st->offs[cnt] = grp_off((size_t)b->disk, T->sb, T->ss, x, 0);
 		st->lens[cnt++] = (size_t)p->disk * T->ss;
 	}
-	return disk_pages(m, kv, st, cnt);
+	return disk_pages(kv, st, cnt);
 }
 
 /* Finish what stage st's step left (see kv_stage.pend): wait for its
  * positions or pages to reach the host, then issue the rest. */
-static int kv_flush(sl_model *m, sl_kv *kv, kv_stage *st)
+static int kv_flush(sl_kv *kv, kv_stage *st)
 {
-	sl_backend *be = m->be;
+	sl_backend *be = kv->env.be;
 	const sl_backend_ops *o = be->ops;
 	sl_kv_tiers *T = kv->tiers;
 	if (st->pend == PEND_POS) {
 		st->pend = PEND_NONE;
 		split b, p;
-		mb_split(m, kv, T->nseq0, st->pmb, st->pg, &b, &p);
-		const bool host_part = p.host && !m->plan.p.cpu_cache_compute;
-		const size_t sn = (size_t)m->cfg.n_head * kv->cap;
+		mb_split(kv, T->nseq0, st->pmb, st->pg, &b, &p);
+		const bool host_part = p.host && !kv->env.plan->p.cpu_cache_compute;
+		const size_t sn = (size_t)kv->env.cfg->n_head * kv->cap;
 		const int32_t *hpos, *dpos;
 		SL_TRY(o->event_sync(be, o->dev_is_host ? st->done_ev : st->wb_ev));
 		if (o->dev_is_host) { /* in the stage */
@@ -927,36 +929,36 @@ static int kv_flush(sl_model *m, sl_kv *kv, kv_stage *st)
 			dpos = T->pos_host + (host_part ? (size_t)p.host * sn : 0);
 		}
 		if (host_part)
-			SL_TRY(host_rows_back(m, kv, st, &b, &p, hpos));
+			SL_TRY(host_rows_back(kv, st, &b, &p, hpos));
 		if (p.disk)
-			SL_TRY(disk_rows_back(m, kv, st, &b, &p, dpos));
+			SL_TRY(disk_rows_back(kv, st, &b, &p, dpos));
 	}
 	if (st->pend == PEND_DISK)
-		SL_TRY(flush_disk(m, kv, st));
+		SL_TRY(flush_disk(kv, st));
 	return 0;
 }
 
-int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, const int *npad,
+int sl_kv_step_end(sl_kv *kv, int l, int s0, int g, bool prefill, const int *npad,
 		   int t)
 {
 	sl_kv_tiers *T = kv->tiers;
 	if (!T)
 		return 0;
-	sl_backend *be = m->be;
+	sl_backend *be = kv->env.be;
 	const sl_backend_ops *o = be->ops;
 	kv_stage *st = &T->st[T->cur];
-	SL_TRY(o->event_record(be, st->done_ev, m->q));
+	SL_TRY(o->event_record(be, st->done_ev, kv->env.q));
 	/* the steps before: their compute is done or nearly, while this
 	 * step's is queued behind it */
 	for (int i = 0; i < NSTAGE; i++)
 		if (&T->st[i] != st)
-			SL_TRY(kv_flush(m, kv, &T->st[i]));
-	const int mb = s0 / kv->gs, nh = m->cfg.n_head;
+			SL_TRY(kv_flush(kv, &T->st[i]));
+	const int mb = s0 / kv->gs, nh = kv->env.cfg->n_head;
 	split b, p;
-	mb_split(m, kv, T->nseq0, mb, g, &b, &p);
+	mb_split(kv, T->nseq0, mb, g, &b, &p);
 	if (nh > SL_KV_MAX_HEADS)
 		return sl_err(SL_EUNSUPPORTED, "%d attention heads (at most %d)", nh, SL_KV_MAX_HEADS);
-	const bool host_part = p.host && !(m->plan.p.cpu_cache_compute && !prefill);
+	const bool host_part = p.host && !(kv->env.plan->p.cpu_cache_compute && !prefill);
 	if (!host_part && !p.disk)
 		return 0;
 	st->pmb = mb;
@@ -974,15 +976,15 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
 		if (host_part)
 			SL_TRY(copy_rows(be, T->cq, false, (char *)ph,
 					 hbase + grp_off((size_t)b.host, T->sb, T->ss, PART_P, 0), T->ss,
-					 p.host, &m->kv_stats.d2h_bytes));
+					 p.host, &kv->env.stats->d2h_bytes));
 		if (p.disk)
 			SL_TRY(copy_rows(be, T->cq, false, (char *)pd,
 					 dbase + grp_off((size_t)b.disk, T->sb, T->ss, PART_P, 0), T->ss,
-					 p.disk, &m->kv_stats.d2h_bytes));
+					 p.disk, &kv->env.stats->d2h_bytes));
 		return o->event_record(be, st->wb_ev, T->cq);
 	}
 	if (host_part && !prefill)
-		SL_TRY(host_rows_back(m, kv, st, &b, &p, NULL));
+		SL_TRY(host_rows_back(kv, st, &b, &p, NULL));
 	if (host_part && prefill) { /* the rows kept */
 		const size_t slot_bytes = T->sb / kv->cap, hi0 = (size_t)mb * T->full.host;
 		SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
@@ -992,43 +994,43 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
 				SL_TRY(copy_rows(be, T->cq, false, host_home(T, l, hi0 + j, v),
 						 st->buf + grp_off((size_t)b.host, T->sb, T->ss, v, (size_t)j),
 						 slot_bytes, rows_of(kv, s, true, npad, t),
-						 &m->kv_stats.d2h_bytes));
+						 &kv->env.stats->d2h_bytes));
 		}
 		for (int x = PART_S; T->ss && x <= PART_P; x++)
 			SL_TRY(copy_rows(be, T->cq, false, host_home(T, l, hi0, x),
 					 st->buf + grp_off((size_t)b.host, T->sb, T->ss, x, 0), T->ss, p.host,
-					 &m->kv_stats.d2h_bytes));
+					 &kv->env.stats->d2h_bytes));
 	}
 	if (p.disk && prefill) {
 		st->offs[0] = 0;
 		st->lens[0] = (size_t)b.disk * unit_bytes(T->sb, T->ss);
-		SL_TRY(disk_pages(m, kv, st, 1));
+		SL_TRY(disk_pages(kv, st, 1));
 	} else if (p.disk) {
-		SL_TRY(disk_rows_back(m, kv, st, &b, &p, NULL));
+		SL_TRY(disk_rows_back(kv, st, &b, &p, NULL));
 	}
 	return 0;
 }
 
-int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
+int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 			 const sl_attn_args *a)
 {
 	sl_kv_tiers *T = kv->tiers;
-	sl_backend *be = m->be, *hb = T->host_be;
+	sl_backend *be = kv->env.be, *hb = T->host_be;
 	const sl_backend_ops *o = be->ops;
 	const int nh = a->nh, n = p->count;
 	const size_t rows = (size_t)n * nh * a->hd * sizeof(float);
 	float *ev = kv->h2o && kv->evicted ? kv->evicted + ((size_t)l * kv->nseq + p->seq) * nh : NULL;
 	/* the step's q, k, v rows (and H2O's evicted sums) to the host; the
 	 * scores and positions are at home with the cache */
-	SL_TRY(o->copy_d2h(be, m->q, T->hq, a->q, rows));
-	SL_TRY(o->copy_d2h(be, m->q, T->hk, a->k_new, rows));
-	SL_TRY(o->copy_d2h(be, m->q, T->hv, a->v_new, rows));
+	SL_TRY(o->copy_d2h(be, kv->env.q, T->hq, a->q, rows));
+	SL_TRY(o->copy_d2h(be, kv->env.q, T->hk, a->k_new, rows));
+	SL_TRY(o->copy_d2h(be, kv->env.q, T->hv, a->v_new, rows));
 	if (ev)
-		SL_TRY(o->copy_d2h(be, m->q, T->hevicted, ev, (size_t)n * nh * 4));
+		SL_TRY(o->copy_d2h(be, kv->env.q, T->hevicted, ev, (size_t)n * nh * 4));
 	double t0 = sl_now();
-	SL_TRY(o->queue_sync(be, m->q));
-	m->kv_stats.stall_s += sl_now() - t0;
-	m->kv_stats.d2h_bytes += 3 * rows;
+	SL_TRY(o->queue_sync(be, kv->env.q));
+	kv->env.stats->stall_s += sl_now() - t0;
+	kv->env.stats->d2h_bytes += 3 * rows;
 	sl_attn_args h = *a;
 	h.q = T->hq;
 	h.k_new = T->hk;
@@ -1046,31 +1048,31 @@ int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
 	}
 	SL_TRY(hb->ops->queue_sync(hb, T->host_q));
 	/* the output (and H2O state) back, ahead of the layer's next op */
-	SL_TRY(o->copy_h2d(be, m->q, a->out, T->ho, rows));
-	m->kv_stats.h2d_bytes += rows;
+	SL_TRY(o->copy_h2d(be, kv->env.q, a->out, T->ho, rows));
+	kv->env.stats->h2d_bytes += rows;
 	if (ev)
-		SL_TRY(o->copy_h2d(be, m->q, ev, T->hevicted, (size_t)n * nh * 4));
+		SL_TRY(o->copy_h2d(be, kv->env.q, ev, T->hevicted, (size_t)n * nh * 4));
 	return 0;
 }
 
-int sl_kv_pass_end(sl_model *m, sl_kv *kv)
+int sl_kv_pass_end(sl_kv *kv)
 {
 	sl_kv_tiers *T = kv->tiers;
 	if (!T)
 		return 0;
 	int rc = 0;
 	for (int i = 0; i < NSTAGE; i++) {
-		int r = kv_flush(m, kv, &T->st[i]);
+		int r = kv_flush(kv, &T->st[i]);
 		int w = T->disk ? wait_writes(T, &T->st[i]) : 0;
 		if (rc == 0)
 			rc = r < 0 ? r : w;
 		T->st[i].l = -1; /* the next pass loads afresh */
 	}
-	int r = m->be->ops->queue_sync(m->be, T->cq);
+	int r = kv->env.be->ops->queue_sync(kv->env.be, T->cq);
 	if (T->disk) {
 		sl_disk_stats d;
 		sl_disk_get_stats(T->disk, &d);
-		m->kv_stats.disk_busy_s += d.busy_s - T->busy_seen;
+		kv->env.stats->disk_busy_s += d.busy_s - T->busy_seen;
 		T->busy_seen = d.busy_s;
 	}
 	return rc < 0 ? rc : r;

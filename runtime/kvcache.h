@@ -1,7 +1,9 @@
 /*
- * kvcache.h - the KV cache across the device, pinned host and disk tiers
- * (internal to the runtime; the sl_kv type and its constructors are in
- * model.h).
+ * kvcache.h - the KV cache across the device, pinned host and disk tiers.
+ * It knows the model only through its environment (sl_kv_env: the
+ * backend, the compute queue, the model's shapes and run plan, the disk
+ * tier's folder, the statistics to add to), which the model gives (its
+ * kv_env, set at open); model.c drives it step by step.
  *
  * Placement.  Every micro-batch of g sequences splits the same way, by
  * whole sequences, in order: the first round(g x cache_gpu%) live on the
@@ -44,7 +46,73 @@
 #ifndef SL_KVCACHE_H
 #define SL_KVCACHE_H
 
-#include "model.h"
+#include "backend.h"
+#include "opt_config.h"
+#include "plan.h"
+#include "weights.h"
+
+/* What the KV cache moved between tiers (all caches of a model). */
+typedef struct sl_kv_stats {
+	double stall_s; /* compute waiting for cache loads */
+	uint64_t h2d_bytes, d2h_bytes;
+	uint64_t disk_read_bytes, disk_write_bytes;
+	size_t disk_bytes; /* the scratch store's size */
+	double disk_busy_s; /* the scratch store's busy time */
+} sl_kv_stats;
+
+/* What a cache is made with and works in; all borrowed, living at least
+ * as long as the caches made with it. */
+typedef struct sl_kv_env {
+	sl_backend *be;
+	sl_queue *q;              /* the compute queue the model's steps run on */
+	const sl_opt_config *cfg; /* the model's shapes (n_layer, hidden, n_head, name) */
+	const sl_plan *plan;      /* placement, micro-batches, precision, H2O, overlap,
+				     cpu_cache_compute, the workload */
+	const char *offload_dir;  /* the disk tier's folder; NULL: none */
+	bool bind_io;             /* the disk scratch store's I/O threads on io_node */
+	int io_node;
+	sl_kv_stats *stats;       /* what the caches move is added here */
+} sl_kv_env;
+
+typedef struct sl_kv_tiers sl_kv_tiers;
+
+typedef struct sl_kv {
+	sl_kv_env env;      /* a copy of what it was made with */
+	int nseq, cap, n_layer;
+	int gs;             /* sequences per micro-batch of the placement */
+	sl_kv_tiers *tiers; /* host and disk homes, staging; NULL: all on the device */
+	bool f32;         /* fp32 cache (accuracy mode); fp16 otherwise */
+	void **k, **v;    /* per layer, device (ndev, n_head, cap, head_dim): the
+			     device-tier sequences (all of them by default) */
+	void *block;
+	size_t bytes;
+	int *len; /* host: slots in use per sequence */
+	int *pos; /* host: tokens seen per sequence (real tokens) */
+	/* H2O (h2o true): per-slot scores and positions, the budgets of each
+	 * sequence, and one layer of full-prompt scratch for the prefill */
+	bool h2o;
+	double hh_ratio, recent_ratio;
+	int fixed_heavy, fixed_recent; /* >= 0: counts instead of ratios */
+	int *heavy, *recent;           /* host (nseq), set by the prefill */
+	float **score;                 /* per layer, device (ndev, n_head, cap): the
+					  device-tier sequences (the rest live with
+					  their K and V) */
+	int32_t **pos_slot;            /* per layer, device (ndev, n_head, cap) */
+	void *scratch_k, *scratch_v;   /* device, one micro-batch (gs, n_head, scratch_cap, head_dim) */
+	float *scratch_score;          /* device (gs, n_head, scratch_cap) */
+	int scratch_cap;
+	float *evicted;                /* (optional) device (n_layer, nseq, n_head) */
+} sl_kv;
+
+/* A KV cache of cap slots for nseq sequences (dense). */
+int sl_kv_create(const sl_kv_env *env, int nseq, int cap, sl_kv **out);
+
+/* The cache a job needs: dense with max_len slots, or, with H2O on, the
+ * budget B + 1 of the longest prompt (never more than max_len) plus one
+ * layer of prompt scratch.  Refuses a job larger than the plan's
+ * workload (sl_plan_check_job). */
+int sl_kv_make(const sl_kv_env *env, int nseq, int max_prompt, int max_len, sl_kv **out);
+void sl_kv_free(sl_kv *kv);
 
 /* A run of sequences of one micro-batch in one tier, as the attention of
  * a step sees them: K and V blocks of count sequences from seq. */
@@ -60,12 +128,12 @@ typedef struct sl_kv_part {
  * device for the compute queue; parts[0..*nparts) say where.  next_l,
  * next_s0, next_g name the step after this one (next_l < 0: none), whose
  * loads start now when overlap is on. */
-int sl_kv_step_begin(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, int next_l,
+int sl_kv_step_begin(sl_kv *kv, int l, int s0, int g, bool prefill, int next_l,
 		     int next_s0, int next_g, sl_kv_part *parts, int *nparts);
 
 /* After the step's work is issued on the compute queue: write back what it
  * changed.  t: the prefill's padded rows (unused for decode). */
-int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, const int *npad,
+int sl_kv_step_end(sl_kv *kv, int l, int s0, int g, bool prefill, const int *npad,
 		   int t);
 
 /* cpu_cache_compute where the device is not host memory: the decode
@@ -73,11 +141,11 @@ int sl_kv_step_end(sl_model *m, sl_kv *kv, int l, int s0, int g, bool prefill, c
  * part's home copy (H2O's scores and positions included): q, k_new and
  * v_new (and under H2O the evicted sums) to pinned host buffers, the
  * output (and the sums) back on the compute queue. */
-int sl_kv_host_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p,
+int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 			 const sl_attn_args *a);
 
 /* After a forward pass: every write-back of it complete. */
-int sl_kv_pass_end(sl_model *m, sl_kv *kv);
+int sl_kv_pass_end(sl_kv *kv);
 
 /* Bytes the split places in each tier for nseq sequences in micro-batches
  * of gs with cap slots (h2o: with scores and positions): device homes

@@ -58,6 +58,14 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 			       &m->plan)) < 0)
 		goto fail;
 	const sl_plan_params *pp = &m->plan.p;
+	m->kv_env = (sl_kv_env){ .be = be, .q = m->q, .cfg = &m->cfg, .plan = &m->plan,
+				 .offload_dir = m->offload_dir, .stats = &m->kv_stats };
+	if (pp->cache_gpu + pp->cache_cpu < 100.0) { /* the cache's disk scratch store */
+		sl_disk_params dp = { 0 };
+		sl_model_io_node(be, &dp);
+		m->kv_env.bind_io = dp.bind_io;
+		m->kv_env.io_node = dp.io_node;
+	}
 	sl_weight_place place = { .gpu_percent = pp->w_gpu, .cpu_percent = pp->w_cpu,
 				  .overlap = pp->overlap, .halves = pp->sep_layer };
 	if (pp->w_gpu + pp->w_cpu < 100.0) {
@@ -392,7 +400,7 @@ static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, in
 			   .out = m->ab + ro, .k_cache = p->k, .v_cache = p->v, .kv_f32 = kv->f32,
 			   .npad = npad ? npad + p->seq : NULL, .len = kv->len + p->seq };
 	if (!prefill && p->tier == SL_TIER_HOST && m->plan.p.cpu_cache_compute && !o->dev_is_host)
-		return sl_kv_host_attention(m, kv, l, p, &a);
+		return sl_kv_host_attention(kv, l, p, &a);
 	if (kv->h2o)
 		return h2o_attention(m, kv, l, p, &a, prefill, t);
 	return prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a);
@@ -477,7 +485,7 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 			}
 			sl_kv_part parts[3];
 			int nparts;
-			SL_TRY(sl_kv_step_begin(m, kv, l, s0, g, prefill, nl, ns, SL_MIN(gs, nseq - ns),
+			SL_TRY(sl_kv_step_begin(kv, l, s0, g, prefill, nl, ns, SL_MIN(gs, nseq - ns),
 						parts, &nparts));
 			/* the rows of the step after this one: with sep_layer the
 			 * MLPs follow the last attention */
@@ -485,7 +493,7 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 			float *hg;
 			SL_TRY(act_begin(m, s0, g, t, as, SL_MIN(gs, nseq - SL_MAX(as, 0)), &hg));
 			SL_TRY(attn_block(m, kv, l, &wv, hg, s0, g, t, npad, prefill, parts, nparts));
-			SL_TRY(sl_kv_step_end(m, kv, l, s0, g, prefill, npad, t));
+			SL_TRY(sl_kv_step_end(kv, l, s0, g, prefill, npad, t));
 			if (!sep)
 				SL_TRY(mlp_block(m, &wv, hg, g, t));
 			SL_TRY(act_end(m, s0, g, t, as));
@@ -511,7 +519,7 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 		SL_TRY(m->be->ops->event_record(m->be, m->a_ready[0], m->acq));
 		SL_TRY(m->be->ops->queue_wait(m->be, m->q, m->a_ready[0]));
 	}
-	return sl_kv_pass_end(m, kv);
+	return sl_kv_pass_end(kv);
 }
 
 /*

@@ -1,6 +1,7 @@
 /*
  * model.h - an OPT model on a backend: weights, the activation workspace,
- * the dense KV cache, and the forward passes for prefill and decode.
+ * and the forward passes for prefill and decode over a KV cache
+ * (kvcache.h).
  *
  * Batches are left-padded: sequence b's first npad[b] rows are padding.
  * Positions follow Hugging Face: real token j of a sequence sits at
@@ -12,18 +13,10 @@
 #define SL_MODEL_H
 
 #include "backend.h"
+#include "kvcache.h"
 #include "opt_config.h"
 #include "plan.h"
 #include "weights.h"
-
-/* What the KV cache moved between tiers (all caches of a model). */
-typedef struct sl_kv_stats {
-	double stall_s; /* compute waiting for cache loads */
-	uint64_t h2d_bytes, d2h_bytes;
-	uint64_t disk_read_bytes, disk_write_bytes;
-	size_t disk_bytes; /* the scratch store's size */
-	double disk_busy_s; /* the scratch store's busy time */
-} sl_kv_stats;
 
 /*
  * The offload breakdown of a run (generate, score and bench report it):
@@ -41,8 +34,6 @@ typedef struct sl_offload_stats {
 	uint64_t h2d_bytes, d2h_bytes;
 	size_t peak_device, peak_host, peak_disk;
 } sl_offload_stats;
-
-typedef struct sl_kv_tiers sl_kv_tiers;
 
 typedef struct sl_model {
 	sl_backend *be; /* borrowed */
@@ -75,38 +66,12 @@ typedef struct sl_model {
 	sl_disk_store *disk; /* owned; weights on disk */
 	char *offload_dir;   /* the disk tier's folder (weights, KV cache) */
 	sl_kv_stats kv_stats;
+	sl_kv_env kv_env; /* what the model's KV caches are made with (set at open) */
 	struct {
 		double disk_busy_s;
 		uint64_t disk_read, disk_written;
 	} base; /* the weights store's counters at sl_model_stats_reset */
 } sl_model;
-
-typedef struct sl_kv {
-	int nseq, cap, n_layer;
-	int gs;             /* sequences per micro-batch of the placement */
-	sl_kv_tiers *tiers; /* host and disk homes, staging; NULL: all on the device */
-	bool f32;         /* fp32 cache (accuracy mode); fp16 otherwise */
-	void **k, **v;    /* per layer, device (ndev, n_head, cap, head_dim): the
-			     device-tier sequences (all of them by default) */
-	void *block;
-	size_t bytes;
-	int *len; /* host: slots in use per sequence */
-	int *pos; /* host: tokens seen per sequence (real tokens) */
-	/* H2O (h2o true): per-slot scores and positions, the budgets of each
-	 * sequence, and one layer of full-prompt scratch for the prefill */
-	bool h2o;
-	double hh_ratio, recent_ratio;
-	int fixed_heavy, fixed_recent; /* >= 0: counts instead of ratios */
-	int *heavy, *recent;           /* host (nseq), set by the prefill */
-	float **score;                 /* per layer, device (ndev, n_head, cap): the
-					  device-tier sequences (kvcache.h: the rest
-					  live with their K and V) */
-	int32_t **pos_slot;            /* per layer, device (ndev, n_head, cap) */
-	void *scratch_k, *scratch_v;   /* device, one micro-batch (gs, n_head, scratch_cap, head_dim) */
-	float *scratch_score;          /* device (gs, n_head, scratch_cap) */
-	int scratch_cap;
-	float *evicted;                /* (optional) device (n_layer, nseq, n_head) */
-} sl_kv;
 
 /* Open a model: from a checkpoint directory (config.json + safetensors),
  * or with dummy weights for a named shape (dir NULL, dummy "opt-1.3b"),
@@ -138,16 +103,6 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows);
  * whole of it, once) and refuses a block larger than the plan. */
 /* Free the workspace (the next forward or reserve makes it again). */
 void sl_model_release(sl_model *m);
-
-/* A KV cache of cap slots for nseq sequences (dense). */
-int sl_kv_create(sl_model *m, int nseq, int cap, sl_kv **out);
-
-/* The cache a job needs: dense with max_len slots, or, with H2O on, the
- * budget B + 1 of the longest prompt (never more than max_len) plus one
- * layer of prompt scratch.  Refuses a job larger than the plan's
- * workload (sl_plan_check_job). */
-int sl_kv_make(sl_model *m, int nseq, int max_prompt, int max_len, sl_kv **out);
-void sl_kv_free(sl_model *m, sl_kv *kv);
 
 /*
  * Prefill an empty cache with nseq = kv->nseq left-padded prompts of t rows

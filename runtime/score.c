@@ -35,7 +35,7 @@ int sl_scorer_create(sl_model *m, int max_seq, int max_len, int max_prompt, sl_s
 	if (!sc->padded || !sc->feed || !sc->npad || !sc->logits)
 		rc = sl_err(SL_ENOMEM, "out of memory");
 	if (!rc)
-		rc = sl_kv_make(m, max_seq, max_prompt, max_len, &sc->kv);
+		rc = sl_kv_make(&m->kv_env, max_seq, max_prompt, max_len, &sc->kv);
 	if (!rc)
 		rc = sl_model_reserve(m, max_seq, max_seq * max_len);
 	if (rc) {
@@ -50,7 +50,7 @@ void sl_scorer_free(sl_scorer *sc)
 {
 	if (!sc)
 		return;
-	sl_kv_free(sc->m, sc->kv);
+	sl_kv_free(sc->kv);
 	free(sc->padded);
 	free(sc->feed);
 	free(sc->npad);

@@ -487,7 +487,7 @@ START_TEST(test_prompt_too_long)
 	ck_assert_int_eq(sl_model_open(be, dir, NULL, &m), 0);
 	const int t = m->cfg.max_pos + 1;
 	sl_kv *kv = NULL;
-	ck_assert_int_eq(sl_kv_create(m, 1, t, &kv), 0);
+	ck_assert_int_eq(sl_kv_create(&m->kv_env, 1, t, &kv), 0);
 	int32_t *ids = calloc((size_t)t, sizeof *ids);
 	int npad = 0;
 	for (int i = 0; i < t; i++)
@@ -497,7 +497,7 @@ START_TEST(test_prompt_too_long)
 	ids[0] = m->cfg.vocab; /* outside the vocabulary */
 	ck_assert_int_eq(sl_model_prefill(m, kv, ids, &npad, 4, NULL), SL_ERANGE);
 	free(ids);
-	sl_kv_free(m, kv);
+	sl_kv_free(kv);
 	sl_model_free(m);
 	sl_backend_free(be);
 }

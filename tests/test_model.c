@@ -140,7 +140,7 @@ static float *prefill_batch(sl_model *m, int n, int32_t *const *prompts, const i
 			    sl_kv **kv_out, int cap)
 {
 	sl_kv *kv = NULL;
-	ck_assert_int_eq(sl_kv_create(m, n, cap, &kv), 0);
+	ck_assert_int_eq(sl_kv_create(&m->kv_env, n, cap, &kv), 0);
 	int32_t *ids = calloc((size_t)n * t, sizeof *ids);
 	int *npad = calloc((size_t)n, sizeof *npad);
 	for (int s = 0; s < n; s++) {
@@ -155,7 +155,7 @@ static float *prefill_batch(sl_model *m, int n, int32_t *const *prompts, const i
 	if (kv_out)
 		*kv_out = kv;
 	else
-		sl_kv_free(m, kv);
+		sl_kv_free(kv);
 	return logits;
 }
 
@@ -286,7 +286,7 @@ START_TEST(test_cached_decode_equals_recompute)
 	}
 	free(dec);
 	free(seq);
-	sl_kv_free(m, kv);
+	sl_kv_free(kv);
 	sl_model_free(m);
 	golden_free(&g);
 }

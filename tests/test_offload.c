@@ -80,7 +80,7 @@ static int run_micro(double gpu, double cpu, bool overlap, size_t gpu_mem, int m
 	for (int i = 0; i < np; i++)
 		t = SL_MAX(t, plen[i]);
 	sl_kv *kv = NULL;
-	ck_assert_int_eq(sl_kv_create(m, np, t, &kv), 0);
+	ck_assert_int_eq(sl_kv_create(&m->kv_env, np, t, &kv), 0);
 	int32_t ids[16 * 64] = { 0 };
 	int npad[16];
 	for (int s = 0; s < np; s++) {
@@ -89,7 +89,7 @@ static int run_micro(double gpu, double cpu, bool overlap, size_t gpu_mem, int m
 	}
 	o->logits = malloc(sizeof(float) * (size_t)np * t * m->cfg.vocab);
 	ck_assert_int_eq(sl_model_prefill(m, kv, ids, npad, t, o->logits), 0);
-	sl_kv_free(m, kv);
+	sl_kv_free(kv);
 	sl_generator *g = NULL;
 	ck_assert_int_eq(sl_generator_create(m, np, t + 24, t, &g), 0);
 	sl_seq seqs[16];
@@ -191,12 +191,12 @@ static int dummy_peak_ex(double gpu, double cpu, bool sep, size_t budget, size_t
 		sl_kv *kv = NULL;
 		int32_t ids[4] = { 5, 6, 7, 8 };
 		int npad = 0;
-		rc = sl_kv_create(m, 1, 4, &kv);
+		rc = sl_kv_create(&m->kv_env, 1, 4, &kv);
 		if (!rc)
 			rc = sl_model_prefill(m, kv, ids, &npad, 4, NULL);
 		if (ws)
 			*ws = m->w.stats;
-		sl_kv_free(m, kv);
+		sl_kv_free(kv);
 		sl_model_free(m);
 	}
 	*peak = be->dev_peak;
@@ -392,9 +392,9 @@ static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem
 	sl_kv *kv = NULL;
 	sl_generator *g = NULL;
 	o->logits = malloc(sizeof(float) * (size_t)np * t * m->cfg.vocab);
-	if (!(rc = sl_kv_make(m, np, t, t, &kv)))
+	if (!(rc = sl_kv_make(&m->kv_env, np, t, t, &kv)))
 		rc = sl_model_prefill(m, kv, ids, npad, t, o->logits);
-	sl_kv_free(m, kv);
+	sl_kv_free(kv);
 	if (!rc)
 		rc = sl_generator_create(m, np, t + 24, t, &g);
 	if (!rc) {

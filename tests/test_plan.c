@@ -128,19 +128,19 @@ START_TEST(test_workload_held)
 	sl_model *m = NULL;
 	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
 	sl_kv *kv = NULL;
-	ck_assert_int_eq(sl_kv_make(m, 5, 8, 16, &kv), SL_EINVAL);
+	ck_assert_int_eq(sl_kv_make(&m->kv_env, 5, 8, 16, &kv), SL_EINVAL);
 	ck_assert_msg(strstr(sl_errmsg(), "larger than the run plan"), "%s", sl_errmsg());
 	ck_assert_ptr_null(kv);
-	ck_assert_int_eq(sl_kv_make(m, 4, 9, 16, &kv), SL_EINVAL);
-	ck_assert_int_eq(sl_kv_make(m, 4, 8, 17, &kv), SL_EINVAL);
+	ck_assert_int_eq(sl_kv_make(&m->kv_env, 4, 9, 16, &kv), SL_EINVAL);
+	ck_assert_int_eq(sl_kv_make(&m->kv_env, 4, 8, 17, &kv), SL_EINVAL);
 	ck_assert_int_eq(sl_model_reserve(m, 5, 5), SL_EINVAL);
 	ck_assert_int_eq(sl_model_reserve(m, 4, 4 * 16 + 1), SL_EINVAL);
 	/* a smaller job runs in the plan's workspace */
-	ck_assert_int_eq(sl_kv_make(m, 2, 3, 6, &kv), 0);
+	ck_assert_int_eq(sl_kv_make(&m->kv_env, 2, 3, 6, &kv), 0);
 	ck_assert_int_eq(sl_model_reserve(m, 2, 6), 0);
 	ck_assert_int_eq(m->max_seq, 4);
 	ck_assert_int_eq(m->max_rows, 64);
-	sl_kv_free(m, kv);
+	sl_kv_free(kv);
 	sl_model_free(m);
 	ck_assert_int_eq(be->dev_used, 0);
 	sl_backend_free(be);

@@ -197,9 +197,9 @@ static int run(const char *ckpt, const char *golden_of, double gpu, double cpu, 
 	o->n = (size_t)np * t * m->cfg.vocab;
 	o->logits = malloc(sizeof(float) * o->n);
 	sl_kv *kv = NULL;
-	ck_assert_int_eq(sl_kv_create(m, np, t, &kv), 0);
+	ck_assert_int_eq(sl_kv_create(&m->kv_env, np, t, &kv), 0);
 	ck_assert_int_eq(sl_model_prefill(m, kv, ids, npad, t, o->logits), 0);
-	sl_kv_free(m, kv);
+	sl_kv_free(kv);
 	o->disk_written = m->w.stats.disk_write_bytes;
 	sl_model_free(m);
 	sl_backend_free(be);
@@ -327,9 +327,9 @@ static void held_logits(held *h, const char *fx, run_out *o)
 	o->n = (size_t)np * t * h->m->cfg.vocab;
 	o->logits = malloc(sizeof(float) * o->n);
 	sl_kv *kv = NULL;
-	ck_assert_int_eq(sl_kv_create(h->m, np, t, &kv), 0);
+	ck_assert_int_eq(sl_kv_create(&h->m->kv_env, np, t, &kv), 0);
 	ck_assert_int_eq(sl_model_prefill(h->m, kv, ids, npad, t, o->logits), 0);
-	sl_kv_free(h->m, kv);
+	sl_kv_free(kv);
 }
 
 static void unhold(held *h)
@@ -531,9 +531,9 @@ static int run_dummy(double gpu, double cpu, const char *off, size_t host_mem, r
 		o->n = (size_t)2 * 4 * m->cfg.vocab;
 		o->logits = malloc(sizeof(float) * o->n);
 		sl_kv *kv = NULL;
-		ck_assert_int_eq(sl_kv_create(m, 2, 4, &kv), 0);
+		ck_assert_int_eq(sl_kv_create(&m->kv_env, 2, 4, &kv), 0);
 		ck_assert_int_eq(sl_model_prefill(m, kv, ids, npad, 4, o->logits), 0);
-		sl_kv_free(m, kv);
+		sl_kv_free(kv);
 		o->disk_written = m->w.stats.disk_write_bytes;
 	}
 	if (host_peak)

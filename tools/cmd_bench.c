@@ -216,7 +216,7 @@ static void bench_measure(const bench_opts *o, sl_backend *be, sl_model *m,
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		ids[i] = 3 + (int32_t)(x % (uint64_t)(cfg->vocab - 3));
 	}
-	if ((rc = sl_kv_make(m, batch, plen, plen + glen, &kv)) < 0 ||
+	if ((rc = sl_kv_make(&m->kv_env, batch, plen, plen + glen, &kv)) < 0 ||
 	    (rc = sl_model_reserve(m, batch, batch * plen)) < 0) {
 		budget_hint(rc, co, bcfg, be, pp);
 		die(rc);
@@ -304,7 +304,7 @@ static void bench_measure(const bench_opts *o, sl_backend *be, sl_model *m,
 		sl_cpu_backend_blas_info(&r->blas_config, &r->blas_core);
 	r->coretype = getenv("OPENBLAS_CORETYPE");
 	r->l2_size = getenv("OPENBLAS_L2_SIZE");
-	sl_kv_free(m, kv);
+	sl_kv_free(kv);
 	free(ids);
 	free(next);
 	free(npad);
