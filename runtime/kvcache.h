@@ -1,9 +1,13 @@
 /*
  * kvcache.h - the KV cache across the device, pinned host and disk tiers.
- * It knows the model only through its environment (sl_kv_env: the
- * backend, the compute queue, the model's shapes and run plan, the disk
- * tier's folder, the statistics to add to), which the model gives (its
- * kv_env, set at open); model.c drives it step by step.
+ * This is the logical cache (slots in use, positions, H2O's budgets and
+ * which rows a step changed) and the device tier; the host and disk
+ * homes, the staging areas and the movement between them are
+ * offload/kv_tiers.h's, driven from here with rows and byte ranges.  It
+ * knows the model only through its environment (sl_kv_env: the backend,
+ * the compute queue, the model's shapes and run plan, the disk tier's
+ * folder, the statistics to add to), which the model gives (its kv_env,
+ * set at open); model.c drives it step by step.
  *
  * Placement.  Every micro-batch of g sequences splits the same way, by
  * whole sequences, in order: the first round(g x cache_gpu%) live on the
@@ -47,18 +51,10 @@
 #define SL_KVCACHE_H
 
 #include "backend.h"
+#include "kv_tiers.h"
 #include "opt_config.h"
 #include "plan.h"
 #include "weights.h"
-
-/* What the KV cache moved between tiers (all caches of a model). */
-typedef struct sl_kv_stats {
-	double stall_s; /* compute waiting for cache loads */
-	uint64_t h2d_bytes, d2h_bytes;
-	uint64_t disk_read_bytes, disk_write_bytes;
-	size_t disk_bytes; /* the scratch store's size */
-	double disk_busy_s; /* the scratch store's busy time */
-} sl_kv_stats;
 
 /* What a cache is made with and works in; all borrowed, living at least
  * as long as the caches made with it. */
@@ -74,13 +70,15 @@ typedef struct sl_kv_env {
 	sl_kv_stats *stats;       /* what the caches move is added here */
 } sl_kv_env;
 
-typedef struct sl_kv_tiers sl_kv_tiers;
+typedef struct sl_kv_ccc sl_kv_ccc;
 
 typedef struct sl_kv {
 	sl_kv_env env;      /* a copy of what it was made with */
 	int nseq, cap, n_layer;
 	int gs;             /* sequences per micro-batch of the placement */
-	sl_kv_tiers *tiers; /* host and disk homes, staging; NULL: all on the device */
+	sl_kv_tiers *tiers; /* host and disk homes, staging (kv_tiers.h); NULL: all
+			       on the device */
+	sl_kv_ccc *ccc;     /* cpu_cache_compute on a CPU backend beside the device */
 	bool f32;         /* fp32 cache (accuracy mode); fp16 otherwise */
 	void **k, **v;    /* per layer, device (ndev, n_head, cap, head_dim): the
 			     device-tier sequences (all of them by default) */
@@ -150,14 +148,8 @@ int sl_kv_pass_end(sl_kv *kv);
 /* Bytes the split places in each tier for nseq sequences in micro-batches
  * of gs with cap slots (h2o: with scores and positions): device homes
  * plus staging, host homes (plus bounce buffers where the device is not
- * host memory), disk.  H2O's scratch and evicted sums are
+ * host memory), disk (sl_kvt_sizes).  H2O's scratch and evicted sums are
  * sl_kv_h2o_extra's. */
-typedef struct sl_kv_sizes {
-	size_t device, host, disk;
-	size_t seq_bytes;   /* one sequence's K (or V) of one layer */
-	size_t state_bytes; /* H2O: its scores (or positions) of one layer */
-	int dev_seqs, host_seqs, disk_seqs; /* sequences in each tier */
-} sl_kv_sizes;
 void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es, bool h2o,
 		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out);
 
