@@ -104,16 +104,11 @@ fail:
 
 static void release_ws(sl_model *m)
 {
-	if (m->acq) /* no store still reading a buffer or writing the host rows */
-		m->be->ops->queue_sync(m->be, m->acq);
+	sl_rstage_release(m->act); /* its copies done before the buffers go */
 	sl_dev_free(m->be, m->ws, m->ws_bytes);
 	m->ws = NULL;
 	m->ws_bytes = 0;
-	if (m->h_host_bytes) { /* act_host: h is pinned host memory, not workspace */
-		sl_host_free(m->be, m->h, m->h_host_bytes);
-		m->h = NULL;
-		m->h_host_bytes = 0;
-	}
+	m->h = NULL;
 	free(m->ids_host);
 	free(m->pos_host);
 	m->ids_host = m->pos_host = NULL;
@@ -130,14 +125,7 @@ void sl_model_free(sl_model *m)
 	if (!m)
 		return;
 	release_ws(m);
-	for (int i = 0; i < 2; i++) {
-		if (m->a_ready[i])
-			m->be->ops->event_free(m->be, m->a_ready[i]);
-		if (m->a_done[i])
-			m->be->ops->event_free(m->be, m->a_done[i]);
-	}
-	if (m->acq)
-		m->be->ops->queue_free(m->be, m->acq);
+	sl_rstage_free(m->act);
 	sl_weights_free(m->be, &m->w);
 	sl_disk_close(m->disk);
 	free(m->offload_dir);
@@ -182,29 +170,17 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	if (!act_host) {
 		m->h = hdev;
 	} else {
-		const sl_backend_ops *o = m->be->ops;
-		/* one buffer when the block is one micro-batch: every step then
-		 * keeps its rows, and both names lead to it */
+		/* the rows on the host, staged through the workspace's first
+		 * buffer: two step buffers, or one when the block is one
+		 * micro-batch (every step then keeps its rows) */
 		const size_t gx = SL_MAX((size_t)sl_plan_group_rows(micro, max_seq, max_rows),
 					 (size_t)max_seq);
-		m->abuf[0] = hdev;
-		m->abuf[1] = sizes[0] > gx * c->hidden ? hdev + gx * c->hidden : hdev;
-		m->abuf_s0[0] = m->abuf_s0[1] = -1;
-		const size_t hb = (size_t)max_rows * c->hidden * sizeof(float);
-		if ((rc = sl_host_alloc(m->be, hb, "activations (host)", (void **)&m->h)) < 0) {
-			m->h = NULL;
-			release_ws(m);
-			return rc;
-		}
-		m->h_host_bytes = hb;
-		for (int i = 0; i < 2 && rc == 0; i++) {
-			if (!m->a_ready[i])
-				rc = o->event_create(m->be, &m->a_ready[i]);
-			if (rc == 0 && !m->a_done[i])
-				rc = o->event_create(m->be, &m->a_done[i]);
-		}
-		if (rc == 0 && !m->acq)
-			rc = o->queue_create(m->be, &m->acq);
+		const bool one = sizes[0] <= gx * c->hidden;
+		if (!m->act)
+			rc = sl_rstage_create(m->be, (size_t)c->hidden * sizeof(float), pl->p.overlap,
+					      &m->act);
+		if (rc == 0)
+			rc = sl_rstage_reserve(m->act, r, gx, one, hdev, "activations (host)");
 		if (rc < 0) {
 			release_ws(m);
 			return rc;
@@ -258,62 +234,34 @@ static int embed_rows(sl_model *m, int r0, int rows, float *out)
  * on the device, or (act_host) through a step buffer to the host rows. */
 static int embed(sl_model *m, int rows)
 {
-	const sl_backend_ops *o = m->be->ops;
-	const size_t h = (size_t)m->cfg.hidden;
-	if (!m->plan.p.act_host)
+	if (!m->act)
 		return embed_rows(m, 0, rows, m->h);
 	const int step = SL_MAX(m->group_rows, m->max_seq); /* a step buffer's rows */
 	for (int r0 = 0; r0 < rows; r0 += step) {
 		const int n = SL_MIN(step, rows - r0);
-		SL_TRY(embed_rows(m, r0, n, m->abuf[0]));
-		SL_TRY(o->copy_d2h(m->be, m->q, m->h + r0 * h, m->abuf[0], n * h * sizeof(float)));
-		m->act_d2h_bytes += n * h * sizeof(float);
+		SL_TRY(embed_rows(m, r0, n, sl_rstage_scratch(m->act)));
+		SL_TRY(sl_rstage_put(m->act, m->q, r0, (size_t)n));
 	}
-	m->abuf_s0[0] = m->abuf_s0[1] = -1;
-	/* the first steps' loads (on the copy queue, after a_done) read these
-	 * rows, into buffers the embedding used */
-	for (int i = 0; i < 2; i++)
-		SL_TRY(o->event_record(m->be, m->a_done[i], m->q));
-	return 0;
+	/* the first steps' loads read these rows, into buffers the embedding used */
+	return sl_rstage_restart(m->act, m->q);
 }
 
 /*
- * act_host: the residual rows of the g sequences from s0 (t rows each) on
- * the device for a step.  The previous step may have left them in its
- * buffer (same rows), or the step before prefetched them; else they are
- * loaded now.  With overlap, the next step's rows (next_s0 >= 0, when
- * they differ) are prefetched into the other buffer; the copy queue's
- * order puts that load after the store of the buffer's last rows.
+ * The residual rows of the g sequences from s0 (t rows each) on the device
+ * for a step, in place or (act_host) staged: prefetching, with overlap,
+ * the rows of the next step's sequences from next_s0 (>= 0, when they
+ * differ).
  */
-static int act_load(sl_model *m, int i, int s0, int g, int t)
-{
-	const sl_backend_ops *o = m->be->ops;
-	const size_t n = (size_t)g * t * m->cfg.hidden;
-	SL_TRY(o->queue_wait(m->be, m->acq, m->a_done[i]));
-	SL_TRY(o->copy_h2d(m->be, m->acq, m->abuf[i], m->h + (size_t)s0 * t * m->cfg.hidden,
-			   n * sizeof(float)));
-	m->abuf_s0[i] = s0;
-	m->act_h2d_bytes += n * sizeof(float);
-	return o->event_record(m->be, m->a_ready[i], m->acq);
-}
-
 static int act_begin(sl_model *m, int s0, int g, int t, int next_s0, int next_g, float **hg)
 {
-	const sl_backend_ops *o = m->be->ops;
-	if (!m->plan.p.act_host) {
+	if (!m->act) {
 		*hg = m->h + (size_t)s0 * t * m->cfg.hidden;
 		return 0;
 	}
-	int i = m->abuf_s0[m->acur] == s0 ? m->acur : m->abuf_s0[m->acur ^ 1] == s0 ? m->acur ^ 1 : -1;
-	if (i < 0) {
-		i = m->acur ^ 1;
-		SL_TRY(act_load(m, i, s0, g, t));
-	}
-	m->acur = i;
-	if (m->plan.p.overlap && next_s0 >= 0 && next_s0 != s0 && m->abuf_s0[i ^ 1] != next_s0)
-		SL_TRY(act_load(m, i ^ 1, next_s0, next_g, t));
-	SL_TRY(o->queue_wait(m->be, m->q, m->a_ready[i]));
-	*hg = m->abuf[i];
+	void *dev;
+	SL_TRY(sl_rstage_begin(m->act, m->q, (long)s0 * t, (size_t)g * t,
+			       next_s0 < 0 ? -1 : (long)next_s0 * t, (size_t)next_g * t, &dev));
+	*hg = dev;
 	return 0;
 }
 
@@ -321,20 +269,10 @@ static int act_begin(sl_model *m, int s0, int g, int t, int next_s0, int next_g,
  * host unless the next step works on the same rows (next_s0 == s0). */
 static int act_end(sl_model *m, int s0, int g, int t, int next_s0)
 {
-	const sl_backend_ops *o = m->be->ops;
-	if (!m->plan.p.act_host)
+	if (!m->act)
 		return 0;
-	const int i = m->acur;
-	SL_TRY(o->event_record(m->be, m->a_done[i], m->q));
-	if (next_s0 == s0)
-		return 0;
-	const size_t n = (size_t)g * t * m->cfg.hidden;
-	SL_TRY(o->queue_wait(m->be, m->acq, m->a_done[i]));
-	SL_TRY(o->copy_d2h(m->be, m->acq, m->h + (size_t)s0 * t * m->cfg.hidden, m->abuf[i],
-			   n * sizeof(float)));
-	m->act_d2h_bytes += n * sizeof(float);
-	m->abuf_s0[i] = -1;
-	return 0;
+	return sl_rstage_end(m->act, m->q, (long)s0 * t, (size_t)g * t,
+			     next_s0 < 0 ? -1 : (long)next_s0 * t);
 }
 
 /*
@@ -513,12 +451,8 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 			}
 		SL_TRY(sl_weights_release(m->be, m->q, &m->w, l, halves ? SL_UNIT_MLP : SL_UNIT_LAYER));
 	}
-	if (m->plan.p.act_host) {
-		/* every row back on the host before the head reads them:
-		 * a_ready[0], unused until the next pass loads, marks the stores */
-		SL_TRY(m->be->ops->event_record(m->be, m->a_ready[0], m->acq));
-		SL_TRY(m->be->ops->queue_wait(m->be, m->q, m->a_ready[0]));
-	}
+	if (m->act) /* every row back on the host before the head reads them */
+		SL_TRY(sl_rstage_flush(m->act, m->q));
 	return sl_kv_pass_end(kv);
 }
 
@@ -554,20 +488,12 @@ static int head(sl_model *m, int count, const float *hrows, int ld_rows)
  * block (act_host: gathered from the host into a step buffer first). */
 static int head_rows(sl_model *m, int count, size_t first, size_t stride)
 {
-	const sl_backend_ops *o = m->be->ops;
 	const size_t h = (size_t)m->cfg.hidden;
-	if (!m->plan.p.act_host)
+	if (!m->act)
 		return head(m, count, m->h + first * h, (int)(stride * h));
-	if (stride == 1) {
-		SL_TRY(o->copy_h2d(m->be, m->q, m->abuf[0], m->h + first * h, count * h * sizeof(float)));
-	} else {
-		for (int i = 0; i < count; i++)
-			SL_TRY(o->copy_h2d(m->be, m->q, m->abuf[0] + i * h, m->h + (first + i * stride) * h,
-					   h * sizeof(float)));
-	}
-	m->act_h2d_bytes += count * h * sizeof(float);
-	m->abuf_s0[0] = -1;
-	return head(m, count, m->abuf[0], (int)h);
+	void *rows;
+	SL_TRY(sl_rstage_gather(m->act, m->q, (long)first, (size_t)count, stride, &rows));
+	return head(m, count, rows, (int)h);
 }
 
 int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad, int t,
@@ -665,7 +591,7 @@ void sl_model_stats_reset(sl_model *m)
 	memset(&m->w.stats, 0, sizeof m->w.stats);
 	const size_t kv_disk = m->kv_stats.disk_bytes;
 	memset(&m->kv_stats, 0, sizeof m->kv_stats);
-	m->act_h2d_bytes = m->act_d2h_bytes = 0;
+	sl_rstage_reset_stats(m->act);
 	m->kv_stats.disk_bytes = kv_disk;
 	memset(&m->base, 0, sizeof m->base);
 	if (m->disk) {
@@ -698,8 +624,9 @@ void sl_model_stats(sl_model *m, double wall_s, sl_offload_stats *out)
 	out->compute_s = wall_s - out->stall_s;
 	out->io_s = SL_MIN(wall_s, busy);
 	out->disk_read_gbps = out->io_s > 0 ? out->disk_read_bytes / out->io_s / 1e9 : 0;
-	out->h2d_bytes = m->w.stats.h2d_bytes + k->h2d_bytes + m->act_h2d_bytes;
-	out->d2h_bytes = k->d2h_bytes + m->act_d2h_bytes;
+	const sl_rstage_stats a = sl_rstage_get_stats(m->act);
+	out->h2d_bytes = m->w.stats.h2d_bytes + k->h2d_bytes + a.h2d_bytes;
+	out->d2h_bytes = k->d2h_bytes + a.d2h_bytes;
 	out->peak_device = m->be->dev_peak;
 	out->peak_host = m->be->host_peak;
 }

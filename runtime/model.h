@@ -16,6 +16,7 @@
 #include "kvcache.h"
 #include "opt_config.h"
 #include "plan.h"
+#include "rstage.h"
 #include "weights.h"
 
 /*
@@ -47,18 +48,12 @@ typedef struct sl_model {
 	int group_rows; /* rows the per-micro-batch buffers hold */
 	float *h, *x, *qb, *kb, *vb, *ab, *fb;
 	/* act_host (FlexGen's act_cpu_percent 100): the residual stream of the
-	 * whole block (h) lives in pinned host memory; a step brings its
-	 * micro-batch's rows into one of two device buffers (abuf, each of
-	 * the larger of a micro-batch's rows and max_seq rows) on a copy
-	 * queue, prefetching the next step's with overlap, and stores them
-	 * back when the next step moves to other rows. */
-	float *abuf[2];
-	int abuf_s0[2]; /* the first sequence whose rows a buffer holds; -1: none */
-	int acur;       /* the buffer of the step in progress */
-	size_t h_host_bytes;
-	sl_queue *acq;
-	sl_event *a_ready[2], *a_done[2];
-	uint64_t act_h2d_bytes, act_d2h_bytes; /* what act_host moved */
+	 * whole block lives in pinned host memory, and each step brings its
+	 * micro-batch's rows through one of two device buffers (each of the
+	 * larger of a micro-batch's rows and max_seq rows, carved from the
+	 * workspace where h would be): offload/rstage.h.  NULL otherwise, and
+	 * h is then the residual stream on the device. */
+	sl_rstage *act;
 	float *logits; /* (max_seq, vocab) */
 	void *ws;
 	size_t ws_bytes;
