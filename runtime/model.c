@@ -144,10 +144,17 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 		max_seq = pl->p.max_seq;
 		max_rows = pl->max_rows;
 	}
-	if (max_seq <= m->max_seq && max_rows <= m->max_rows)
+	/* a micro-batch's buffers hold micro sequences of the longest rows
+	 * per sequence asked for so far: an open plan's later block of fewer,
+	 * longer sequences needs more of them than an earlier wider one */
+	const int t = (max_rows + max_seq - 1) / SL_MAX(max_seq, 1);
+	const int t_had = m->max_seq ? (m->max_rows + m->max_seq - 1) / m->max_seq : 0;
+	if (max_seq <= m->max_seq && max_rows <= m->max_rows && t <= t_had)
 		return 0;
 	max_seq = SL_MAX(max_seq, m->max_seq);
 	max_rows = SL_MAX(SL_MAX(max_rows, m->max_rows), max_seq);
+	if (!pl->p.max_seq && pl->p.micro > 0)
+		max_rows = SL_MAX(max_rows, max_seq * SL_MAX(t, t_had));
 	release_ws(m);
 	const sl_opt_config *c = &m->cfg;
 	const int micro = pl->p.micro;

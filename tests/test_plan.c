@@ -147,6 +147,30 @@ START_TEST(test_workload_held)
 }
 END_TEST
 
+/* An open plan with micro-batches: a later block of fewer, longer
+ * sequences gets micro-batch buffers for its rows (it used to reuse the
+ * earlier block's, too small, and write past them). */
+START_TEST(test_open_regrow)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	sl_plan_params pp = sl_plan_defaults();
+	pp.micro = 2;
+	const sl_model_params mp = { .dir = dir, .plan = &pp };
+	sl_model *m = NULL;
+	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
+	ck_assert_int_eq(sl_model_reserve(m, 8, 8 * 4), 0);
+	ck_assert_int_ge(m->group_rows, 2 * 4);
+	ck_assert_int_eq(sl_model_reserve(m, 2, 2 * 16), 0);
+	ck_assert_int_ge(m->group_rows, 2 * 16);
+	ck_assert_int_ge(m->max_rows, 2 * 16);
+	sl_model_free(m);
+	sl_backend_free(be);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	fixtures_dir = argc > 1 ? argv[1] : "tests/fixtures";
@@ -156,6 +180,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_bounds);
 	tcase_add_test(tc, test_shape);
 	tcase_add_test(tc, test_workload_held);
+	tcase_add_test(tc, test_open_regrow);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
