@@ -53,6 +53,11 @@ int sl_backend_device_info(sl_backend *b, sl_device_info *out)
 	return b->ops->device_info ? b->ops->device_info(b, out) : 0;
 }
 
+int sl_backend_missing(sl_backend *b, const char *what)
+{
+	return sl_err(SL_EUNSUPPORTED, "backend '%s' has no %s", b->ops->name, what);
+}
+
 void sl_backend_set_dev_limit(sl_backend *b, size_t bytes)
 {
 	b->dev_limit = bytes;

@@ -6,7 +6,10 @@
  * hardware: the CPU backend (kernels/cpu) is the reference and a real mode
  * for machines without a GPU; the CUDA backend (kernels/cuda) is the fast
  * one.  Every op of one has a twin in the other with the same meaning, and
- * tests/test_cross_backend.c compares them on random inputs.
+ * tests/test_cross_backend.c compares them on random inputs.  The calls
+ * (queues, events, copies, ops) are written once, with their documentation,
+ * in backend_ops.def; callers issue them through the wrappers at the end of
+ * this file, sl_<call>(b, ...).
  *
  * Memory spaces.  "Device" pointers come from sl_dev_alloc and live where
  * the backend computes (GPU memory for CUDA; a budgeted host arena for the
@@ -185,49 +188,11 @@ typedef struct sl_backend_ops {
 	int (*host_alloc)(sl_backend *b, size_t bytes, void **out); /* pinned */
 	void (*host_free)(sl_backend *b, void *p);
 
-	/* queues and events */
-	int (*queue_create)(sl_backend *b, sl_queue **out);
-	void (*queue_free)(sl_backend *b, sl_queue *q);
-	int (*queue_sync)(sl_backend *b, sl_queue *q);
-	int (*event_create)(sl_backend *b, sl_event **out);
-	void (*event_free)(sl_backend *b, sl_event *e);
-	int (*event_record)(sl_backend *b, sl_event *e, sl_queue *q);
-	int (*queue_wait)(sl_backend *b, sl_queue *q, sl_event *e);
-	int (*event_sync)(sl_backend *b, sl_event *e);
-
-	/* copies, asynchronous on q (host memory should be pinned to overlap) */
-	int (*copy_h2d)(sl_backend *b, sl_queue *q, void *dst, const void *src, size_t n);
-	int (*copy_d2h)(sl_backend *b, sl_queue *q, void *dst, const void *src, size_t n);
-	int (*copy_d2d)(sl_backend *b, sl_queue *q, void *dst, const void *src, size_t n);
-	int (*memset_dev)(sl_backend *b, sl_queue *q, void *dst, int value, size_t n);
-
-	/* ops */
-	int (*gemm)(sl_backend *b, sl_queue *q, const sl_gemm_args *a);
-
-	/* y[r, :] = x[r, :] normalised over n, times gamma plus beta (fp16);
-	 * rows of x and y have strides ldx, ldy; x == y is allowed. */
-	int (*layernorm)(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
-			 const sl_half *gamma, const sl_half *beta, float eps, float *y, int ldy);
-
-	/* y[r, :] (+)= table[idx[r], :] for r < rows; table fp16 (?, n); idx is a
-	 * host array; y fp32 (rows, n).  accumulate adds instead of writing.
-	 * Indices are checked by the caller. */
-	int (*embed)(sl_backend *b, sl_queue *q, int rows, int n, const sl_half *table,
-		     const int32_t *idx, float *y, bool accumulate);
-
-	int (*attn_prefill)(sl_backend *b, sl_queue *q, const sl_attn_args *a);
-	int (*attn_decode)(sl_backend *b, sl_queue *q, const sl_attn_args *a);
-
-	/* (optional: NULL where a backend lacks H2O) */
-	int (*h2o_compact)(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
-	int (*h2o_evict)(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
-
-	/* out[r] = the smallest index of the maximum of x[r, 0..n) (rows of
-	 * stride ldx), or -1 where the row holds a value that is not finite
-	 * (NaN or an infinity: logits that overflowed); out is a host array,
-	 * and the call waits for the result. */
-	int (*argmax)(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
-		      int32_t *out);
+	/* queues, events, copies and ops: one member per entry of
+	 * backend_ops.def, where each is documented */
+#define SL_BACKEND_CALL(ret, fn, params, args) ret (*fn) params;
+#define SL_BACKEND_OP(fn, params, args) int (*fn) params;
+#include "backend_ops.def"
 
 	/* (optional) the device's name, PCI address, memory */
 	int (*device_info)(sl_backend *b, sl_device_info *out);
@@ -284,9 +249,33 @@ void sl_dev_unaccount(sl_backend *b, size_t bytes);
 
 /* ---- thin wrappers (NULL-checked) -------------------------------------- */
 
-static inline int sl_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
-{
-	return b->ops->gemm(b, q, a);
-}
+/* Records "backend '<name>' has no <what>" and returns SL_EUNSUPPORTED. */
+int sl_backend_missing(sl_backend *b, const char *what);
+
+/*
+ * sl_<fn>(b, ...) = b->ops-><fn>(b, ...) for every entry of backend_ops.def
+ * (sl_queue_create, sl_event_record, sl_copy_h2d, sl_gemm, sl_attn_decode,
+ * ...): the way callers reach a backend.  Where the member is NULL an int
+ * call fails with SL_EUNSUPPORTED (sl_backend_missing) and a void one
+ * does nothing.
+ */
+#define SL_BACKEND_WRAP_int(fn, params, args)                                 \
+	static inline int sl_##fn params                                      \
+	{                                                                     \
+		if (!b->ops->fn)                                              \
+			return sl_backend_missing(b, #fn);                    \
+		return b->ops->fn args;                                       \
+	}
+#define SL_BACKEND_WRAP_void(fn, params, args)                                \
+	static inline void sl_##fn params                                     \
+	{                                                                     \
+		if (b->ops->fn)                                               \
+			b->ops->fn args;                                      \
+	}
+#define SL_BACKEND_CALL(ret, fn, params, args) SL_BACKEND_WRAP_##ret(fn, params, args)
+#define SL_BACKEND_OP(fn, params, args) SL_BACKEND_WRAP_int(fn, params, args)
+#include "backend_ops.def"
+#undef SL_BACKEND_WRAP_int
+#undef SL_BACKEND_WRAP_void
 
 #endif

@@ -5,7 +5,8 @@
  * prefill with a different padding per sequence, decode with a different
  * length per sequence, with and without the H2O score; H2O compaction and
  * eviction (bit for bit); plus queues and events, copies, the NULL queue,
- * argument errors and the device budget.
+ * argument errors and the device budget; and first, that both backends
+ * fill every entry of kernels/backend_ops.def.
  *
  * Outputs are poisoned (NaN) before each run, the padding columns of
  * strided outputs hold a sentinel that must survive, and cache slots that
@@ -1198,12 +1199,29 @@ START_TEST(test_chunked)
 }
 END_TEST
 
+/* Both backends implement every call of backend_ops.def (H2O included):
+ * none of their wrappers answers SL_EUNSUPPORTED. */
+START_TEST(test_table_complete)
+{
+	for (int s = 0; s < 2; s++) {
+		const sl_backend_ops *o = g_be[s]->ops;
+#define SL_BACKEND_CALL(ret, fn, params, args)                                 \
+	ck_assert_msg(o->fn != NULL, "backend %s lacks %s", o->name, #fn);
+#define SL_BACKEND_OP(fn, params, args) SL_BACKEND_CALL(int, fn, params, args)
+#include "backend_ops.def"
+	}
+}
+END_TEST
+
 /* ---- main ----------------------------------------------------------------------- */
 
 static Suite *cross_suite(void)
 {
 	Suite *s = suite_create("cross_backend");
-	TCase *tc = tcase_create("ops");
+	TCase *tc = tcase_create("table");
+	tcase_add_test(tc, test_table_complete);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("ops");
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, test_gemm, 0, (int)SL_ARRAY_LEN(gemm_cases));
 	tcase_add_loop_test(tc, test_layernorm, 0, (int)SL_ARRAY_LEN(ln_cases));

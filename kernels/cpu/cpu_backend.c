@@ -468,56 +468,15 @@ static int cpu_memset(sl_backend *b, sl_queue *q, void *dst, int value, size_t n
 
 /* ---- ops: inline, after the queue's earlier tasks ---------------------- */
 
-static int op_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
-{
-	SL_TRY(drain(b, q));
-	return sl_cpu_gemm(b, q, a);
-}
-
-static int op_layernorm(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
-			const sl_half *gamma, const sl_half *beta, float eps, float *y, int ldy)
-{
-	SL_TRY(drain(b, q));
-	return sl_cpu_layernorm(b, q, rows, n, x, ldx, gamma, beta, eps, y, ldy);
-}
-
-static int op_embed(sl_backend *b, sl_queue *q, int rows, int n, const sl_half *table,
-		    const int32_t *idx, float *y, bool accumulate)
-{
-	SL_TRY(drain(b, q));
-	return sl_cpu_embed(b, q, rows, n, table, idx, y, accumulate);
-}
-
-static int op_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
-{
-	SL_TRY(drain(b, q));
-	return sl_cpu_attn_prefill(b, q, a);
-}
-
-static int op_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a)
-{
-	SL_TRY(drain(b, q));
-	return sl_cpu_attn_decode(b, q, a);
-}
-
-static int op_h2o_compact(sl_backend *b, sl_queue *q, const sl_h2o_args *a)
-{
-	SL_TRY(drain(b, q));
-	return sl_cpu_h2o_compact(b, q, a);
-}
-
-static int op_h2o_evict(sl_backend *b, sl_queue *q, const sl_h2o_args *a)
-{
-	SL_TRY(drain(b, q));
-	return sl_cpu_h2o_evict(b, q, a);
-}
-
-static int op_argmax(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
-		     int32_t *out)
-{
-	SL_TRY(drain(b, q));
-	return sl_cpu_argmax(b, q, rows, n, x, ldx, out);
-}
+/* op_<op>(b, q, ...): drain(b, q), then sl_cpu_<op>(b, q, ...), for each op
+ * of backend_ops.def */
+#define SL_BACKEND_OP(fn, params, args)                                       \
+	static int op_##fn params                                             \
+	{                                                                     \
+		SL_TRY(drain(b, q));                                          \
+		return sl_cpu_##fn args;                                      \
+	}
+#include "backend_ops.def"
 
 static const sl_backend_ops cpu_ops = {
 	.name = "cpu",
@@ -539,14 +498,8 @@ static const sl_backend_ops cpu_ops = {
 	.copy_d2h = cpu_copy,
 	.copy_d2d = cpu_copy,
 	.memset_dev = cpu_memset,
-	.gemm = op_gemm,
-	.layernorm = op_layernorm,
-	.embed = op_embed,
-	.attn_prefill = op_attn_prefill,
-	.attn_decode = op_attn_decode,
-	.argmax = op_argmax,
-	.h2o_compact = op_h2o_compact,
-	.h2o_evict = op_h2o_evict,
+#define SL_BACKEND_OP(fn, params, args) .fn = op_##fn,
+#include "backend_ops.def"
 };
 
 static bool env_flag(const char *name)

@@ -56,17 +56,11 @@ static inline sl_cpu_ctx *sl_cpu(sl_backend *b)
 /* Grow *buf to hold at least n floats; keeps contents undefined. */
 int sl_cpu_grow(float **buf, size_t *cap, size_t n);
 
-int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a);
-int sl_cpu_layernorm(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
-		     const sl_half *gamma, const sl_half *beta, float eps, float *y, int ldy);
-int sl_cpu_embed(sl_backend *b, sl_queue *q, int rows, int n, const sl_half *table,
-		 const int32_t *idx, float *y, bool accumulate);
-int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a);
-int sl_cpu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a);
-int sl_cpu_h2o_compact(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
-int sl_cpu_h2o_evict(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
-int sl_cpu_argmax(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
-		  int32_t *out);
+/* The ops' kernels, sl_cpu_<op> for each op of backend_ops.def (cpu_gemm.c,
+ * cpu_ops.c, cpu_h2o.c); cpu_backend.c runs them once the queue's earlier
+ * work is done. */
+#define SL_BACKEND_OP(fn, params, args) int sl_cpu_##fn params;
+#include "backend_ops.def"
 
 /* fp16 -> fp32 for a run of values (vectorised where the CPU allows). */
 void sl_cpu_half_to_float(const sl_half *src, float *dst, size_t n, int simd);

@@ -371,14 +371,8 @@ static sl_backend_ops cu_make_ops(void)
 	o.copy_d2h = cu_copy_d2h;
 	o.copy_d2d = cu_copy_d2d;
 	o.memset_dev = cu_memset_dev;
-	o.gemm = sl_cu_gemm;
-	o.layernorm = sl_cu_layernorm;
-	o.embed = sl_cu_embed;
-	o.attn_prefill = sl_cu_attn_prefill;
-	o.attn_decode = sl_cu_attn_decode;
-	o.argmax = sl_cu_argmax;
-	o.h2o_compact = sl_cu_h2o_compact;
-	o.h2o_evict = sl_cu_h2o_evict;
+#define SL_BACKEND_OP(fn, params, args) o.fn = sl_cu_##fn;
+#include "backend_ops.def"
 	o.device_info = cu_device_info;
 	return o;
 }

@@ -148,16 +148,8 @@ static inline int sl_cu_div_up(long long a, long long b)
 
 /* ---- op launchers (one per op file) --------------------------------------- */
 
-int sl_cu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a);
-int sl_cu_layernorm(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
-		    const sl_half *gamma, const sl_half *beta, float eps, float *y, int ldy);
-int sl_cu_embed(sl_backend *b, sl_queue *q, int rows, int n, const sl_half *table,
-		const int32_t *idx, float *y, bool accumulate);
-int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a);
-int sl_cu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a);
-int sl_cu_argmax(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
-		 int32_t *out);
-int sl_cu_h2o_compact(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
-int sl_cu_h2o_evict(sl_backend *b, sl_queue *q, const sl_h2o_args *a);
+/* sl_cu_<op> for each op of backend_ops.def */
+#define SL_BACKEND_OP(fn, params, args) int sl_cu_##fn params;
+#include "backend_ops.def"
 
 #endif
