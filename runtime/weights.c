@@ -292,6 +292,7 @@ size_t sl_weights_layer_bytes(const sl_opt_config *c)
  * on how the weights are streamed). */
 static void place_layer(const sl_opt_config *c, const sl_weight_place *p, sl_opt_weights *w)
 {
+	memset(w->unit, 0, sizeof w->unit);
 	double gpu = p ? p->gpu_percent : 100.0, cpu = p ? p->cpu_percent : 0.0;
 	double disk = 100.0 - gpu - cpu;
 	size_t total = 0;
@@ -306,35 +307,31 @@ static void place_layer(const sl_opt_config *c, const sl_weight_place *p, sl_opt
 		enum sl_tier t = mid < disk ? SL_TIER_DISK : mid < disk + cpu ? SL_TIER_HOST : SL_TIER_DEVICE;
 		w->tier[i] = (unsigned char)t;
 		if (i == ATTN_TENSORS) { /* the MLP half begins */
-			w->host_off[SL_UNIT_MLP] = w->host_bytes;
+			w->unit[SL_UNIT_MLP].host_off = w->host_bytes;
 			w->disk_bytes = align4k(w->disk_bytes);
-			w->disk_off[SL_UNIT_MLP] = w->disk_bytes;
+			w->unit[SL_UNIT_MLP].disk_off = w->disk_bytes;
 		}
 		size_t *home = t == SL_TIER_DISK ? &w->disk_bytes : t == SL_TIER_HOST ? &w->host_bytes
 										   : &w->dev_bytes;
 		w->home_off[i] = *home;
 		*home += align64(nb);
 	}
-	const size_t attn_disk = w->disk_off[SL_UNIT_MLP]; /* page aligned */
+	sl_wstage_unit *un = w->unit;
+	const size_t attn_disk = un[SL_UNIT_MLP].disk_off; /* page aligned */
 	w->disk_bytes = align4k(w->disk_bytes);
-	w->host_off[SL_UNIT_ATTN] = w->disk_off[SL_UNIT_ATTN] = 0;
-	w->host_off[SL_UNIT_LAYER] = w->disk_off[SL_UNIT_LAYER] = 0;
-	w->host_len[SL_UNIT_ATTN] = w->host_off[SL_UNIT_MLP];
-	w->host_len[SL_UNIT_MLP] = w->host_bytes - w->host_off[SL_UNIT_MLP];
-	w->host_len[SL_UNIT_LAYER] = w->host_bytes;
-	w->disk_len[SL_UNIT_ATTN] = attn_disk;
-	w->disk_len[SL_UNIT_MLP] = w->disk_bytes - attn_disk;
-	w->disk_len[SL_UNIT_LAYER] = w->disk_bytes;
+	un[SL_UNIT_ATTN].host_off = un[SL_UNIT_ATTN].disk_off = 0;
+	un[SL_UNIT_LAYER].host_off = un[SL_UNIT_LAYER].disk_off = 0;
+	un[SL_UNIT_ATTN].host_len = un[SL_UNIT_MLP].host_off;
+	un[SL_UNIT_MLP].host_len = w->host_bytes - un[SL_UNIT_MLP].host_off;
+	un[SL_UNIT_LAYER].host_len = w->host_bytes;
+	un[SL_UNIT_ATTN].disk_len = attn_disk;
+	un[SL_UNIT_MLP].disk_len = w->disk_bytes - attn_disk;
+	un[SL_UNIT_LAYER].disk_len = w->disk_bytes;
 	/* a slot holds the unit's host tensors, then (page aligned, for
 	 * O_DIRECT) its disk tensors, each at its offset within the unit */
 	w->halves = p && p->halves;
 	for (int u = 0; u < 3; u++)
-		w->stage_disk[u] = align4k(w->host_len[u]);
-	for (int k = 0; k < 2; k++) { /* by halves slot k holds unit k */
-		const int u = w->halves ? k : SL_UNIT_LAYER;
-		w->slot[k].bytes = w->stage_disk[u] + w->disk_len[u];
-		w->slot[k].bounce_bytes = w->disk_len[u];
-	}
+		un[u].stage_disk = align4k(un[u].host_len);
 	w->streamed = w->host_bytes + w->disk_bytes > 0;
 }
 
@@ -352,8 +349,11 @@ size_t sl_weights_device_bytes(const sl_opt_config *c, const sl_weight_place *p)
 	sl_opt_weights tmp;
 	place_layer(c, p, &tmp);
 	size_t n = sl_weights_global_bytes(c) + (size_t)c->n_layer * tmp.dev_bytes;
-	for (int k = 0; k < 2 && tmp.streamed; k++)
-		n += tmp.slot[k].bytes;
+	for (int k = 0; k < 2 && tmp.streamed; k++) {
+		size_t dev, bounce;
+		sl_wstage_slot_bytes(tmp.unit, tmp.halves, k, &dev, &bounce);
+		n += dev;
+	}
 	return n;
 }
 
@@ -373,10 +373,11 @@ static void layer_view(const sl_opt_weights *w, const sl_opt_layer_w *lw, void *
 	*view = *lw;
 	for (int i = 0; i < SL_LAYER_TENSORS; i++) {
 		const bool in = slot && i >= unit_first[u] && i < unit_end[u];
+		const sl_wstage_unit *x = &w->unit[u];
 		char *base = w->tier[i] == SL_TIER_DEVICE ? (char *)lw->block + w->home_off[i]
 			     : !in ? NULL
-			     : w->tier[i] == SL_TIER_HOST ? (char *)slot + (w->home_off[i] - w->host_off[u])
-			     : (char *)slot + w->stage_disk[u] + (w->home_off[i] - w->disk_off[u]);
+			     : w->tier[i] == SL_TIER_HOST ? (char *)slot + (w->home_off[i] - x->host_off)
+			     : (char *)slot + x->stage_disk + (w->home_off[i] - x->disk_off);
 		*(sl_half **)((char *)view + layer_tensors[i].off) = (sl_half *)base;
 	}
 }
@@ -422,8 +423,11 @@ void sl_weights_host_bytes(const sl_opt_config *c, const sl_weight_place *p, boo
 	place_layer(c, p, &tmp);
 	const size_t homes = (size_t)c->n_layer * tmp.host_bytes;
 	size_t bounce = 0;
-	for (int k = 0; k < 2 && tmp.streamed && !dev_is_host; k++)
-		bounce += tmp.slot[k].bounce_bytes;
+	for (int k = 0; k < 2 && tmp.streamed && !dev_is_host; k++) {
+		size_t dev, b;
+		sl_wstage_slot_bytes(tmp.unit, tmp.halves, k, &dev, &b);
+		bounce += b;
+	}
 	*resident = homes + bounce;
 	*loading = homes + 2 * conv_piece(c, tmp.disk_bytes);
 }
@@ -575,20 +579,34 @@ static int load_globals(conv *v, const sl_st_tensor *head, sl_opt_weights *w)
 	return 0;
 }
 
+/* The staging engine for the streamed tensors: the units' ranges and the
+ * layers' homes. */
+static int create_stage(sl_backend *b, const sl_weight_place *place, sl_opt_weights *w)
+{
+	sl_wstage_home *home = malloc((size_t)w->n_layer * sizeof *home);
+	if (!home)
+		return sl_err(SL_ENOMEM, "out of memory");
+	for (int l = 0; l < w->n_layer; l++)
+		home[l] = (sl_wstage_home){ .host = w->layers[l].host, .disk_off = w->layers[l].disk_off };
+	sl_wstage_params sp = { .n_layer = w->n_layer, .halves = w->halves, .overlap = place && place->overlap,
+				.home = home, .disk = w->disk, .stats = &w->stats };
+	memcpy(sp.unit, w->unit, sizeof sp.unit);
+	int rc = sl_wstage_create(b, &sp, &w->stage);
+	free(home);
+	return rc;
+}
+
 /* store_only: write the disk share into the store and nothing else (no
  * device or host memory but the conversion buffers). */
 static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const source *src,
 		    const sl_weight_place *place, bool store_only, sl_opt_weights *w)
 {
 	memset(w, 0, sizeof *w);
-	w->slot[0].layer = w->slot[1].layer = -1;
-	w->slot[0].unit = w->slot[1].unit = -1;
 	w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
 	if (!w->layers)
 		return sl_err(SL_ENOMEM, "out of memory");
 	w->n_layer = c->n_layer;
 	place_layer(c, place, w);
-	w->overlap = place ? place->overlap : false;
 	w->disk = place ? place->disk : NULL;
 	if (w->disk_bytes && !w->disk)
 		return sl_err(SL_EINVAL, "weights placed on disk need an offload directory");
@@ -654,90 +672,14 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 			b->ops->event_free(b, v.copied[k]);
 	sl_host_free(b, stage, 2 * v.piece);
 
-	/* staging slots for the streamed tensors */
-	for (int k = 0; k < 2 && !rc && w->streamed && !store_only; k++) {
-		rc = sl_dev_alloc(b, w->slot[k].bytes, "weight staging", &w->slot[k].buf);
-		if (!rc && w->slot[k].bounce_bytes && !b->ops->dev_is_host)
-			rc = sl_host_alloc(b, w->slot[k].bounce_bytes, "disk bounce buffer",
-					   &w->slot[k].bounce);
-		if (!rc)
-			rc = b->ops->event_create(b, &w->slot[k].free_ev);
-		if (!rc)
-			rc = b->ops->event_create(b, &w->slot[k].ready_ev);
-	}
 	if (!rc && w->streamed && !store_only)
-		rc = b->ops->queue_create(b, &w->copy_q);
+		rc = create_stage(b, place, w);
 	if (rc) {
 		sl_weights_free(b, w);
 		return rc;
 	}
 	w->bytes = w->block_bytes + (size_t)c->n_layer * lbytes;
 	return 0;
-}
-
-/* Issue the loads of unit u of layer l into slot k: the host part by copy
- * (LOAD_HOST), the disk part by an asynchronous read (LOAD_DISK). */
-enum { LOAD_HOST = 1, LOAD_DISK = 2 };
-static int start_load(sl_backend *b, sl_opt_weights *w, int k, int l, int u, int parts)
-{
-	sl_weight_slot *s = &w->slot[k];
-	const sl_opt_layer_w *lw = &w->layers[l];
-	s->layer = l;
-	s->unit = u;
-	if ((parts & LOAD_HOST) && w->host_len[u]) {
-		/* not before the compute queue is done with what the slot holds */
-		SL_TRY(b->ops->queue_wait(b, w->copy_q, s->free_ev));
-		SL_TRY(b->ops->copy_h2d(b, w->copy_q, s->buf, (char *)lw->host + w->host_off[u],
-					w->host_len[u]));
-		w->stats.h2d_bytes += w->host_len[u];
-	}
-	if ((parts & LOAD_DISK) && w->disk_len[u]) {
-		void *dst = (char *)s->buf + w->stage_disk[u];
-		if (!b->ops->dev_is_host) {
-			/* the bounce buffer's last copy to the device must be done */
-			SL_TRY(b->ops->event_sync(b, s->ready_ev));
-			dst = s->bounce;
-		} else {
-			/* the disk writes into device memory: compute must be done */
-			SL_TRY(b->ops->event_sync(b, s->free_ev));
-		}
-		SL_TRY(sl_disk_read(w->disk, lw->disk_off + w->disk_off[u], dst, w->disk_len[u],
-				    &s->ticket));
-		s->disk_pending = true;
-		w->stats.disk_read_bytes += w->disk_len[u];
-	}
-	return 0;
-}
-
-/* Make slot k's loads complete and visible to the compute queue. */
-static int finish_load(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int k)
-{
-	sl_weight_slot *s = &w->slot[k];
-	if (s->disk_pending) {
-		double t0 = sl_now();
-		int rc = sl_disk_wait(w->disk, s->ticket);
-		w->stats.stall_s += sl_now() - t0;
-		s->disk_pending = false;
-		SL_TRY(rc);
-		if (!b->ops->dev_is_host) {
-			/* into the slot: not before the compute queue is done
-			 * with what it holds (a unit without a host part issued
-			 * no such wait in start_load) */
-			SL_TRY(b->ops->queue_wait(b, w->copy_q, s->free_ev));
-			SL_TRY(b->ops->copy_h2d(b, w->copy_q, (char *)s->buf + w->stage_disk[s->unit],
-						s->bounce, w->disk_len[s->unit]));
-		}
-	}
-	SL_TRY(b->ops->event_record(b, s->ready_ev, w->copy_q));
-	return b->ops->queue_wait(b, compute, s->ready_ev);
-}
-
-static int slot_holding(const sl_opt_weights *w, int l, int u)
-{
-	for (int k = 0; k < 2; k++)
-		if (w->slot[k].layer == l && w->slot[k].unit == u)
-			return k;
-	return -1;
 }
 
 int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l, int u,
@@ -747,35 +689,9 @@ int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int 
 		*view = w->layers[l];
 		return 0;
 	}
-	if ((u == SL_UNIT_LAYER) == w->halves)
-		return sl_err(SL_EINVAL, "weights streamed %s cannot be acquired %s",
-			      w->halves ? "by halves" : "whole", w->halves ? "whole" : "by halves");
-	/* the units in schedule order: index 2l + u by halves, else l */
-	const int idx = w->halves ? 2 * l + u : l;
-	int k = slot_holding(w, l, u);
-	if (k < 0) { /* not prefetched (first unit, or no overlap) */
-		k = idx % 2;
-		double t0 = sl_now();
-		SL_TRY(start_load(b, w, k, l, u, LOAD_HOST | LOAD_DISK));
-		w->stats.loads++;
-		w->stats.stall_s += sl_now() - t0;
-	}
-	/* the next unit into the other slot (free: its unit was released
-	 * before this acquire).  Its disk read is queued before waiting for
-	 * this unit's, so the disk never drains between units; its host
-	 * copies follow this unit's ready event on the copy queue. */
-	const int units = w->halves ? 2 * w->n_layer : w->n_layer;
-	const int next = (idx + 1) % units;
-	const int nl = w->halves ? next / 2 : next, nu = w->halves ? next % 2 : SL_UNIT_LAYER;
-	const bool pre = w->overlap && units > 1 && slot_holding(w, nl, nu) < 0;
-	if (pre) {
-		SL_TRY(start_load(b, w, !k, nl, nu, LOAD_DISK));
-		w->stats.loads++;
-	}
-	SL_TRY(finish_load(b, compute, w, k));
-	if (pre)
-		SL_TRY(start_load(b, w, !k, nl, nu, LOAD_HOST));
-	layer_view(w, &w->layers[l], w->slot[k].buf, u, view);
+	void *slot;
+	SL_TRY(sl_wstage_acquire(w->stage, compute, l, u, &slot));
+	layer_view(w, &w->layers[l], slot, u, view);
 	return 0;
 }
 
@@ -783,13 +699,7 @@ int sl_weights_release(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int 
 {
 	if (!w->streamed)
 		return 0;
-	int k = slot_holding(w, l, u);
-	if (k < 0)
-		return sl_err(SL_EINVAL, "weights of layer %d released but not acquired", l);
-	SL_TRY(b->ops->event_record(b, w->slot[k].free_ev, compute));
-	if (!w->overlap)
-		w->slot[k].layer = -1; /* load again next time: nothing kept ahead */
-	return 0;
+	return sl_wstage_release(w->stage, compute, l, u);
 }
 
 int sl_weights_load(sl_backend *b, sl_queue *q, const sl_opt_config *c, const sl_st_set *st,
@@ -821,20 +731,7 @@ void sl_weights_free(sl_backend *b, sl_opt_weights *w)
 {
 	if (!w)
 		return;
-	if (w->copy_q)
-		b->ops->queue_sync(b, w->copy_q);
-	for (int k = 0; k < 2; k++) {
-		if (w->slot[k].disk_pending)
-			sl_disk_wait(w->disk, w->slot[k].ticket);
-		sl_dev_free(b, w->slot[k].buf, w->slot[k].bytes);
-		sl_host_free(b, w->slot[k].bounce, w->slot[k].bounce_bytes);
-		if (w->slot[k].free_ev)
-			b->ops->event_free(b, w->slot[k].free_ev);
-		if (w->slot[k].ready_ev)
-			b->ops->event_free(b, w->slot[k].ready_ev);
-	}
-	if (w->copy_q)
-		b->ops->queue_free(b, w->copy_q);
+	sl_wstage_free(w->stage);
 	if (w->layers)
 		for (int l = 0; l < w->n_layer; l++) {
 			sl_dev_free(b, w->layers[l].block, w->layers[l].block_bytes);

@@ -2,7 +2,9 @@
  * weights.h - an OPT model's weights in a backend's device memory (fp16):
  * loaded from safetensors (fp32/fp16/bf16, one file or sharded, with or
  * without the "model." prefix, tied or stored LM head) or made up
- * deterministically (--dummy) without reading a file.
+ * deterministically (--dummy) without reading a file.  Where each tensor
+ * lives is decided here (FlexGen's rule); moving the streamed ones onto
+ * the device is offload/wstage.h's.
  */
 #ifndef SL_WEIGHTS_H
 #define SL_WEIGHTS_H
@@ -11,6 +13,7 @@
 #include "disk_store.h"
 #include "opt_config.h"
 #include "safetensors.h"
+#include "wstage.h" /* the staging engine; enum sl_unit, sl_weight_stats */
 
 typedef struct sl_opt_layer_w {
 	sl_half *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b; /* (h, h), (h) */
@@ -43,37 +46,6 @@ typedef struct sl_weight_place {
 
 #define SL_LAYER_TENSORS 16
 
-/* What one acquire brings: a layer's attention half (its projections and
- * self_attn_layer_norm), its MLP half (fc1, fc2, final_layer_norm), or the
- * whole layer.  Weights streamed by halves (sl_weight_place.halves) stage
- * one half at a time, so a staging slot holds the larger half's streamed
- * tensors instead of the layer's, and the MLP half loads while the
- * attention half computes. */
-enum sl_unit { SL_UNIT_ATTN, SL_UNIT_MLP, SL_UNIT_LAYER };
-/* The units alternate attention, MLP, attention, ..., so a slot per kind
- * still double-buffers: the MLP half loads while the attention computes
- * and the next attention half while the MLP computes, and the two slots
- * together hold one layer's streamed bytes instead of two. */
-
-/* A staging slot: one unit's streamed tensors on the device. */
-typedef struct sl_weight_slot {
-	void *buf;        /* device, bytes */
-	void *bounce;     /* pinned, disk part (backends whose device is not host) */
-	size_t bytes, bounce_bytes;
-	int layer;        /* held, or -1 */
-	int unit;         /* enum sl_unit held */
-	bool disk_pending;
-	uint64_t ticket;
-	sl_event *free_ev, *ready_ev;
-} sl_weight_slot;
-
-typedef struct sl_weight_stats {
-	double stall_s;        /* compute waiting for weights */
-	uint64_t h2d_bytes;    /* host tier to device */
-	uint64_t disk_read_bytes, disk_write_bytes;
-	int loads;             /* layer loads */
-} sl_weight_stats;
-
 typedef struct sl_opt_weights {
 	sl_half *embed_tokens;   /* (vocab, e) */
 	sl_half *embed_pos;      /* (max_pos + 2, h) */
@@ -91,19 +63,16 @@ typedef struct sl_opt_weights {
 	unsigned char tier[SL_LAYER_TENSORS];
 	size_t home_off[SL_LAYER_TENSORS];  /* offset in its tier's layer block */
 	size_t dev_bytes, host_bytes, disk_bytes; /* per layer */
-	/* per unit: its host tensors' range of the host home, its disk
-	 * tensors' range of the disk segment (page aligned), and where its
-	 * disk part starts in a slot (after its host part, page aligned) */
-	size_t host_off[3], host_len[3], disk_off[3], disk_len[3], stage_disk[3];
+	/* per unit (enum sl_unit): its host tensors' range of the host home,
+	 * its disk tensors' range of the disk segment, and where its disk
+	 * part starts in a slot */
+	sl_wstage_unit unit[3];
 
 	bool streamed;          /* some tensors live off the device */
 	bool halves;            /* streamed by half layers */
-	bool overlap;
 	sl_disk_store *disk;
-	sl_queue *copy_q;
-	sl_weight_slot slot[2]; /* by halves, slot 0 holds attention halves and
-				   slot 1 MLP halves, each sized for its half */
-	sl_weight_stats stats;
+	sl_wstage *stage;       /* brings the streamed tensors in (when streamed) */
+	sl_weight_stats stats;  /* the engine's loads and the store's writes */
 } sl_opt_weights;
 
 /* Load from an open checkpoint; dir names it in messages.  place may be
@@ -152,12 +121,11 @@ int sl_weights_write_store(sl_backend *b, const sl_opt_config *c, const sl_st_se
  * The weights of unit u (enum sl_unit) of layer l in device memory, as
  * pointers in *view (the unit's tensors; the others' pointers are only
  * valid when they live on the device): the device-tier tensors at home,
- * the others in a staging slot loaded from the host tier and the disk.
- * Weights streamed by halves are acquired by halves, the others whole.
- * With overlap, acquiring a unit starts loading the next one (the MLP half
- * after the attention half, then the next layer, wrapping to layer 0) into
- * the other slot.  compute is the queue that will read them; release after
- * the unit's work is issued there.
+ * the others in a staging slot loaded from the host tier and the disk by
+ * the staging engine (offload/wstage.h, sl_wstage_acquire: the order of
+ * its loads and its prefetch of the next unit).  Weights streamed by
+ * halves are acquired by halves, the others whole.  compute is the queue
+ * that will read them; release after the unit's work is issued there.
  */
 int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l, int u,
 		       sl_opt_layer_w *view);
