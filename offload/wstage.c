@@ -140,6 +140,13 @@ static int start_load(sl_wstage *s, int k, int l, int u, int parts)
 	}
 	if ((parts & LOAD_DISK) && x->disk_len) {
 		void *dst = (char *)w->buf + x->stage_disk;
+		if (w->disk_pending) {
+			/* a prefetch never acquired (units acquired out of
+			 * schedule order) may still be reading there: it
+			 * lands first (never the case in schedule order) */
+			w->disk_pending = false;
+			SL_TRY(sl_disk_wait(s->disk, w->ticket));
+		}
 		if (!b->ops->dev_is_host) {
 			/* the bounce buffer's last copy to the device must be done */
 			SL_TRY(sl_event_sync(b, w->ready_ev));

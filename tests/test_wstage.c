@@ -12,8 +12,9 @@
  * overlap, each acquire after the first finds its unit already loaded (one
  * load per acquire: a prefetch of any other unit costs a second load), and
  * the next unit's disk read is issued before the acquire returns; without
- * overlap, every acquire loads; and the refusals (a unit of the wrong
- * kind, a release of a unit not held, a layout the engine cannot stream).
+ * overlap, every acquire loads; units acquired out of schedule order still
+ * arrive whole; and the refusals (a unit of the wrong kind, a release of a
+ * unit not held, a layout the engine cannot stream).
  *
  * argv[1]: the backend ("cpu" by default; the CUDA emulation's build runs
  * it with "cuda", where device memory is not host memory and the disk
@@ -253,6 +254,23 @@ START_TEST(whole_no_prefetch)
 }
 END_TEST
 
+/* Units acquired out of schedule order (each acquire may then prefetch into
+ * a slot whose own prefetch has not been acquired) still arrive whole. */
+START_TEST(out_of_order)
+{
+	static const int order[] = { 0, 2, 1, 1, 0, 0, 2, 2, 1, 0, 2, 1 };
+	for (int overlap = 0; overlap < 2; overlap++) {
+		fixture f;
+		setup(&f);
+		create(&f, false, overlap);
+		for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+			use_unit(&f, order[i], SL_UNIT_LAYER);
+		check_used(&f);
+		teardown(&f);
+	}
+}
+END_TEST
+
 START_TEST(refusals)
 {
 	fixture f;
@@ -331,6 +349,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, whole_prefetch);
 	tcase_add_test(tc, halves_no_prefetch);
 	tcase_add_test(tc, whole_no_prefetch);
+	tcase_add_test(tc, out_of_order);
 	tcase_add_test(tc, refusals);
 	tcase_add_test(tc, slot_bytes);
 	suite_add_tcase(s, tc);
