@@ -3,12 +3,14 @@
  *
  * A sequence that has finished (EOS, stop text or its own limit) stays in
  * the batch until the block ends, but is frozen: its cache length and
- * position are rolled back after every step, so it neither grows nor runs
- * past the model's positions, and its output is not extended.
+ * position are rolled back after every step (sl_kv_rollback), so it
+ * neither grows nor runs past the model's positions, and its output is not
+ * extended.
  * Greedy choice runs on the backend (argmax); sampling copies the logits
  * of the block to the host and draws there, per sequence.
  */
 #include "generate.h"
+#include "kvcache.h"
 
 #include <string.h>
 
@@ -172,12 +174,8 @@ int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, const sl_gen_opts 
 		memcpy(was_running, running, (size_t)nseq * sizeof *running);
 		SL_TRY(sl_model_decode(m, kv, g->next));
 		for (int s = 0; s < nseq; s++)
-			if (!was_running[s]) { /* frozen: undo the step (an H2O cache
-						  * stays within its budget by itself) */
-				if (!kv->h2o)
-					kv->len[s]--;
-				kv->pos[s]--;
-			}
+			if (!was_running[s]) /* frozen: undo the step */
+				SL_TRY(sl_kv_rollback(kv, s));
 		SL_TRY(choose(g, seqs, nseq, sp));
 		left = take(g, seqs, nseq, opts, &timing->tokens);
 		timing->steps++;

@@ -121,7 +121,8 @@ static int kv_create(const sl_kv_env *env, int nseq, int cap, bool h2o, size_t e
 	kv->pos_slot = calloc((size_t)c->n_layer, sizeof *kv->pos_slot);
 	kv->len = calloc((size_t)nseq, sizeof *kv->len);
 	kv->pos = calloc((size_t)nseq, sizeof *kv->pos);
-	if (!kv->k || !kv->v || !kv->score || !kv->pos_slot || !kv->len || !kv->pos) {
+	kv->undone = calloc((size_t)nseq, sizeof *kv->undone);
+	if (!kv->k || !kv->v || !kv->score || !kv->pos_slot || !kv->len || !kv->pos || !kv->undone) {
 		sl_kv_free(kv);
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
@@ -246,7 +247,86 @@ void sl_kv_free(sl_kv *kv)
 	free(kv->v);
 	free(kv->len);
 	free(kv->pos);
+	free(kv->undone);
 	free(kv);
+}
+
+/* ---- the counters ----------------------------------------------------- */
+
+void sl_kv_prefill_begin(sl_kv *kv, const int *npad, int t)
+{
+	for (int s = 0; s < kv->nseq; s++) {
+		kv->len[s] = kv->pos[s] = 0;
+		kv->undone[s] = 0;
+		if (kv->h2o) { /* the tokens to compact, and the budget they keep */
+			kv->len[s] = t - npad[s];
+			sl_kv_h2o_budget(kv, t - npad[s], &kv->heavy[s], &kv->recent[s]);
+		}
+	}
+	kv->steps = 0;
+}
+
+void sl_kv_prefill_end(sl_kv *kv, const int *npad, int t)
+{
+	for (int s = 0; s < kv->nseq; s++) {
+		kv->len[s] = kv->pos[s] = t - npad[s];
+		if (kv->h2o)
+			kv->len[s] = SL_MIN(kv->len[s], kv->heavy[s] + kv->recent[s]);
+	}
+}
+
+int sl_kv_advance(sl_kv *kv)
+{
+	int late = -1;
+	for (int s = 0; s < kv->nseq; s++) {
+		kv->len[s]++;
+		if (kv->h2o) /* one token was evicted when over budget */
+			kv->len[s] = SL_MIN(kv->len[s], kv->heavy[s] + kv->recent[s]);
+		kv->pos[s]++;
+		if (late < 0 && kv->undone[s] && kv->undone[s] != kv->steps)
+			late = s;
+	}
+	kv->steps++;
+	if (late >= 0)
+		return sl_err(SL_EINVAL,
+			      "internal error: sequence %d of the block was rolled back after decode step %d and then ran step %d without a rollback (a frozen sequence stays frozen)",
+			      late, kv->undone[late], kv->steps);
+	return 0;
+}
+
+/* A write-back of the last pass not finished (it reads len and pos). */
+static bool pass_pending(const sl_kv *kv)
+{
+	const sl_kv_tiers *T = kv->tiers;
+	for (int i = 0; T && i < SL_KVT_NSTAGE; i++)
+		if (T->st[i].pend != SL_KVT_PEND_NONE)
+			return true;
+	return false;
+}
+
+int sl_kv_rollback(sl_kv *kv, int s)
+{
+	if (s < 0 || s >= kv->nseq)
+		return sl_err(SL_EINVAL, "internal error: rollback of sequence %d in a block of %d", s,
+			      kv->nseq);
+	if (kv->steps == 0)
+		return sl_err(SL_EINVAL, "internal error: rollback of sequence %d with no decode step since the prefill",
+			      s);
+	if (pass_pending(kv))
+		return sl_err(SL_EINVAL, "internal error: rollback of sequence %d while a pass's write-back is pending",
+			      s);
+	if (kv->undone[s] == kv->steps)
+		return sl_err(SL_EINVAL, "internal error: sequence %d rolled back twice after decode step %d",
+			      s, kv->steps);
+	if (kv->undone[s] && kv->undone[s] != kv->steps - 1)
+		return sl_err(SL_EINVAL,
+			      "internal error: sequence %d, rolled back after decode step %d, ran on without a rollback",
+			      s, kv->undone[s]);
+	if (!kv->h2o)
+		kv->len[s]--;
+	kv->pos[s]--;
+	kv->undone[s] = kv->steps;
+	return 0;
 }
 
 /* ---- the schedule ----------------------------------------------------- */

@@ -86,6 +86,10 @@ typedef struct sl_kv {
 	size_t bytes;
 	int *len; /* host: slots in use per sequence */
 	int *pos; /* host: tokens seen per sequence (real tokens) */
+	/* (written by kvcache.c alone) decode steps since the prefill; per
+	 * sequence, the step after which it was last rolled back (0: never) */
+	int steps;
+	int *undone;
 	/* H2O (h2o true): per-slot scores and positions, the budgets of each
 	 * sequence, and one layer of full-prompt scratch for the prefill */
 	bool h2o;
@@ -144,6 +148,55 @@ int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 
 /* After a forward pass: every write-back of it complete. */
 int sl_kv_pass_end(sl_kv *kv);
+
+/*
+ * A sequence's counters: len (slots in use) and pos (real tokens seen,
+ * the next token's position less OPT's offset).  They are written here
+ * only: the forward passes (model.c) mark a prefill's start and end and
+ * each decode step's end, and a caller that freezes a sequence undoes its
+ * steps with sl_kv_rollback.
+ *
+ * sl_kv_prefill_begin: before the prefill of the block's kv->nseq prompts
+ * of t rows (npad[s] of them padding): nothing cached; under H2O each
+ * sequence's budget from its prompt, and len = the prompt's tokens (what
+ * the prefill compacts).  sl_kv_prefill_end: after it, the prompts cached
+ * (under H2O the tokens kept).  sl_kv_advance: after a decode step's pass,
+ * every sequence one token further (under H2O within its budget: the step
+ * evicted one token when over it); fails, naming the sequence, if a
+ * sequence rolled back before the last step ran it without a rollback.
+ */
+void sl_kv_prefill_begin(sl_kv *kv, const int *npad, int t);
+void sl_kv_prefill_end(sl_kv *kv, const int *npad, int t);
+int sl_kv_advance(sl_kv *kv);
+
+/*
+ * Undo the last decode step for sequence s, which the caller has frozen
+ * (finished: its logits are not used again until the next prefill), so
+ * that it neither grows nor runs past the model's positions while the rest
+ * of its block runs on; the step's token was a filler.
+ *
+ * Dense: exact.  pos and len go back by one; the step wrote its token into
+ * slot len (on the device, and its row to the host or disk home), which
+ * is beyond len again: the next step overwrites it and no attention reads
+ * it.  The cache is as it was before the step.
+ *
+ * H2O: the position only.  pos goes back by one, so the next step's token
+ * takes the same position; len stays (within the budget by itself: over
+ * it, the step evicted one token, perhaps its own).  What the step did to
+ * the cache is not undone: every kept token's score grew, one token may
+ * have been evicted (its slot reused), the evicted sums grew, and the
+ * filler token keeps a slot under the position the next one takes again,
+ * so the host and disk write-back may copy the older of two rows with
+ * that position.  That is harmless only because the sequence stays
+ * frozen: nothing reads its logits, and no other sequence reads its slots.
+ *
+ * Preconditions, each checked (SL_EINVAL, an internal error, otherwise):
+ * a decode step ran since the prefill; its pass has ended (its write-back
+ * reads len and pos: sl_model_decode has returned); s was not rolled back
+ * after this step already; and once rolled back a sequence is rolled back
+ * after every later step of the block (frozen until the next prefill).
+ */
+int sl_kv_rollback(sl_kv *kv, int s);
 
 /* Bytes the split places in each tier for nseq sequences in micro-batches
  * of gs with cap slots (h2o: with scores and positions): device homes

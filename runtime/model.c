@@ -533,24 +533,14 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 			m->ids_host[r] = ids[r];
 			m->pos_host[r] = j - npad[s] + SL_OPT_POS_OFFSET;
 		}
-		kv->len[s] = 0;
-		kv->pos[s] = 0;
 	}
-	if (kv->h2o) { /* budgets from the prompt lengths; len = tokens to compact */
+	sl_kv_prefill_begin(kv, npad, t);
+	if (kv->h2o)
 		SL_TRY(m->be->ops->memset_dev(m->be, m->q, kv->evicted, 0,
 					      sizeof(float) * (size_t)c->n_layer * nseq * c->n_head));
-		for (int s = 0; s < nseq; s++) {
-			kv->len[s] = t - npad[s];
-			sl_kv_h2o_budget(kv, t - npad[s], &kv->heavy[s], &kv->recent[s]);
-		}
-	}
 	SL_TRY(embed(m, rows));
 	SL_TRY(layers(m, kv, t, npad, true));
-	for (int s = 0; s < nseq; s++) {
-		kv->len[s] = kv->pos[s] = t - npad[s];
-		if (kv->h2o)
-			kv->len[s] = SL_MIN(kv->len[s], kv->heavy[s] + kv->recent[s]);
-	}
+	sl_kv_prefill_end(kv, npad, t);
 	if (all_logits) {
 		const size_t v = (size_t)c->vocab;
 		for (int r0 = 0; r0 < rows; r0 += m->max_seq) {
@@ -584,12 +574,7 @@ int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids)
 	}
 	SL_TRY(embed(m, nseq));
 	SL_TRY(layers(m, kv, 1, NULL, false));
-	for (int s = 0; s < nseq; s++) {
-		kv->len[s]++;
-		if (kv->h2o) /* one token was evicted when over budget */
-			kv->len[s] = SL_MIN(kv->len[s], kv->heavy[s] + kv->recent[s]);
-		kv->pos[s]++;
-	}
+	SL_TRY(sl_kv_advance(kv));
 	return head_rows(m, nseq, 0, 1);
 }
 

@@ -2,6 +2,7 @@
  * score.c - teacher-forced log-probabilities over the generation path.
  */
 #include "score.h"
+#include "kvcache.h"
 
 #include <math.h>
 #include <string.h>
@@ -116,12 +117,8 @@ int sl_scorer_run(sl_scorer *sc, sl_score_seq *seqs, int nseq, volatile sig_atom
 			sc->feed[s] = seqs[s].cont[SL_MIN(j, seqs[s].cont_len - 1)];
 		SL_TRY(sl_model_decode(m, sc->kv, sc->feed));
 		for (int s = 0; s < nseq; s++)
-			if (j + 1 >= seqs[s].cont_len) { /* finished: frozen (an H2O cache
-							   * stays within its budget by itself) */
-				if (!sc->kv->h2o)
-					sc->kv->len[s]--;
-				sc->kv->pos[s]--;
-			}
+			if (j + 1 >= seqs[s].cont_len) /* finished: frozen */
+				SL_TRY(sl_kv_rollback(sc->kv, s));
 	}
 	return 0;
 }

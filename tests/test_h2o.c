@@ -22,6 +22,7 @@
  */
 #include "backend.h"
 #include "generate.h"
+#include "kvcache.h"
 #include "model.h"
 #include "score.h"
 #include "topology.h"
@@ -560,6 +561,69 @@ START_TEST(test_score_against_reference)
 }
 END_TEST
 
+/* Prefill prompts (n of them) as one left-padded block into kv. */
+static void prefill_block(sl_model *m, sl_kv *kv, int n, const int *which)
+{
+	int t = 0, npad[16];
+	int32_t ids[16 * 64];
+	for (int i = 0; i < n; i++)
+		t = SL_MAX(t, plen[which[i]]);
+	for (int i = 0; i < n; i++) {
+		npad[i] = t - plen[which[i]];
+		for (int j = 0; j < t; j++)
+			ids[i * t + j] = j < npad[i] ? 1 : prompts[which[i]][j - npad[i]];
+	}
+	kv->nseq = n;
+	ck_assert_msg(sl_model_prefill(m, kv, ids, npad, t, NULL) == 0, "%s", sl_errmsg());
+}
+
+/* sl_kv_rollback under H2O undoes a step's position, not its cache: a
+ * frozen sequence keeps its position and stays within its budget step
+ * after step (its filler token kept or evicting another), and the
+ * sequence beside it gives, bit for bit, the logits it gives alone. */
+START_TEST(test_rollback_keeps_position)
+{
+	load_prompts("opt-wide");
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-wide", fixtures_dir);
+	sl_model *m = NULL;
+	sl_plan_params pp = sl_plan_defaults();
+	pp.hh = 0.2;
+	pp.rr = 0.1;
+	const sl_model_params mp = { .dir = dir, .plan = &pp };
+	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
+	const int steps = 12, V = m->cfg.vocab, pair[2] = { 0, 1 };
+	const int maxp = SL_MAX(plen[0], plen[1]);
+	sl_kv *two = NULL, *one = NULL;
+	ck_assert_int_eq(sl_kv_make(&m->kv_env, 2, maxp, maxp + steps + 1, &two), 0);
+	ck_assert_int_eq(sl_kv_make(&m->kv_env, 1, maxp, maxp + steps + 1, &one), 0);
+	float *lg2 = malloc(sizeof(float) * 2 * (size_t)V), *lg1 = malloc(sizeof(float) * (size_t)V);
+	prefill_block(m, two, 2, pair);
+	prefill_block(m, one, 1, pair);
+	const int budget = two->heavy[1] + two->recent[1];
+	ck_assert_int_lt(budget, plen[1]); /* it evicts */
+	for (int i = 0; i < steps; i++) {
+		const int32_t ids[2] = { 3 + (i * 37) % (V - 3), 3 + (i * 53) % (V - 3) };
+		const int len_before = two->len[1];
+		ck_assert_msg(sl_model_decode(m, two, ids) == 0, "%s", sl_errmsg());
+		ck_assert_msg(sl_kv_rollback(two, 1) == 0, "%s", sl_errmsg());
+		ck_assert_int_eq(two->pos[1], plen[1]);
+		ck_assert_int_eq(two->len[1], SL_MIN(len_before + 1, budget));
+		ck_assert_int_eq(two->pos[0], plen[0] + i + 1);
+		ck_assert_int_eq(sl_model_logits(m, 2, lg2), 0);
+		ck_assert_msg(sl_model_decode(m, one, ids) == 0, "%s", sl_errmsg());
+		ck_assert_int_eq(sl_model_logits(m, 1, lg1), 0);
+		ck_assert_msg(!memcmp(lg1, lg2, sizeof(float) * (size_t)V),
+			      "step %d: a frozen sequence beside it changed sequence 0's logits", i);
+	}
+	free(lg1);
+	free(lg2);
+	sl_kv_free(two);
+	sl_kv_free(one);
+	sl_model_free(m);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -579,6 +643,7 @@ int main(int argc, char **argv)
 	tcase_add_loop_test(tc, test_budget_beyond_length_is_dense, 0, 3);
 	tcase_add_test(tc, test_batch_equals_alone);
 	tcase_add_test(tc, test_micro_batches);
+	tcase_add_test(tc, test_rollback_keeps_position);
 	tcase_add_loop_test(tc, test_score_against_reference, 0, (int)SL_ARRAY_LEN(score_places));
 	suite_add_tcase(s, tc);
 	return sl_test_run(s);

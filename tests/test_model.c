@@ -12,6 +12,7 @@
  */
 #include "backend.h"
 #include "generate.h"
+#include "kvcache.h"
 #include "model.h"
 #include "weights.h"
 
@@ -292,6 +293,68 @@ START_TEST(test_cached_decode_equals_recompute)
 }
 END_TEST
 
+/* One decode step of a block of two sequences, fed a and b; the step's
+ * logits (2, vocab) into lg. */
+static void decode2(sl_model *m, sl_kv *kv, int32_t a, int32_t b, float *lg)
+{
+	const int32_t ids[2] = { a, b };
+	ck_assert_msg(sl_model_decode(m, kv, ids) == 0, "decode: %s", sl_errmsg());
+	ck_assert_int_eq(sl_model_logits(m, 2, lg), 0);
+}
+
+/* sl_kv_rollback on a dense cache undoes a decode step exactly: a block
+ * where sequence 1's step with token x is undone and then fed y gives,
+ * bit for bit, the logits of a block where it was fed y directly, and
+ * sequence 0 beside it is not disturbed.  Misuse is refused: a rollback
+ * before any decode step, twice after one step, out of the block, and a
+ * frozen sequence running on without one. */
+START_TEST(test_rollback_undoes_a_step)
+{
+	golden g;
+	golden_load(FIXTURE(_i), &g);
+	sl_model *m = open_fixture(&g, KV_F32(_i));
+	/* two prompts (opt-long has one: it and a shorter cut of it) */
+	int32_t *pr[2] = { g.prompts[0], g.prompts[g.nprompt > 1] };
+	const int pl[2] = { g.plen[0], g.nprompt > 1 ? g.plen[1] : g.plen[0] - 3 };
+	const int V = g.vocab, t = SL_MAX(pl[0], pl[1]);
+	const int32_t x0 = 5, x1 = 7, y0 = 11, y1 = 13, z = 17;
+	float *la = malloc(sizeof(float) * 2 * (size_t)V), *lb = malloc(sizeof(float) * 2 * (size_t)V),
+	      *lc = malloc(sizeof(float) * 2 * (size_t)V);
+	sl_kv *ka = NULL, *kb = NULL;
+	free(prefill_batch(m, 2, pr, pl, t, &ka, t + 4));
+	ck_assert_int_eq(sl_kv_rollback(ka, 1), SL_EINVAL); /* no step yet */
+	decode2(m, ka, x0, x1, la);
+	ck_assert_msg(sl_kv_rollback(ka, 1) == 0, "%s", sl_errmsg());
+	ck_assert_int_eq(ka->len[1], pl[1]);
+	ck_assert_int_eq(ka->pos[1], pl[1]);
+	ck_assert_int_eq(ka->len[0], pl[0] + 1);
+	ck_assert_int_eq(sl_kv_rollback(ka, 1), SL_EINVAL); /* twice after one step */
+	ck_assert_int_eq(sl_kv_rollback(ka, 2), SL_EINVAL); /* not in the block */
+	decode2(m, ka, y0, y1, la);
+	/* the reference: sequence 1 fed y1 at once; sequence 0 x0 then y0 */
+	free(prefill_batch(m, 2, pr, pl, t, &kb, t + 4));
+	decode2(m, kb, x0, y1, lb);
+	decode2(m, kb, y0, z, lc);
+	ck_assert_msg(!memcmp(la + V, lb + V, sizeof(float) * (size_t)V),
+		      "the undone step changed sequence 1's logits (largest relative difference %.3e)",
+		      rel_err(la + V, lb + V, (size_t)V));
+	ck_assert_msg(!memcmp(la, lc, sizeof(float) * (size_t)V),
+		      "a rollback beside it changed sequence 0's logits (largest relative difference %.3e)",
+		      rel_err(la, lc, (size_t)V));
+	/* sequence 1 is frozen: a step without its rollback is refused */
+	const int32_t ids[2] = { z, z };
+	ck_assert_int_eq(sl_model_decode(m, ka, ids), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "sequence 1"), "%s", sl_errmsg());
+	sl_kv_free(ka);
+	sl_kv_free(kb);
+	free(la);
+	free(lb);
+	free(lc);
+	sl_model_free(m);
+	golden_free(&g);
+}
+END_TEST
+
 /* --dummy weights are a pure function of the model's shapes and the seed
  * (benchmarks and stores made with --dummy rely on it): a few fp16 values
  * of the shapes of the opt-pre fixture, pinned from the generator as it
@@ -339,6 +402,7 @@ int main(int argc, char **argv)
 	tcase_add_loop_test(tc, test_greedy_matches_hf, 0, CASES);
 	tcase_add_loop_test(tc, test_batch_equals_alone, 0, CASES);
 	tcase_add_loop_test(tc, test_cached_decode_equals_recompute, 0, CASES);
+	tcase_add_loop_test(tc, test_rollback_undoes_a_step, 0, CASES);
 	tcase_add_test(tc, test_dummy_weights_pinned);
 	suite_add_tcase(s, tc);
 	return sl_test_run(s);
