@@ -10,16 +10,14 @@
  * of the block to the host and draws there, per sequence.
  */
 #include "generate.h"
+#include "block.h"
 #include "kvcache.h"
 
 #include <string.h>
 
 struct sl_generator {
-	sl_model *m;
-	sl_kv *kv;
-	int max_seq, max_len;
-	int32_t *padded, *next;
-	int *npad;
+	sl_block b;
+	int32_t *next;
 	bool *running, *was_running;
 	int stop_id; /* eos, or -1 to run every sequence to its limit */
 	float *logits; /* host (max_seq, vocab), for sampling */
@@ -30,31 +28,21 @@ int sl_generator_create(sl_model *m, int max_seq, int max_len, int max_prompt,
 			sl_generator **out)
 {
 	*out = NULL;
-	if (max_len > m->cfg.max_pos)
-		return sl_err(SL_ERANGE, "%d positions needed, the model has %d", max_len,
-			      m->cfg.max_pos);
 	sl_generator *g = calloc(1, sizeof *g);
 	if (!g)
 		return sl_err(SL_ENOMEM, "out of memory");
-	g->m = m;
-	g->max_seq = max_seq;
-	g->max_len = max_len;
+	int rc = sl_block_init(&g->b, m, max_seq, max_len, max_prompt);
+	if (rc < 0) {
+		free(g);
+		return rc;
+	}
 	g->stop_id = m->cfg.eos_id;
-	g->padded = malloc((size_t)max_seq * max_len * sizeof(int32_t));
 	g->next = malloc((size_t)max_seq * sizeof(int32_t));
-	g->npad = malloc((size_t)max_seq * sizeof(int));
 	g->running = malloc((size_t)max_seq * sizeof(bool));
 	g->was_running = malloc((size_t)max_seq * sizeof(bool));
-	int rc = 0;
-	if (!g->padded || !g->next || !g->npad || !g->running || !g->was_running)
-		rc = sl_err(SL_ENOMEM, "out of memory");
-	if (!rc)
-		rc = sl_kv_make(&m->kv_env, max_seq, max_prompt, max_len, &g->kv);
-	if (!rc)
-		rc = sl_model_reserve(m, max_seq, max_seq * max_len);
-	if (rc) {
+	if (!g->next || !g->running || !g->was_running) {
 		sl_generator_free(g);
-		return rc;
+		return sl_err(SL_ENOMEM, "out of memory");
 	}
 	*out = g;
 	return 0;
@@ -64,10 +52,8 @@ void sl_generator_free(sl_generator *g)
 {
 	if (!g)
 		return;
-	sl_kv_free(g->kv);
-	free(g->padded);
+	sl_block_release(&g->b);
 	free(g->next);
-	free(g->npad);
 	free(g->running);
 	free(g->was_running);
 	free(g->logits);
@@ -84,17 +70,18 @@ void sl_generator_ignore_eos(sl_generator *g)
  * are not finite (the argmax and the sampler give -1) fail the block. */
 static int choose(sl_generator *g, sl_seq *seqs, int nseq, const sl_sampling *sp)
 {
-	const int v = g->m->cfg.vocab;
+	sl_model *m = g->b.m;
+	const int v = m->cfg.vocab;
 	if (!sp || sp->temperature <= 0.0f) {
-		SL_TRY(sl_model_argmax(g->m, nseq, g->next));
+		SL_TRY(sl_model_argmax(m, nseq, g->next));
 	} else {
 		if (!g->logits) {
-			g->logits = malloc(sizeof(float) * (size_t)g->max_seq * v);
+			g->logits = malloc(sizeof(float) * (size_t)g->b.max_seq * v);
 			if (!g->logits)
 				return sl_err(SL_ENOMEM, "out of memory");
 			SL_TRY(sl_sample_ws_init(&g->ws, v));
 		}
-		SL_TRY(sl_model_logits(g->m, nseq, g->logits));
+		SL_TRY(sl_model_logits(m, nseq, g->logits));
 		for (int s = 0; s < nseq; s++)
 			if (g->running[s])
 				g->next[s] = sl_sample(g->logits + (size_t)s * v, v, sp, seqs[s].key,
@@ -132,34 +119,31 @@ static int take(sl_generator *g, sl_seq *seqs, int nseq, const sl_gen_opts *o, l
 int sl_generator_run(sl_generator *g, sl_seq *seqs, int nseq, const sl_gen_opts *opts,
 		     sl_gen_timing *timing)
 {
-	if (nseq <= 0 || nseq > g->max_seq)
-		return sl_err(SL_EINVAL, "block of %d sequences (room for %d)", nseq, g->max_seq);
+	sl_block *b = &g->b;
+	if (nseq <= 0 || nseq > b->max_seq)
+		return sl_err(SL_EINVAL, "block of %d sequences (room for %d)", nseq, b->max_seq);
 	int t = 0;
 	for (int s = 0; s < nseq; s++) {
 		if (seqs[s].prompt_len <= 0 || seqs[s].max_new <= 0)
 			return sl_err(SL_EINVAL, "sequence %d: empty prompt or no new tokens", s);
-		if (seqs[s].prompt_len + seqs[s].max_new > g->max_len ||
-		    (g->kv->h2o && seqs[s].prompt_len > g->kv->scratch_cap))
+		if (seqs[s].prompt_len + seqs[s].max_new > b->max_len ||
+		    (b->kv->h2o && seqs[s].prompt_len > b->kv->scratch_cap))
 			return sl_err(SL_ERANGE, "sequence %d: %d prompt + %d new tokens exceed %d", s,
-				      seqs[s].prompt_len, seqs[s].max_new, g->max_len);
+				      seqs[s].prompt_len, seqs[s].max_new, b->max_len);
 		t = SL_MAX(t, seqs[s].prompt_len);
 	}
 	const sl_sampling *sp = opts ? opts->sampling : NULL;
-	sl_model *m = g->m;
-	sl_kv *kv = g->kv;
+	sl_model *m = b->m;
+	sl_kv *kv = b->kv;
 	bool *running = g->running, *was_running = g->was_running;
 	for (int s = 0; s < nseq; s++) {
-		g->npad[s] = t - seqs[s].prompt_len;
-		for (int j = 0; j < t; j++)
-			g->padded[(size_t)s * t + j] =
-				j < g->npad[s] ? m->cfg.pad_id : seqs[s].prompt[j - g->npad[s]];
+		sl_block_pad(b, s, t, seqs[s].prompt, seqs[s].prompt_len);
 		seqs[s].n_out = 0;
 		seqs[s].hit_eos = seqs[s].stopped = false;
 		running[s] = true;
 	}
-	kv->nseq = nseq;
 	double t0 = sl_now();
-	SL_TRY(sl_model_prefill(m, kv, g->padded, g->npad, t, NULL));
+	SL_TRY(sl_block_prefill(b, nseq, t));
 	SL_TRY(choose(g, seqs, nseq, sp));
 	int left = take(g, seqs, nseq, opts, &timing->tokens);
 	double t1 = sl_now();

@@ -2,46 +2,34 @@
  * score.c - teacher-forced log-probabilities over the generation path.
  */
 #include "score.h"
+#include "block.h"
 #include "kvcache.h"
 
 #include <math.h>
 #include <string.h>
 
 struct sl_scorer {
-	sl_model *m;
-	sl_kv *kv;
-	int max_seq, max_len;
-	int32_t *padded, *feed;
-	int *npad;
+	sl_block b;
+	int32_t *feed;
 	float *logits;
 };
 
 int sl_scorer_create(sl_model *m, int max_seq, int max_len, int max_prompt, sl_scorer **out)
 {
 	*out = NULL;
-	if (max_len > m->cfg.max_pos)
-		return sl_err(SL_ERANGE, "%d positions needed, the model has %d", max_len,
-			      m->cfg.max_pos);
 	sl_scorer *sc = calloc(1, sizeof *sc);
 	if (!sc)
 		return sl_err(SL_ENOMEM, "out of memory");
-	sc->m = m;
-	sc->max_seq = max_seq;
-	sc->max_len = max_len;
-	sc->padded = malloc(sizeof(int32_t) * (size_t)max_seq * max_len);
-	sc->feed = malloc(sizeof(int32_t) * (size_t)max_seq);
-	sc->npad = malloc(sizeof(int) * (size_t)max_seq);
-	sc->logits = malloc(sizeof(float) * (size_t)max_seq * m->cfg.vocab);
-	int rc = 0;
-	if (!sc->padded || !sc->feed || !sc->npad || !sc->logits)
-		rc = sl_err(SL_ENOMEM, "out of memory");
-	if (!rc)
-		rc = sl_kv_make(&m->kv_env, max_seq, max_prompt, max_len, &sc->kv);
-	if (!rc)
-		rc = sl_model_reserve(m, max_seq, max_seq * max_len);
-	if (rc) {
-		sl_scorer_free(sc);
+	int rc = sl_block_init(&sc->b, m, max_seq, max_len, max_prompt);
+	if (rc < 0) {
+		free(sc);
 		return rc;
+	}
+	sc->feed = malloc(sizeof(int32_t) * (size_t)max_seq);
+	sc->logits = malloc(sizeof(float) * (size_t)max_seq * m->cfg.vocab);
+	if (!sc->feed || !sc->logits) {
+		sl_scorer_free(sc);
+		return sl_err(SL_ENOMEM, "out of memory");
 	}
 	*out = sc;
 	return 0;
@@ -51,10 +39,8 @@ void sl_scorer_free(sl_scorer *sc)
 {
 	if (!sc)
 		return;
-	sl_kv_free(sc->kv);
-	free(sc->padded);
+	sl_block_release(&sc->b);
 	free(sc->feed);
-	free(sc->npad);
 	free(sc->logits);
 	free(sc);
 }
@@ -78,26 +64,22 @@ static double log_prob(const float *x, int n, int32_t i)
 
 int sl_scorer_run(sl_scorer *sc, sl_score_seq *seqs, int nseq, volatile sig_atomic_t *interrupt)
 {
-	if (nseq <= 0 || nseq > sc->max_seq)
-		return sl_err(SL_EINVAL, "block of %d sequences (room for %d)", nseq, sc->max_seq);
-	sl_model *m = sc->m;
+	sl_block *b = &sc->b;
+	if (nseq <= 0 || nseq > b->max_seq)
+		return sl_err(SL_EINVAL, "block of %d sequences (room for %d)", nseq, b->max_seq);
+	sl_model *m = b->m;
 	const int v = m->cfg.vocab;
 	int t = 0, steps = 0;
 	for (int s = 0; s < nseq; s++) {
 		if (seqs[s].prompt_len <= 0 || seqs[s].cont_len <= 0 ||
-		    seqs[s].prompt_len + seqs[s].cont_len > sc->max_len)
+		    seqs[s].prompt_len + seqs[s].cont_len > b->max_len)
 			return sl_err(SL_EINVAL, "score: sequence %d does not fit", s);
 		t = SL_MAX(t, seqs[s].prompt_len);
 		steps = SL_MAX(steps, seqs[s].cont_len);
 	}
-	for (int s = 0; s < nseq; s++) {
-		sc->npad[s] = t - seqs[s].prompt_len;
-		for (int j = 0; j < t; j++)
-			sc->padded[(size_t)s * t + j] =
-				j < sc->npad[s] ? m->cfg.pad_id : seqs[s].prompt[j - sc->npad[s]];
-	}
-	sc->kv->nseq = nseq;
-	SL_TRY(sl_model_prefill(m, sc->kv, sc->padded, sc->npad, t, NULL));
+	for (int s = 0; s < nseq; s++)
+		sl_block_pad(b, s, t, seqs[s].prompt, seqs[s].prompt_len);
+	SL_TRY(sl_block_prefill(b, nseq, t));
 	for (int j = 0; j < steps; j++) {
 		/* logits now predict continuation token j */
 		SL_TRY(sl_model_logits(m, nseq, sc->logits));
@@ -115,10 +97,10 @@ int sl_scorer_run(sl_scorer *sc, sl_score_seq *seqs, int nseq, volatile sig_atom
 			return sl_err(SL_EINTERRUPTED, "interrupted");
 		for (int s = 0; s < nseq; s++)
 			sc->feed[s] = seqs[s].cont[SL_MIN(j, seqs[s].cont_len - 1)];
-		SL_TRY(sl_model_decode(m, sc->kv, sc->feed));
+		SL_TRY(sl_model_decode(m, b->kv, sc->feed));
 		for (int s = 0; s < nseq; s++)
 			if (j + 1 >= seqs[s].cont_len) /* finished: frozen */
-				SL_TRY(sl_kv_rollback(sc->kv, s));
+				SL_TRY(sl_kv_rollback(b->kv, s));
 	}
 	return 0;
 }
