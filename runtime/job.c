@@ -9,6 +9,10 @@
  * the whole blocks found there (checking their ids against the input) and
  * cuts anything after them.  Sampling draws are keyed by a prompt's index
  * in the input, so they do not depend on blocks either.
+ *
+ * Generation and scoring run through one block loop (job_run); what
+ * differs between them (their sequences, the run, the output line) is a
+ * job_kind, and each kind's state extends struct job.
  */
 #include "job.h"
 #include "generate.h"
@@ -256,22 +260,112 @@ static int emit_error(sl_output *out, const sl_prompt *p)
 	return emit(out, obj, &e, p);
 }
 
+/* ---- the block loop ---------------------------------------------------- */
+
+typedef struct job job;
+
+/* What a kind of job (generation, scoring) adds to the block loop. */
+typedef struct job_kind {
+	/* size for the input's lines and make the runner */
+	int (*open)(job *j);
+	/* the block's sequence k is input line p, the input's i-th */
+	void (*add)(job *j, int k, const sl_prompt *p, int i);
+	/* run the block's ns sequences; its tokens and times into j->st */
+	int (*run)(job *j, int ns);
+	/* the output line of the block's sequence k, input line p */
+	int (*emit)(job *j, int k, const sl_prompt *p);
+	void (*close)(job *j);
+} job_kind;
+
+struct job {
+	sl_model *m;
+	const sl_prompts *ps;
+	sl_output *out;
+	const sl_job_opts *o;
+	sl_job_stats *st;
+	progress prog;
+};
+
+/* Blocks in input order, this shard's, from the resume point: each one
+ * run, its lines written in input order (a bad line's error among them)
+ * and flushed to the disk; then the output committed. */
+static int job_run(job *j, const job_kind *kind)
+{
+	const sl_prompts *ps = j->ps;
+	const sl_job_opts *o = j->o;
+	sl_job_stats *st = j->st;
+	const int batch = o->batch;
+	const int start = job_start(ps, j->out, o, st, &j->prog);
+	if (start < 0)
+		return start;
+	int rc = kind->open(j);
+	const double t0 = sl_now();
+	sl_model_stats_reset(j->m);
+	int blocks_done = 0;
+	for (int b = start; !rc && b < n_blocks(ps, batch); b++) {
+		if (!mine(o, b))
+			continue;
+		if (o->interrupt && *o->interrupt) {
+			rc = sl_err(SL_EINTERRUPTED, "interrupted");
+			break;
+		}
+		const int first = b * batch, count = SL_MIN(batch, ps->n - first);
+		int ns = 0;
+		for (int i = 0; i < count; i++)
+			if (!ps->p[first + i].error)
+				kind->add(j, ns++, &ps->p[first + i], first + i);
+		st->started = true;
+		if (ns && (rc = kind->run(j, ns)) < 0)
+			break;
+		for (int i = 0, k = 0; !rc && i < count; i++) {
+			const sl_prompt *p = &ps->p[first + i];
+			if (p->error) {
+				rc = emit_error(j->out, p);
+				st->bad++;
+			} else {
+				rc = kind->emit(j, k++, p);
+			}
+		}
+		if (!rc)
+			rc = sl_output_sync(j->out);
+		j->prog.done += count;
+		j->prog.tokens = st->tokens;
+		st->done = j->prog.done;
+		progress_show(&j->prog, false);
+		test_delay();
+		if (!rc)
+			rc = test_fault(++blocks_done);
+	}
+	progress_end(&j->prog);
+	st->wall_s = sl_now() - t0;
+	sl_model_stats(j->m, st->prefill_s + st->decode_s, &st->off);
+	if (!rc)
+		rc = sl_output_commit(j->out);
+	kind->close(j);
+	return rc;
+}
+
 /* ---- generation -------------------------------------------------------- */
 
-typedef struct gen_ctx {
+typedef struct gen_job {
+	job j; /* first: the block loop's part */
 	const sl_tokenizer *tok;
-	const sl_job_opts *o;
-	progress *prog;
+	sl_generator *g;
+	sl_seq *seqs;
+	int32_t *obuf;
+	int max_out;
+	sl_gen_opts go;
+	sl_gen_timing tm;
 	/* per sequence of the block: the text so far (stop texts only) */
 	char **txt;
 	size_t *len, *cap;
 	long *stop_at;
-} gen_ctx;
+} gen_job;
 
 static bool on_token(void *vctx, int s, sl_seq *seq)
 {
-	gen_ctx *c = vctx;
-	if (!c->o->nstop)
+	gen_job *c = vctx;
+	if (!c->j.o->nstop)
 		return false;
 	const char *b;
 	size_t n;
@@ -289,10 +383,11 @@ static bool on_token(void *vctx, int s, sl_seq *seq)
 	memcpy(c->txt[s] + c->len[s], b, n);
 	c->len[s] += n;
 	c->txt[s][c->len[s]] = 0;
-	for (int k = 0; k < c->o->nstop; k++) {
-		size_t sl = strlen(c->o->stop[k]);
+	for (int k = 0; k < c->j.o->nstop; k++) {
+		const char *stop = c->j.o->stop[k];
+		size_t sl = strlen(stop);
 		size_t from = c->len[s] >= n + sl ? c->len[s] - n - sl + 1 : 0;
-		const char *hit = memmem(c->txt[s] + from, c->len[s] - from, c->o->stop[k], sl);
+		const char *hit = memmem(c->txt[s] + from, c->len[s] - from, stop, sl);
 		if (hit) {
 			c->stop_at[s] = hit - c->txt[s];
 			return true;
@@ -303,24 +398,75 @@ static bool on_token(void *vctx, int s, sl_seq *seq)
 
 static void on_step(void *vctx, long tokens)
 {
-	gen_ctx *c = vctx;
-	c->prog->tokens = tokens; /* the job's tokens so far, all blocks */
-	progress_show(c->prog, false);
+	gen_job *c = vctx;
+	c->j.prog.tokens = tokens; /* the job's tokens so far, all blocks */
+	progress_show(&c->j.prog, false);
 }
 
-static int emit_generation(sl_output *out, const sl_tokenizer *tok, const sl_prompt *p,
-			   const sl_seq *q, const gen_ctx *c, int s)
+static int gen_open(job *j)
 {
+	gen_job *c = (gen_job *)j;
+	const sl_prompts *ps = j->ps;
+	const sl_job_opts *o = j->o;
+	int max_len = 1, max_prompt = 1;
+	c->max_out = 1;
+	for (int i = 0; i < ps->n; i++) {
+		if (ps->p[i].error)
+			continue;
+		int want = ps->p[i].max_new ? ps->p[i].max_new : o->max_new;
+		max_len = SL_MAX(max_len, ps->p[i].n + want);
+		c->max_out = SL_MAX(c->max_out, want);
+		max_prompt = SL_MAX(max_prompt, ps->p[i].n);
+	}
+	const size_t batch = (size_t)o->batch;
+	c->seqs = calloc(batch, sizeof *c->seqs);
+	c->obuf = malloc(sizeof(int32_t) * batch * c->max_out);
+	c->txt = calloc(batch, sizeof *c->txt);
+	c->len = calloc(batch, sizeof *c->len);
+	c->cap = calloc(batch, sizeof *c->cap);
+	c->stop_at = calloc(batch, sizeof *c->stop_at);
+	c->go = (sl_gen_opts){ .sampling = &o->sampling, .on_token = on_token, .on_step = on_step,
+			       .ctx = c, .interrupt = o->interrupt };
+	if (!c->seqs || !c->obuf || !c->txt || !c->len || !c->cap || !c->stop_at)
+		return sl_err(SL_ENOMEM, "out of memory");
+	return sl_generator_create(j->m, SL_MIN(o->batch, ps->n), max_len, max_prompt, &c->g);
+}
+
+static void gen_add(job *j, int k, const sl_prompt *p, int i)
+{
+	gen_job *c = (gen_job *)j;
+	c->len[k] = 0;
+	c->stop_at[k] = -1;
+	c->seqs[k] = (sl_seq){ .prompt = p->ids, .prompt_len = p->n,
+			       .max_new = p->max_new ? p->max_new : j->o->max_new,
+			       .key = (uint64_t)i, .line = p->line, .id = p->id_json,
+			       .out = c->obuf + (size_t)k * c->max_out };
+}
+
+static int gen_run(job *j, int ns)
+{
+	gen_job *c = (gen_job *)j;
+	int rc = sl_generator_run(c->g, c->seqs, ns, &c->go, &c->tm);
+	j->st->tokens = c->tm.tokens;
+	j->st->prefill_s = c->tm.prefill_s;
+	j->st->decode_s = c->tm.decode_s;
+	return rc;
+}
+
+static int gen_emit(job *j, int k, const sl_prompt *p)
+{
+	gen_job *c = (gen_job *)j;
+	const sl_seq *q = &c->seqs[k];
 	sl_jerr e = { 0 };
 	json_t *obj = line_start(p, &e);
-	if (tok) {
+	if (c->tok) {
 		json_t *text = NULL;
-		if (c->stop_at[s] >= 0) {
-			text = json_text(c->txt[s], (size_t)c->stop_at[s]);
+		if (c->stop_at[k] >= 0) {
+			text = json_text(c->txt[k], (size_t)c->stop_at[k]);
 		} else {
 			char *t = NULL;
 			size_t tl = 0;
-			int rc = sl_tokenizer_decode_ex(tok, q->out, (size_t)q->n_out,
+			int rc = sl_tokenizer_decode_ex(c->tok, q->out, (size_t)q->n_out,
 							SL_TOKENIZER_SKIP_SPECIAL, &t, &tl);
 			if (rc < 0) {
 				json_decref(obj);
@@ -332,12 +478,28 @@ static int emit_generation(sl_output *out, const sl_tokenizer *tok, const sl_pro
 		sl_jset(obj, "completion", text, &e);
 	}
 	json_t *ids = json_array();
-	for (int j = 0; j < q->n_out; j++)
-		sl_jappend(ids, json_integer(q->out[j]), "output_ids", &e);
+	for (int i = 0; i < q->n_out; i++)
+		sl_jappend(ids, json_integer(q->out[i]), "output_ids", &e);
 	sl_jset(obj, "output_ids", ids, &e);
 	sl_jset(obj, "finish_reason", json_string(q->hit_eos || q->stopped ? "stop" : "length"), &e);
-	return emit(out, obj, &e, p);
+	return emit(j->out, obj, &e, p);
 }
+
+static void gen_close(job *j)
+{
+	gen_job *c = (gen_job *)j;
+	for (int i = 0; c->txt && i < j->o->batch; i++)
+		free(c->txt[i]);
+	free(c->txt);
+	free(c->len);
+	free(c->cap);
+	free(c->stop_at);
+	free(c->seqs);
+	free(c->obuf);
+	sl_generator_free(c->g);
+}
+
+static const job_kind gen_kind = { gen_open, gen_add, gen_run, gen_emit, gen_close };
 
 int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, sl_output *out,
 		    const sl_job_opts *o, sl_job_stats *st)
@@ -346,196 +508,96 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 	if (o->nstop && !tok)
 		return sl_err(SL_EUNSUPPORTED,
 			      "--stop needs the model's tokenizer (vocab.json and merges.txt)");
-	int max_len = 1, max_out = 1, max_prompt = 1;
-	for (int i = 0; i < ps->n; i++) {
-		if (ps->p[i].error)
-			continue;
-		int want = ps->p[i].max_new ? ps->p[i].max_new : o->max_new;
-		max_len = SL_MAX(max_len, ps->p[i].n + want);
-		max_out = SL_MAX(max_out, want);
-		max_prompt = SL_MAX(max_prompt, ps->p[i].n);
-	}
-	const int batch = o->batch;
-	progress prog;
-	const int start = job_start(ps, out, o, st, &prog);
-	if (start < 0)
-		return start;
-	sl_generator *g = NULL;
-	sl_seq *seqs = calloc((size_t)batch, sizeof *seqs);
-	int32_t *obuf = malloc(sizeof(int32_t) * (size_t)batch * max_out);
-	gen_ctx c = { .tok = tok, .o = o, .prog = &prog };
-	c.txt = calloc((size_t)batch, sizeof *c.txt);
-	c.len = calloc((size_t)batch, sizeof *c.len);
-	c.cap = calloc((size_t)batch, sizeof *c.cap);
-	c.stop_at = calloc((size_t)batch, sizeof *c.stop_at);
-	int rc = 0;
-	if (!seqs || !obuf || !c.txt || !c.len || !c.cap || !c.stop_at)
-		rc = sl_err(SL_ENOMEM, "out of memory");
-	if (!rc)
-		rc = sl_generator_create(m, SL_MIN(batch, ps->n), max_len, max_prompt, &g);
-	sl_gen_opts go = { .sampling = &o->sampling, .on_token = on_token, .on_step = on_step,
-			   .ctx = &c, .interrupt = o->interrupt };
-	sl_gen_timing tm = { 0 };
-	const double t0 = sl_now();
-	sl_model_stats_reset(m);
-	int blocks_done = 0;
-	for (int b = start; !rc && b < n_blocks(ps, batch); b++) {
-		if (!mine(o, b))
-			continue;
-		if (o->interrupt && *o->interrupt) {
-			rc = sl_err(SL_EINTERRUPTED, "interrupted");
-			break;
-		}
-		const int first = b * batch, count = SL_MIN(batch, ps->n - first);
-		int ns = 0;
-		for (int i = 0; i < count; i++) {
-			const sl_prompt *p = &ps->p[first + i];
-			if (p->error)
-				continue;
-			c.len[ns] = 0;
-			c.stop_at[ns] = -1;
-			seqs[ns] = (sl_seq){ .prompt = p->ids, .prompt_len = p->n,
-					     .max_new = p->max_new ? p->max_new : o->max_new,
-					     .key = (uint64_t)(first + i), .line = p->line, .id = p->id_json,
-					     .out = obuf + (size_t)ns * max_out };
-			ns++;
-		}
-		st->started = true;
-		if (ns && (rc = sl_generator_run(g, seqs, ns, &go, &tm)) < 0)
-			break;
-		for (int i = 0, k = 0; !rc && i < count; i++) {
-			const sl_prompt *p = &ps->p[first + i];
-			if (p->error) {
-				rc = emit_error(out, p);
-				st->bad++;
-			} else {
-				rc = emit_generation(out, tok, p, &seqs[k], &c, k);
-				k++;
-			}
-		}
-		if (!rc)
-			rc = sl_output_sync(out);
-		prog.done += count;
-		st->done = prog.done;
-		progress_show(&prog, false);
-		test_delay();
-		if (!rc)
-			rc = test_fault(++blocks_done);
-	}
-	progress_end(&prog);
-	st->tokens = tm.tokens;
-	st->prefill_s = tm.prefill_s;
-	st->decode_s = tm.decode_s;
-	st->wall_s = sl_now() - t0;
-	sl_model_stats(m, st->prefill_s + st->decode_s, &st->off);
-	if (!rc)
-		rc = sl_output_commit(out);
-	for (int i = 0; c.txt && i < batch; i++)
-		free(c.txt[i]);
-	free(c.txt);
-	free(c.len);
-	free(c.cap);
-	free(c.stop_at);
-	free(seqs);
-	free(obuf);
-	sl_generator_free(g);
-	return rc;
+	gen_job c = { .j = { .m = m, .ps = ps, .out = out, .o = o, .st = st }, .tok = tok };
+	return job_run(&c.j, &gen_kind);
 }
 
 /* ---- scoring ----------------------------------------------------------- */
+
+typedef struct score_job {
+	job j; /* first: the block loop's part */
+	sl_scorer *sc;
+	sl_score_seq *seqs;
+	double *lp;
+	int max_cont;
+} score_job;
+
+static int score_open(job *j)
+{
+	score_job *c = (score_job *)j;
+	const sl_prompts *ps = j->ps;
+	int max_len = 1, max_prompt = 1;
+	c->max_cont = 1;
+	for (int i = 0; i < ps->n; i++) {
+		if (ps->p[i].error)
+			continue;
+		max_len = SL_MAX(max_len, ps->p[i].n + ps->p[i].ncont);
+		c->max_cont = SL_MAX(c->max_cont, ps->p[i].ncont);
+		max_prompt = SL_MAX(max_prompt, ps->p[i].n);
+	}
+	const int batch = j->o->batch;
+	c->seqs = calloc((size_t)batch, sizeof *c->seqs);
+	c->lp = malloc(sizeof(double) * (size_t)batch * c->max_cont);
+	if (!c->seqs || !c->lp)
+		return sl_err(SL_ENOMEM, "out of memory");
+	return sl_scorer_create(j->m, SL_MIN(batch, ps->n), max_len, max_prompt, &c->sc);
+}
+
+static void score_add(job *j, int k, const sl_prompt *p, int i)
+{
+	(void)i;
+	score_job *c = (score_job *)j;
+	c->seqs[k] = (sl_score_seq){ .prompt = p->ids, .prompt_len = p->n, .cont = p->cont,
+				     .cont_len = p->ncont, .line = p->line, .id = p->id_json,
+				     .logprobs = c->lp + (size_t)k * c->max_cont };
+}
+
+static int score_run(job *j, int ns)
+{
+	score_job *c = (score_job *)j;
+	const double t0 = sl_now();
+	SL_TRY(sl_scorer_run(c->sc, c->seqs, ns, j->o->interrupt));
+	j->st->decode_s += sl_now() - t0;
+	return 0;
+}
+
+static int score_emit(job *j, int k, const sl_prompt *p)
+{
+	score_job *c = (score_job *)j;
+	const sl_score_seq *q = &c->seqs[k];
+	sl_jerr e = { 0 };
+	json_t *obj = line_start(p, &e), *arr = json_array();
+	double sum = 0;
+	for (int i = 0; i < q->cont_len; i++) {
+		sl_jappend_real(arr, q->logprobs[i], "logprobs", &e);
+		sum += q->logprobs[i];
+	}
+	sl_jset(obj, "logprobs", arr, &e);
+	sl_jset_real(obj, "sum_logprob", sum, &e);
+	/* beyond the largest double (mean log-probability below -709.78):
+	 * null, as JSON has no infinity */
+	const double ppl = exp(-sum / q->cont_len);
+	sl_jset(obj, "perplexity", isfinite(ppl) ? json_real(ppl) : json_null(), &e);
+	j->st->tokens += q->cont_len;
+	return emit(j->out, obj, &e, p);
+}
+
+static void score_close(job *j)
+{
+	score_job *c = (score_job *)j;
+	free(c->seqs);
+	free(c->lp);
+	sl_scorer_free(c->sc);
+}
+
+static const job_kind score_kind = { score_open, score_add, score_run, score_emit, score_close };
 
 int sl_job_score(sl_model *m, const sl_prompts *ps, sl_output *out, const sl_job_opts *o,
 		 sl_job_stats *st)
 {
 	memset(st, 0, sizeof *st);
-	int max_len = 1, max_cont = 1, max_prompt = 1;
-	for (int i = 0; i < ps->n; i++) {
-		if (ps->p[i].error)
-			continue;
-		max_len = SL_MAX(max_len, ps->p[i].n + ps->p[i].ncont);
-		max_cont = SL_MAX(max_cont, ps->p[i].ncont);
-		max_prompt = SL_MAX(max_prompt, ps->p[i].n);
-	}
-	const int batch = o->batch;
-	progress prog;
-	const int start = job_start(ps, out, o, st, &prog);
-	if (start < 0)
-		return start;
-	sl_scorer *sc = NULL;
-	sl_score_seq *seqs = calloc((size_t)batch, sizeof *seqs);
-	double *lp = malloc(sizeof(double) * (size_t)batch * max_cont);
-	int rc = (!seqs || !lp) ? sl_err(SL_ENOMEM, "out of memory") : 0;
-	if (!rc)
-		rc = sl_scorer_create(m, SL_MIN(batch, ps->n), max_len, max_prompt, &sc);
-	const double t0 = sl_now();
-	sl_model_stats_reset(m);
-	int blocks_done = 0;
-	for (int b = start; !rc && b < n_blocks(ps, batch); b++) {
-		if (!mine(o, b))
-			continue;
-		if (o->interrupt && *o->interrupt) {
-			rc = sl_err(SL_EINTERRUPTED, "interrupted");
-			break;
-		}
-		const int first = b * batch, count = SL_MIN(batch, ps->n - first);
-		int ns = 0;
-		for (int i = 0; i < count; i++) {
-			const sl_prompt *p = &ps->p[first + i];
-			if (p->error)
-				continue;
-			seqs[ns] = (sl_score_seq){ .prompt = p->ids, .prompt_len = p->n, .cont = p->cont,
-						   .cont_len = p->ncont, .line = p->line, .id = p->id_json,
-						   .logprobs = lp + (size_t)ns * max_cont };
-			ns++;
-		}
-		double tb = sl_now();
-		st->started = true;
-		if (ns && (rc = sl_scorer_run(sc, seqs, ns, o->interrupt)) < 0)
-			break;
-		st->decode_s += sl_now() - tb;
-		for (int i = 0, k = 0; !rc && i < count; i++) {
-			const sl_prompt *p = &ps->p[first + i];
-			if (p->error) {
-				rc = emit_error(out, p);
-				st->bad++;
-				continue;
-			}
-			sl_jerr e = { 0 };
-			json_t *obj = line_start(p, &e), *arr = json_array();
-			double sum = 0;
-			for (int j = 0; j < seqs[k].cont_len; j++) {
-				sl_jappend_real(arr, seqs[k].logprobs[j], "logprobs", &e);
-				sum += seqs[k].logprobs[j];
-			}
-			sl_jset(obj, "logprobs", arr, &e);
-			sl_jset_real(obj, "sum_logprob", sum, &e);
-			/* beyond the largest double (mean log-probability below
-			 * -709.78): null, as JSON has no infinity */
-			const double ppl = exp(-sum / seqs[k].cont_len);
-			sl_jset(obj, "perplexity", isfinite(ppl) ? json_real(ppl) : json_null(), &e);
-			st->tokens += seqs[k].cont_len;
-			rc = emit(out, obj, &e, p);
-			k++;
-		}
-		if (!rc)
-			rc = sl_output_sync(out);
-		prog.done += count;
-		prog.tokens = st->tokens;
-		st->done = prog.done;
-		progress_show(&prog, false);
-		test_delay();
-		if (!rc)
-			rc = test_fault(++blocks_done);
-	}
-	progress_end(&prog);
-	st->wall_s = sl_now() - t0;
-	sl_model_stats(m, st->prefill_s + st->decode_s, &st->off);
-	if (!rc)
-		rc = sl_output_commit(out);
-	free(seqs);
-	free(lp);
-	sl_scorer_free(sc);
-	return rc;
+	score_job c = { .j = { .m = m, .ps = ps, .out = out, .o = o, .st = st } };
+	return job_run(&c.j, &score_kind);
 }
 
 static char *stats_tmp(const char *path)

@@ -396,6 +396,36 @@ rm -f "$tmp/full"/*
 SLUICE_TEST_FAIL_AFTER_BLOCKS=1 expect_exit "an internal error while the job runs" 1 \
 	"2 of 10 prompts are in $tmp/x3.jsonl.partial" -- "${ex[@]}" --batch-size 2 --out "$tmp/x3.jsonl"
 if [ ! -e "$tmp/x3.jsonl" ] && [ "$(lines "$tmp/x3.jsonl.partial")" -eq 2 ]; then ok; else bad "a failed job's partial output"; fi
+# scoring runs the same block loop: a bad line recorded in its place, a
+# failed run's whole blocks resumed, shards merged, each equal to one
+# uninterrupted run
+python3 - "$tmp/sjob.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(5)
+with open(sys.argv[1], "w") as f:
+    for i in range(7):
+        c = [r.randint(3, 511) for _ in range(r.randint(1, 5))]
+        p = [r.randint(3, 511) for _ in range(r.randint(1, 9))]
+        f.write(json.dumps({"id": "s%d" % i, "input_ids": p, "continuation_ids": c}) + "\n")
+    f.write('{"id": "bad", "input_ids": [99999], "continuation_ids": [3]}\n')
+PY
+sc=(score --backend cpu --quiet --model "$fx/opt-pre" --input "$tmp/sjob.jsonl" --skip-bad-lines --batch-size 3)
+"$sluice" "${sc[@]}" --out "$tmp/sref.jsonl" || bad "score job with a bad line failed"
+if python3 - "$tmp/sref.jsonl" <<'PY'; then ok; else bad "score job output with a bad line"; fi
+import json, sys
+out = [json.loads(l) for l in open(sys.argv[1])]
+assert [o["id"] for o in out] == ["s%d" % i for i in range(7)] + ["bad"], [o["id"] for o in out]
+assert all("logprobs" in o for o in out[:7]) and "outside the vocabulary" in out[7]["error"]
+PY
+SLUICE_TEST_FAIL_AFTER_BLOCKS=1 expect_exit "a failed score job" 1 \
+	"3 of 8 prompts are in $tmp/sk.jsonl.partial" -- "${sc[@]}" --out "$tmp/sk.jsonl"
+if "$sluice" "${sc[@]}" --out "$tmp/sk.jsonl" --resume && cmp -s "$tmp/sk.jsonl" "$tmp/sref.jsonl"; then ok; else
+	bad "a failed score job resumed differs from an uninterrupted run"; fi
+for k in 0 1; do
+	"$sluice" "${sc[@]}" --shard "$k/2" --out "$tmp/ssh.$k.jsonl" || bad "score shard $k failed"
+done
+if python3 "$(dirname "$0")/../tools/merge_shards.py" --batch-size 3 --input "$tmp/sjob.jsonl" "$tmp"/ssh.{0,1}.jsonl >"$tmp/smerged.jsonl" &&
+	cmp -s "$tmp/smerged.jsonl" "$tmp/sref.jsonl"; then ok; else bad "merged score shards differ from the whole job"; fi
 
 # ---- every output path is checked before compute: nothing runs, nothing is left
 expect_fail "statistics into a missing folder" "$tmp/nodir/s.json: cannot write the statistics" "$tmp/x4.jsonl" -- \
