@@ -16,13 +16,24 @@ bool sl_backend_cuda_built(void)
 	return SL_HAVE_CUDA != 0;
 }
 
+#if SL_HAVE_CUDA
+/* The CUDA backend keeps the thread count for the CPU work beside it. */
+static int cuda_create(int nthreads, sl_backend **out)
+{
+	int rc = sl_cuda_backend_create(out);
+	if (rc == 0)
+		(*out)->nthreads = nthreads;
+	return rc;
+}
+#endif
+
 int sl_backend_create(const char *name, int nthreads, sl_backend **out)
 {
 	*out = NULL;
 	if (!name || !strcmp(name, "auto")) {
 #if SL_HAVE_CUDA
 		if (sl_cuda_usable())
-			return sl_cuda_backend_create(out);
+			return cuda_create(nthreads, out);
 #endif
 		return sl_cpu_backend_create(nthreads, out);
 	}
@@ -30,7 +41,7 @@ int sl_backend_create(const char *name, int nthreads, sl_backend **out)
 		return sl_cpu_backend_create(nthreads, out);
 	if (!strcmp(name, "cuda")) {
 #if SL_HAVE_CUDA
-		return sl_cuda_backend_create(out);
+		return cuda_create(nthreads, out);
 #else
 		return sl_err(SL_EUNSUPPORTED,
 			      "backend 'cuda': this build has no CUDA support (rebuild with nvcc on PATH, meson -Dcuda=enabled)");

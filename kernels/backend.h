@@ -214,6 +214,11 @@ struct sl_backend {
 	/* GEMM time and work, kept by backends whose ops run synchronously (the
 	 * CPU backend); zero elsewhere, where callers time with wall clocks */
 	double gemm_seconds, gemm_flop;
+	/* CPU threads, as sl_backend_create was asked (--threads): the CPU
+	 * backend's op threads (0 became the core count); for a device
+	 * backend, those of any CPU work beside it (cpu_cache_compute's
+	 * attention), 0 meaning all cores */
+	int nthreads;
 };
 
 /* ---- registry ---------------------------------------------------------- */

@@ -91,7 +91,8 @@ static int tiers_create(sl_kv *kv, int nhost)
 	C->hv = (float *)(q + 2 * rows);
 	C->ho = (float *)(q + 3 * rows);
 	C->hevicted = (float *)(q + 4 * rows);
-	SL_TRY(sl_backend_create("cpu", 0, &C->be));
+	/* with the device backend's threads (--threads) */
+	SL_TRY(sl_backend_create("cpu", E->be->nthreads, &C->be));
 	return C->be->ops->queue_create(C->be, &C->q);
 }
 
@@ -712,6 +713,11 @@ int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 	if (ev)
 		SL_TRY(o->copy_h2d(be, kv->env.q, ev, C->hevicted, (size_t)n * nh * 4));
 	return 0;
+}
+
+const sl_backend *sl_kv_host_backend(const sl_kv *kv)
+{
+	return kv->ccc ? kv->ccc->be : NULL;
 }
 
 int sl_kv_pass_end(sl_kv *kv)

@@ -146,6 +146,10 @@ int sl_kv_step_end(sl_kv *kv, int l, int s0, int g, bool prefill, const int *npa
 int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 			 const sl_attn_args *a);
 
+/* The CPU backend that runs sl_kv_host_attention (created with the
+ * model's backend's nthreads, --threads); NULL where the cache has none. */
+const sl_backend *sl_kv_host_backend(const sl_kv *kv);
+
 /* After a forward pass: every write-back of it complete. */
 int sl_kv_pass_end(sl_kv *kv);
 

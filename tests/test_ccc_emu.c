@@ -17,6 +17,7 @@
  */
 #include "backend.h"
 #include "generate.h"
+#include "kvcache.h"
 #include "model.h"
 #include "score.h"
 
@@ -203,6 +204,38 @@ START_TEST(test_h2o_score)
 }
 END_TEST
 
+/* --threads reaches cpu_cache_compute: the CPU backend beside the device
+ * that runs the host tier's decode attention has the threads the device's
+ * backend was created with (1 and 3: at least one of them is not this
+ * machine's core count, a CPU backend's default). */
+START_TEST(test_host_attention_threads)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	for (int threads = 1; threads <= 3; threads += 2) {
+		sl_backend *be = NULL;
+		ck_assert_msg(sl_backend_create("cuda", threads, &be) == 0, "%s", sl_errmsg());
+		sl_plan_params pp = sl_plan_defaults();
+		pp.cache_gpu = 0;
+		pp.cache_cpu = 100;
+		pp.cpu_cache_compute = true;
+		const sl_model_params mp = { .dir = dir, .plan = &pp };
+		sl_model *m = NULL;
+		ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
+		sl_kv *kv = NULL;
+		ck_assert_msg(sl_kv_create(&m->kv_env, 2, 16, &kv) == 0, "%s", sl_errmsg());
+		const sl_backend *hb = sl_kv_host_backend(kv);
+		ck_assert_ptr_nonnull(hb);
+		ck_assert_msg(hb->nthreads == threads,
+			      "the host attention's CPU backend has %d threads, --threads was %d",
+			      hb->nthreads, threads);
+		sl_kv_free(kv);
+		sl_model_free(m);
+		sl_backend_free(be);
+	}
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -214,6 +247,7 @@ int main(int argc, char **argv)
 	TCase *tc = tcase_create("cpu_cache_compute");
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, test_host_attention, 0, 2); /* dense, H2O */
+	tcase_add_test(tc, test_host_attention_threads);
 	suite_add_tcase(s, tc);
 	TCase *th = tcase_create("h2o_score");
 	tcase_set_timeout(th, 600);

@@ -569,6 +569,7 @@ int sl_cpu_backend_create(int nthreads, sl_backend **out)
 	pthread_cond_init(&c->qdone, NULL);
 	b->ops = &cpu_ops;
 	b->ctx = c;
+	b->nthreads = c->nthreads;
 	rc = queue_new(b, &c->defq);
 	if (rc < 0) {
 		cpu_free(b);
