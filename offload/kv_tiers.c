@@ -138,19 +138,19 @@ void sl_kvt_free(sl_kv_tiers *T)
 		free(st->wticket);
 		free(st->offs);
 		if (st->wb_ev)
-			be->ops->event_free(be, st->wb_ev);
+			sl_event_free(be, st->wb_ev);
 		if (st->done_ev)
-			be->ops->event_free(be, st->done_ev);
+			sl_event_free(be, st->done_ev);
 		if (st->ready_ev)
-			be->ops->event_free(be, st->ready_ev);
+			sl_event_free(be, st->ready_ev);
 		if (st->buf)
 			sl_dev_free(be, st->buf, T->stage_bytes);
 		if (st->bounce)
 			sl_host_free(be, st->bounce, T->seg_bytes);
 	}
 	if (T->cq) {
-		be->ops->queue_sync(be, T->cq);
-		be->ops->queue_free(be, T->cq);
+		sl_queue_sync(be, T->cq);
+		sl_queue_free(be, T->cq);
 	}
 	sl_disk_close(T->disk);
 	sl_host_free(be, T->work, T->p.work_bytes);
@@ -195,9 +195,9 @@ static int stage_create(sl_kv_tiers *T, sl_kvt_stage *st, int maxdisk, int max_r
 		st->bounce = NULL;
 		return rc;
 	}
-	SL_TRY(o->event_create(be, &st->done_ev));
-	SL_TRY(o->event_create(be, &st->ready_ev));
-	SL_TRY(o->event_create(be, &st->wb_ev));
+	SL_TRY(sl_event_create(be, &st->done_ev));
+	SL_TRY(sl_event_create(be, &st->ready_ev));
+	SL_TRY(sl_event_create(be, &st->wb_ev));
 	/* a decode step writes ranges per sequence and block (K and V), plus
 	 * the state blocks: sized here, not per step */
 	st->nrmax = 2 * maxdisk * max_ranges + 2;
@@ -237,7 +237,7 @@ int sl_kvt_create(const sl_kvt_params *p, sl_kv_tiers **out)
 	T->seg_bytes = align_page((size_t)n.maxdisk * ub);
 	if (n.maxdisk > 0 && (rc = open_store(T)) < 0)
 		goto fail;
-	if ((rc = o->queue_create(be, &T->cq)) < 0)
+	if ((rc = sl_queue_create(be, &T->cq)) < 0)
 		goto fail;
 	T->stage_disk_off = align_page((size_t)n.maxhost * ub);
 	T->stage_bytes = T->stage_disk_off + T->seg_bytes;
@@ -271,10 +271,10 @@ int sl_kvt_copy(sl_kv_tiers *T, bool h2d, void *dst, const void *src, size_t n)
 	sl_backend *be = T->p.be;
 	if (h2d) {
 		T->p.stats->h2d_bytes += n;
-		return be->ops->copy_h2d(be, T->cq, dst, src, n);
+		return sl_copy_h2d(be, T->cq, dst, src, n);
 	}
 	T->p.stats->d2h_bytes += n;
-	return be->ops->copy_d2h(be, T->cq, dst, src, n);
+	return sl_copy_d2h(be, T->cq, dst, src, n);
 }
 
 int sl_kvt_copy_rows(sl_kv_tiers *T, bool h2d, void *dst, const void *src, size_t slot_bytes,
@@ -325,9 +325,9 @@ int sl_kvt_load_disk(sl_kv_tiers *T, sl_kvt_stage *st, int l, int mb, int ndisk)
 	const sl_backend_ops *o = be->ops;
 	void *dst = st->buf + T->stage_disk_off;
 	if (o->dev_is_host) { /* the disk writes into device memory */
-		SL_TRY(o->event_sync(be, st->done_ev));
+		SL_TRY(sl_event_sync(be, st->done_ev));
 	} else { /* the bounce's last copy to the device done (its writes are) */
-		SL_TRY(o->event_sync(be, st->ready_ev));
+		SL_TRY(sl_event_sync(be, st->ready_ev));
 		dst = st->bounce;
 	}
 	/* the micro-batch's part of the segment (what its prefill wrote) */
@@ -350,13 +350,13 @@ int sl_kvt_ready(sl_kv_tiers *T, sl_kvt_stage *st, sl_queue *q)
 		st->read_pending = false;
 		SL_TRY(rc);
 		if (!o->dev_is_host) {
-			SL_TRY(o->copy_h2d(be, T->cq, st->buf + T->stage_disk_off, st->bounce,
+			SL_TRY(sl_copy_h2d(be, T->cq, st->buf + T->stage_disk_off, st->bounce,
 					   st->read_bytes));
 			T->p.stats->h2d_bytes += st->read_bytes;
 		}
 	}
-	SL_TRY(o->event_record(be, st->ready_ev, T->cq));
-	return o->queue_wait(be, q, st->ready_ev);
+	SL_TRY(sl_event_record(be, st->ready_ev, T->cq));
+	return sl_queue_wait(be, q, st->ready_ev);
 }
 
 int sl_kvt_disk_pages(sl_kv_tiers *T, sl_kvt_stage *st, int cnt)
@@ -399,13 +399,13 @@ int sl_kvt_disk_pages(sl_kv_tiers *T, sl_kvt_stage *st, int cnt)
 	if (o->dev_is_host) /* the disk writes read the stage after done_ev */
 		return 0;
 	const char *base = st->buf + T->stage_disk_off;
-	SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
+	SL_TRY(sl_queue_wait(be, T->cq, st->done_ev));
 	for (int r = 0; r < nr; r++) {
-		SL_TRY(o->copy_d2h(be, T->cq, (char *)st->bounce + st->offs[r], base + st->offs[r],
+		SL_TRY(sl_copy_d2h(be, T->cq, (char *)st->bounce + st->offs[r], base + st->offs[r],
 				   st->lens[r]));
 		T->p.stats->d2h_bytes += st->lens[r];
 	}
-	return o->event_record(be, st->wb_ev, T->cq);
+	return sl_event_record(be, st->wb_ev, T->cq);
 }
 
 int sl_kvt_flush_disk(sl_kv_tiers *T, sl_kvt_stage *st)
@@ -413,7 +413,7 @@ int sl_kvt_flush_disk(sl_kv_tiers *T, sl_kvt_stage *st)
 	sl_backend *be = T->p.be;
 	const sl_backend_ops *o = be->ops;
 	st->pend = SL_KVT_PEND_NONE;
-	SL_TRY(o->event_sync(be, o->dev_is_host ? st->done_ev : st->wb_ev));
+	SL_TRY(sl_event_sync(be, o->dev_is_host ? st->done_ev : st->wb_ev));
 	const char *src = o->dev_is_host ? st->buf + T->stage_disk_off : (const char *)st->bounce;
 	for (int r = 0; r < st->nr; r++) {
 		uint64_t tk;
@@ -435,7 +435,7 @@ int sl_kvt_pass_end(sl_kv_tiers *T)
 			rc = w;
 		T->st[i].l = -1; /* the next pass loads afresh */
 	}
-	int r = T->p.be->ops->queue_sync(T->p.be, T->cq);
+	int r = sl_queue_sync(T->p.be, T->cq);
 	if (T->disk) {
 		sl_disk_stats d;
 		sl_disk_get_stats(T->disk, &d);

@@ -41,15 +41,14 @@ int sl_rstage_create(sl_backend *b, size_t row_bytes, bool overlap, sl_rstage **
 	rs->row_bytes = row_bytes;
 	rs->overlap = overlap;
 	rs->tag[0] = rs->tag[1] = -1;
-	const sl_backend_ops *o = b->ops;
 	int rc = 0;
 	for (int i = 0; i < 2 && rc == 0; i++) {
-		rc = o->event_create(b, &rs->ready[i]);
+		rc = sl_event_create(b, &rs->ready[i]);
 		if (rc == 0)
-			rc = o->event_create(b, &rs->done[i]);
+			rc = sl_event_create(b, &rs->done[i]);
 	}
 	if (rc == 0)
-		rc = o->queue_create(b, &rs->cq);
+		rc = sl_queue_create(b, &rs->cq);
 	if (rc < 0) {
 		sl_rstage_free(rs);
 		return rc;
@@ -63,15 +62,14 @@ void sl_rstage_free(sl_rstage *rs)
 	if (!rs)
 		return;
 	sl_rstage_release(rs);
-	const sl_backend_ops *o = rs->b->ops;
 	for (int i = 0; i < 2; i++) {
 		if (rs->ready[i])
-			o->event_free(rs->b, rs->ready[i]);
+			sl_event_free(rs->b, rs->ready[i]);
 		if (rs->done[i])
-			o->event_free(rs->b, rs->done[i]);
+			sl_event_free(rs->b, rs->done[i]);
 	}
 	if (rs->cq)
-		o->queue_free(rs->b, rs->cq);
+		sl_queue_free(rs->b, rs->cq);
 	free(rs);
 }
 
@@ -105,7 +103,7 @@ void sl_rstage_release(sl_rstage *rs)
 	if (!rs || !rs->host)
 		return;
 	/* no store still reading a buffer or writing the host rows */
-	rs->b->ops->queue_sync(rs->b, rs->cq);
+	sl_queue_sync(rs->b, rs->cq);
 	sl_host_free(rs->b, rs->host, rs->host_bytes);
 	rs->host = NULL;
 	rs->host_bytes = 0;
@@ -134,13 +132,12 @@ static int check_rows(const sl_rstage *rs, long r0, size_t n)
  * queue's order puts it after the store of the buffer's last rows. */
 static int load(sl_rstage *rs, int i, long r0, size_t n)
 {
-	const sl_backend_ops *o = rs->b->ops;
 	const size_t bytes = n * rs->row_bytes;
-	SL_TRY(o->queue_wait(rs->b, rs->cq, rs->done[i]));
-	SL_TRY(o->copy_h2d(rs->b, rs->cq, rs->buf[i], rs->host + (size_t)r0 * rs->row_bytes, bytes));
+	SL_TRY(sl_queue_wait(rs->b, rs->cq, rs->done[i]));
+	SL_TRY(sl_copy_h2d(rs->b, rs->cq, rs->buf[i], rs->host + (size_t)r0 * rs->row_bytes, bytes));
 	rs->tag[i] = r0;
 	rs->stats.h2d_bytes += bytes;
-	return o->event_record(rs->b, rs->ready[i], rs->cq);
+	return sl_event_record(rs->b, rs->ready[i], rs->cq);
 }
 
 int sl_rstage_begin(sl_rstage *rs, sl_queue *q, long r0, size_t n, long next_r0, size_t next_n,
@@ -158,22 +155,21 @@ int sl_rstage_begin(sl_rstage *rs, sl_queue *q, long r0, size_t n, long next_r0,
 		SL_TRY(check_rows(rs, next_r0, next_n));
 		SL_TRY(load(rs, i ^ 1, next_r0, next_n));
 	}
-	SL_TRY(rs->b->ops->queue_wait(rs->b, q, rs->ready[i]));
+	SL_TRY(sl_queue_wait(rs->b, q, rs->ready[i]));
 	*dev = rs->buf[i];
 	return 0;
 }
 
 int sl_rstage_end(sl_rstage *rs, sl_queue *q, long r0, size_t n, long next_r0)
 {
-	const sl_backend_ops *o = rs->b->ops;
 	SL_TRY(check_rows(rs, r0, n));
 	const int i = rs->cur;
-	SL_TRY(o->event_record(rs->b, rs->done[i], q));
+	SL_TRY(sl_event_record(rs->b, rs->done[i], q));
 	if (next_r0 == r0)
 		return 0;
 	const size_t bytes = n * rs->row_bytes;
-	SL_TRY(o->queue_wait(rs->b, rs->cq, rs->done[i]));
-	SL_TRY(o->copy_d2h(rs->b, rs->cq, rs->host + (size_t)r0 * rs->row_bytes, rs->buf[i], bytes));
+	SL_TRY(sl_queue_wait(rs->b, rs->cq, rs->done[i]));
+	SL_TRY(sl_copy_d2h(rs->b, rs->cq, rs->host + (size_t)r0 * rs->row_bytes, rs->buf[i], bytes));
 	rs->stats.d2h_bytes += bytes;
 	rs->tag[i] = -1;
 	return 0;
@@ -198,8 +194,8 @@ int sl_rstage_put(sl_rstage *rs, sl_queue *q, long r0, size_t n)
 {
 	SL_TRY(check_rows(rs, r0, n));
 	const size_t bytes = n * rs->row_bytes;
-	SL_TRY(rs->b->ops->copy_d2h(rs->b, q, rs->host + (size_t)r0 * rs->row_bytes, rs->buf[0],
-				    bytes));
+	SL_TRY(sl_copy_d2h(rs->b, q, rs->host + (size_t)r0 * rs->row_bytes, rs->buf[0],
+			   bytes));
 	rs->stats.d2h_bytes += bytes;
 	return 0;
 }
@@ -212,14 +208,13 @@ int sl_rstage_restart(sl_rstage *rs, sl_queue *q)
 	/* the first loads (on the copy queue, after done) read rows q wrote,
 	 * into buffers q used */
 	for (int i = 0; i < 2; i++)
-		SL_TRY(rs->b->ops->event_record(rs->b, rs->done[i], q));
+		SL_TRY(sl_event_record(rs->b, rs->done[i], q));
 	return 0;
 }
 
 int sl_rstage_gather(sl_rstage *rs, sl_queue *q, long first, size_t count, size_t stride,
 		     void **dev)
 {
-	const sl_backend_ops *o = rs->b->ops;
 	const size_t rb = rs->row_bytes;
 	if (count == 0)
 		return sl_err(SL_EINVAL, "row staging: a gather of no rows");
@@ -230,10 +225,10 @@ int sl_rstage_gather(sl_rstage *rs, sl_queue *q, long first, size_t count, size_
 			      rs->buf_rows);
 	const char *src = rs->host + (size_t)first * rb;
 	if (stride == 1) {
-		SL_TRY(o->copy_h2d(rs->b, q, rs->buf[0], src, count * rb));
+		SL_TRY(sl_copy_h2d(rs->b, q, rs->buf[0], src, count * rb));
 	} else {
 		for (size_t i = 0; i < count; i++)
-			SL_TRY(o->copy_h2d(rs->b, q, rs->buf[0] + i * rb, src + i * stride * rb, rb));
+			SL_TRY(sl_copy_h2d(rs->b, q, rs->buf[0] + i * rb, src + i * stride * rb, rb));
 	}
 	rs->stats.h2d_bytes += count * rb;
 	drop_first(rs);
@@ -243,12 +238,11 @@ int sl_rstage_gather(sl_rstage *rs, sl_queue *q, long first, size_t count, size_
 
 int sl_rstage_flush(sl_rstage *rs, sl_queue *q)
 {
-	const sl_backend_ops *o = rs->b->ops;
 	/* ready[0], recorded now, marks everything the copy queue was given
 	 * (the stores, and any load, which is harmless to wait for); a later
 	 * load re-records it after itself */
-	SL_TRY(o->event_record(rs->b, rs->ready[0], rs->cq));
-	return o->queue_wait(rs->b, q, rs->ready[0]);
+	SL_TRY(sl_event_record(rs->b, rs->ready[0], rs->cq));
+	return sl_queue_wait(rs->b, q, rs->ready[0]);
 }
 
 sl_rstage_stats sl_rstage_get_stats(const sl_rstage *rs)

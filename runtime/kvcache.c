@@ -54,7 +54,7 @@ static void tiers_free(sl_kv *kv)
 	sl_kv_ccc *C = kv->ccc;
 	if (C) {
 		if (C->q)
-			C->be->ops->queue_free(C->be, C->q);
+			sl_queue_free(C->be, C->q);
 		sl_backend_free(C->be);
 		free(C);
 		kv->ccc = NULL;
@@ -93,7 +93,7 @@ static int tiers_create(sl_kv *kv, int nhost)
 	C->hevicted = (float *)(q + 4 * rows);
 	/* with the device backend's threads (--threads) */
 	SL_TRY(sl_backend_create("cpu", E->be->nthreads, &C->be));
-	return C->be->ops->queue_create(C->be, &C->q);
+	return sl_queue_create(C->be, &C->q);
 }
 
 /* A cache of cap slots (h2o: with scores and positions); extra more device
@@ -230,8 +230,8 @@ int sl_kv_make(const sl_kv_env *env, int nseq, int max_prompt, int max_len, sl_k
 	kv->scratch_score = (float *)p;
 	p += sc * 4;
 	kv->evicted = (float *)p;
-	return kv->env.be->ops->memset_dev(kv->env.be, kv->env.q, kv->evicted, 0,
-				      (size_t)c->n_layer * nseq * c->n_head * 4);
+	return sl_memset_dev(kv->env.be, kv->env.q, kv->evicted, 0,
+			(size_t)c->n_layer * nseq * c->n_head * 4);
 }
 
 void sl_kv_free(sl_kv *kv)
@@ -414,7 +414,6 @@ static int kv_flush(sl_kv *kv, sl_kvt_stage *st);
 static int stage_load(sl_kv *kv, sl_kvt_stage *st, int l, int s0, int g, bool prefill)
 {
 	sl_backend *be = kv->env.be;
-	const sl_backend_ops *o = be->ops;
 	sl_kv_tiers *T = kv->tiers;
 	/* the stage's last user: its write-back finished, its disk writes
 	 * (which read from it) done */
@@ -429,7 +428,7 @@ static int stage_load(sl_kv *kv, sl_kvt_stage *st, int l, int s0, int g, bool pr
 	sl_kvt_split b, p;
 	sl_kvt_mb_split(T, mb, g, &b, &p);
 	const size_t slot_bytes = T->sb / kv->cap; /* every head's row of a token */
-	SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
+	SL_TRY(sl_queue_wait(be, T->cq, st->done_ev));
 	if (p.host && !kv->env.plan->p.cpu_cache_compute) {
 		const size_t hi0 = (size_t)mb * T->full.host;
 		for (int j = 0; j < p.host; j++) {
@@ -526,7 +525,7 @@ static int host_rows_back(sl_kv *kv, sl_kvt_stage *st, const sl_kvt_split *b,
 	const size_t hrow = T->sb / kv->cap / nh, sn = (size_t)nh * kv->cap;
 	const size_t hi0 = (size_t)st->pmb * T->full.host;
 	size_t roff[SL_KV_MAX_HEADS], rlen[SL_KV_MAX_HEADS];
-	SL_TRY(be->ops->queue_wait(be, T->cq, st->done_ev));
+	SL_TRY(sl_queue_wait(be, T->cq, st->done_ev));
 	for (int j = 0; j < p->host; j++) {
 		const int s = s0 + p->dev + j;
 		const int n = new_ranges(kv, hpos ? hpos + j * sn : NULL, s, nh, hrow, roff, rlen);
@@ -585,7 +584,7 @@ static int kv_flush(sl_kv *kv, sl_kvt_stage *st)
 		const bool host_part = p.host && !kv->env.plan->p.cpu_cache_compute;
 		const size_t sn = (size_t)kv->env.cfg->n_head * kv->cap;
 		const int32_t *hpos, *dpos;
-		SL_TRY(o->event_sync(be, o->dev_is_host ? st->done_ev : st->wb_ev));
+		SL_TRY(sl_event_sync(be, o->dev_is_host ? st->done_ev : st->wb_ev));
 		if (o->dev_is_host) { /* in the stage */
 			hpos = (const int32_t *)sl_kvt_stage_host(T, st, b.host, SL_KVT_P, 0);
 			dpos = (const int32_t *)sl_kvt_stage_disk(T, st, b.disk, SL_KVT_P, 0);
@@ -612,7 +611,7 @@ int sl_kv_step_end(sl_kv *kv, int l, int s0, int g, bool prefill, const int *npa
 	sl_backend *be = kv->env.be;
 	const sl_backend_ops *o = be->ops;
 	sl_kvt_stage *st = &T->st[T->cur];
-	SL_TRY(o->event_record(be, st->done_ev, kv->env.q));
+	SL_TRY(sl_event_record(be, st->done_ev, kv->env.q));
 	/* the steps before: their compute is done or nearly, while this
 	 * step's is queued behind it */
 	for (int i = 0; i < SL_KVT_NSTAGE; i++)
@@ -636,20 +635,20 @@ int sl_kv_step_end(sl_kv *kv, int l, int s0, int g, bool prefill, const int *npa
 			return 0;
 		const size_t sn = (size_t)nh * kv->cap;
 		int32_t *ph = T->readback, *pd = ph + (host_part ? (size_t)p.host * sn : 0);
-		SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
+		SL_TRY(sl_queue_wait(be, T->cq, st->done_ev));
 		if (host_part)
 			SL_TRY(sl_kvt_copy_rows(T, false, ph, sl_kvt_stage_host(T, st, b.host, SL_KVT_P, 0),
 						T->ss, p.host));
 		if (p.disk)
 			SL_TRY(sl_kvt_copy_rows(T, false, pd, sl_kvt_stage_disk(T, st, b.disk, SL_KVT_P, 0),
 						T->ss, p.disk));
-		return o->event_record(be, st->wb_ev, T->cq);
+		return sl_event_record(be, st->wb_ev, T->cq);
 	}
 	if (host_part && !prefill)
 		SL_TRY(host_rows_back(kv, st, &b, &p, NULL));
 	if (host_part && prefill) { /* the rows kept */
 		const size_t slot_bytes = T->sb / kv->cap, hi0 = (size_t)mb * T->full.host;
-		SL_TRY(o->queue_wait(be, T->cq, st->done_ev));
+		SL_TRY(sl_queue_wait(be, T->cq, st->done_ev));
 		for (int j = 0; j < p.host; j++) {
 			const int s = s0 + p.dev + j;
 			for (int v = SL_KVT_K; v <= SL_KVT_V; v++)
@@ -676,19 +675,18 @@ int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 {
 	sl_kv_ccc *C = kv->ccc;
 	sl_backend *be = kv->env.be, *hb = C->be;
-	const sl_backend_ops *o = be->ops;
 	const int nh = a->nh, n = p->count;
 	const size_t rows = (size_t)n * nh * a->hd * sizeof(float);
 	float *ev = kv->h2o && kv->evicted ? kv->evicted + ((size_t)l * kv->nseq + p->seq) * nh : NULL;
 	/* the step's q, k, v rows (and H2O's evicted sums) to the host; the
 	 * scores and positions are at home with the cache */
-	SL_TRY(o->copy_d2h(be, kv->env.q, C->hq, a->q, rows));
-	SL_TRY(o->copy_d2h(be, kv->env.q, C->hk, a->k_new, rows));
-	SL_TRY(o->copy_d2h(be, kv->env.q, C->hv, a->v_new, rows));
+	SL_TRY(sl_copy_d2h(be, kv->env.q, C->hq, a->q, rows));
+	SL_TRY(sl_copy_d2h(be, kv->env.q, C->hk, a->k_new, rows));
+	SL_TRY(sl_copy_d2h(be, kv->env.q, C->hv, a->v_new, rows));
 	if (ev)
-		SL_TRY(o->copy_d2h(be, kv->env.q, C->hevicted, ev, (size_t)n * nh * 4));
+		SL_TRY(sl_copy_d2h(be, kv->env.q, C->hevicted, ev, (size_t)n * nh * 4));
 	double t0 = sl_now();
-	SL_TRY(o->queue_sync(be, kv->env.q));
+	SL_TRY(sl_queue_sync(be, kv->env.q));
 	kv->env.stats->stall_s += sl_now() - t0;
 	kv->env.stats->d2h_bytes += 3 * rows;
 	sl_attn_args h = *a;
@@ -697,21 +695,21 @@ int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 	h.v_new = C->hv;
 	h.out = C->ho;
 	h.score = p->score;
-	SL_TRY(hb->ops->attn_decode(hb, C->q, &h));
+	SL_TRY(sl_attn_decode(hb, C->q, &h));
 	if (kv->h2o) {
 		sl_h2o_args e = { .nseq = n, .nh = nh, .hd = a->hd, .kv_f32 = kv->f32,
 				  .k_cache = p->k, .v_cache = p->v, .score = p->score,
 				  .pos = p->pos, .cap = kv->cap, .len = kv->len + p->seq,
 				  .cur = kv->pos + p->seq, .heavy = kv->heavy + p->seq,
 				  .recent = kv->recent + p->seq, .evicted = ev ? C->hevicted : NULL };
-		SL_TRY(hb->ops->h2o_evict(hb, C->q, &e));
+		SL_TRY(sl_h2o_evict(hb, C->q, &e));
 	}
-	SL_TRY(hb->ops->queue_sync(hb, C->q));
+	SL_TRY(sl_queue_sync(hb, C->q));
 	/* the output (and H2O state) back, ahead of the layer's next op */
-	SL_TRY(o->copy_h2d(be, kv->env.q, a->out, C->ho, rows));
+	SL_TRY(sl_copy_h2d(be, kv->env.q, a->out, C->ho, rows));
 	kv->env.stats->h2d_bytes += rows;
 	if (ev)
-		SL_TRY(o->copy_h2d(be, kv->env.q, ev, C->hevicted, (size_t)n * nh * 4));
+		SL_TRY(sl_copy_h2d(be, kv->env.q, ev, C->hevicted, (size_t)n * nh * 4));
 	return 0;
 }
 

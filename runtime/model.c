@@ -40,7 +40,7 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
 	sl_st_set *st = NULL;
-	int rc = be->ops->queue_create(be, &m->q);
+	int rc = sl_queue_create(be, &m->q);
 	if (rc < 0)
 		goto fail;
 	if (p->dir) {
@@ -130,7 +130,7 @@ void sl_model_free(sl_model *m)
 	sl_disk_close(m->disk);
 	free(m->offload_dir);
 	if (m->q)
-		m->be->ops->queue_free(m->be, m->q);
+		sl_queue_free(m->be, m->q);
 	free(m);
 }
 
@@ -219,22 +219,21 @@ static int linear(sl_model *m, int rows, const float *x, int ldx, const sl_half 
 static int embed_rows(sl_model *m, int r0, int rows, float *out)
 {
 	const sl_opt_config *c = &m->cfg;
-	const sl_backend_ops *o = m->be->ops;
 	if (c->embed_dim == c->hidden) {
-		SL_TRY(o->embed(m->be, m->q, rows, c->hidden, m->w.embed_tokens, m->ids_host + r0, out,
+		SL_TRY(sl_embed(m->be, m->q, rows, c->hidden, m->w.embed_tokens, m->ids_host + r0, out,
 				false));
 	} else {
 		/* project_in through x, a micro-batch's rows at a time */
 		const int step = SL_MAX(1, SL_MIN(m->group_rows, m->max_rows));
 		for (int i = 0; i < rows; i += step) {
 			const int n = SL_MIN(step, rows - i);
-			SL_TRY(o->embed(m->be, m->q, n, c->embed_dim, m->w.embed_tokens,
+			SL_TRY(sl_embed(m->be, m->q, n, c->embed_dim, m->w.embed_tokens,
 					m->ids_host + r0 + i, m->x, false));
 			SL_TRY(linear(m, n, m->x, c->embed_dim, m->w.project_in, NULL, c->hidden,
 				      c->embed_dim, out + (size_t)i * c->hidden, c->hidden, 1.0f, 0));
 		}
 	}
-	return o->embed(m->be, m->q, rows, c->hidden, m->w.embed_pos, m->pos_host + r0, out, true);
+	return sl_embed(m->be, m->q, rows, c->hidden, m->w.embed_pos, m->pos_host + r0, out, true);
 }
 
 /* Embeddings of the block's `rows` rows into the residual stream: in place
@@ -293,7 +292,6 @@ static int act_end(sl_model *m, int s0, int g, int t, int next_s0)
 static int h2o_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p, sl_attn_args *a,
 			 bool prefill, int t)
 {
-	const sl_backend_ops *o = m->be->ops;
 	const sl_opt_config *c = &m->cfg;
 	const int nh = c->n_head, hd = sl_opt_head_dim(c);
 	const int s0 = p->seq, g = p->count;
@@ -310,25 +308,25 @@ static int h2o_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p, sl_
 		/* one micro-batch's scratch: this part's place within it */
 		const size_t ss = (size_t)(s0 % kv->gs) * nh * kv->scratch_cap;
 		float *score = kv->scratch_score + ss;
-		SL_TRY(o->memset_dev(m->be, m->q, score, 0, sizeof(float) * (size_t)g * nh * kv->scratch_cap));
+		SL_TRY(sl_memset_dev(m->be, m->q, score, 0, sizeof(float) * (size_t)g * nh * kv->scratch_cap));
 		sl_attn_args pa = *a;
 		pa.k_cache = (char *)kv->scratch_k + ss * hd * es;
 		pa.v_cache = (char *)kv->scratch_v + ss * hd * es;
 		pa.cap = kv->scratch_cap;
 		pa.score = score;
-		SL_TRY(o->attn_prefill(m->be, m->q, &pa));
+		SL_TRY(sl_attn_prefill(m->be, m->q, &pa));
 		h.k_src = pa.k_cache;
 		h.v_src = pa.v_cache;
 		h.score_src = score;
 		h.cap_in = kv->scratch_cap;
 		h.n = kv->len + s0;
-		return o->h2o_compact(m->be, m->q, &h);
+		return sl_h2o_compact(m->be, m->q, &h);
 	}
 	a->score = h.score;
-	SL_TRY(o->attn_decode(m->be, m->q, a));
+	SL_TRY(sl_attn_decode(m->be, m->q, a));
 	h.len = kv->len + s0;
 	h.cur = kv->pos + s0;
-	return o->h2o_evict(m->be, m->q, &h);
+	return sl_h2o_evict(m->be, m->q, &h);
 }
 
 /* Attention over one part of a micro-batch: p->count sequences from
@@ -348,7 +346,7 @@ static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, in
 		return sl_kv_host_attention(kv, l, p, &a);
 	if (kv->h2o)
 		return h2o_attention(m, kv, l, p, &a, prefill, t);
-	return prefill ? o->attn_prefill(m->be, m->q, &a) : o->attn_decode(m->be, m->q, &a);
+	return prefill ? sl_attn_prefill(m->be, m->q, &a) : sl_attn_decode(m->be, m->q, &a);
 }
 
 /* The attention half of decoder layer l for the g sequences from s0,
@@ -358,13 +356,12 @@ static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, fl
 		      int nparts)
 {
 	const sl_opt_config *c = &m->cfg;
-	const sl_backend_ops *o = m->be->ops;
 	const int h = c->hidden;
 	const int rows = g * t;
 	const float scale = 1.0f / sqrtf((float)sl_opt_head_dim(c));
 	const float *xin = hg;
 	if (c->pre_ln) {
-		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, c->ln_eps, m->x, h));
+		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, c->ln_eps, m->x, h));
 		xin = m->x;
 	}
 	SL_TRY(linear(m, rows, xin, h, w->q_w, w->q_b, h, h, m->qb, h, scale, 0));
@@ -374,7 +371,7 @@ static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, fl
 		SL_TRY(attend(m, kv, l, s0, &parts[i], t, npad, prefill));
 	SL_TRY(linear(m, rows, m->ab, h, w->o_w, w->o_b, h, h, hg, h, 1.0f, SL_GEMM_ACCUM));
 	if (!c->pre_ln)
-		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, c->ln_eps, hg, h));
+		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, c->ln_eps, hg, h));
 	return 0;
 }
 
@@ -383,18 +380,17 @@ static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, fl
 static int mlp_block(sl_model *m, const sl_opt_layer_w *w, float *hg, int g, int t)
 {
 	const sl_opt_config *c = &m->cfg;
-	const sl_backend_ops *o = m->be->ops;
 	const int h = c->hidden, f = c->ffn;
 	const int rows = g * t;
 	const float *xin = hg;
 	if (c->pre_ln) {
-		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, c->ln_eps, m->x, h));
+		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, c->ln_eps, m->x, h));
 		xin = m->x;
 	}
 	SL_TRY(linear(m, rows, xin, h, w->fc1_w, w->fc1_b, f, h, m->fb, f, 1.0f, SL_GEMM_RELU));
 	SL_TRY(linear(m, rows, m->fb, f, w->fc2_w, w->fc2_b, h, f, hg, h, 1.0f, SL_GEMM_ACCUM));
 	if (!c->pre_ln)
-		SL_TRY(o->layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, c->ln_eps, hg, h));
+		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, c->ln_eps, hg, h));
 	return 0;
 }
 
@@ -471,16 +467,15 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 static int head(sl_model *m, int count, const float *hrows, int ld_rows)
 {
 	const sl_opt_config *c = &m->cfg;
-	const sl_backend_ops *o = m->be->ops;
 	const int h = c->hidden, e = c->embed_dim;
 	/* gather the rows into x (contiguous), normalise, project */
 	float *x = m->x;
 	if (c->final_ln)
-		SL_TRY(o->layernorm(m->be, m->q, count, h, hrows, ld_rows, m->w.final_ln_g,
+		SL_TRY(sl_layernorm(m->be, m->q, count, h, hrows, ld_rows, m->w.final_ln_g,
 				    m->w.final_ln_b, c->ln_eps, x, h));
 	else
 		for (int i = 0; i < count; i++)
-			SL_TRY(o->copy_d2d(m->be, m->q, x + (size_t)i * h, hrows + (size_t)i * ld_rows,
+			SL_TRY(sl_copy_d2d(m->be, m->q, x + (size_t)i * h, hrows + (size_t)i * ld_rows,
 					   (size_t)h * sizeof(float)));
 	const float *xe = x;
 	if (m->w.project_out) {
@@ -536,8 +531,8 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 	}
 	sl_kv_prefill_begin(kv, npad, t);
 	if (kv->h2o)
-		SL_TRY(m->be->ops->memset_dev(m->be, m->q, kv->evicted, 0,
-					      sizeof(float) * (size_t)c->n_layer * nseq * c->n_head));
+		SL_TRY(sl_memset_dev(m->be, m->q, kv->evicted, 0,
+				     sizeof(float) * (size_t)c->n_layer * nseq * c->n_head));
 	SL_TRY(embed(m, rows));
 	SL_TRY(layers(m, kv, t, npad, true));
 	sl_kv_prefill_end(kv, npad, t);
@@ -546,10 +541,10 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 		for (int r0 = 0; r0 < rows; r0 += m->max_seq) {
 			const int cnt = SL_MIN(m->max_seq, rows - r0);
 			SL_TRY(head_rows(m, cnt, (size_t)r0, 1));
-			SL_TRY(m->be->ops->copy_d2h(m->be, m->q, all_logits + (size_t)r0 * v, m->logits,
-						    (size_t)cnt * v * sizeof(float)));
+			SL_TRY(sl_copy_d2h(m->be, m->q, all_logits + (size_t)r0 * v, m->logits,
+					   (size_t)cnt * v * sizeof(float)));
 		}
-		SL_TRY(m->be->ops->queue_sync(m->be, m->q));
+		SL_TRY(sl_queue_sync(m->be, m->q));
 	}
 	/* the last row of each sequence is real (left padding) */
 	return head_rows(m, nseq, (size_t)(t - 1), (size_t)t);
@@ -625,7 +620,7 @@ void sl_model_stats(sl_model *m, double wall_s, sl_offload_stats *out)
 
 int sl_model_argmax(sl_model *m, int nseq, int32_t *out)
 {
-	return m->be->ops->argmax(m->be, m->q, nseq, m->cfg.vocab, m->logits, m->cfg.vocab, out);
+	return sl_argmax(m->be, m->q, nseq, m->cfg.vocab, m->logits, m->cfg.vocab, out);
 }
 
 int sl_model_nonfinite_err(int line, const char *id, int s, int step, const char *what)
@@ -642,7 +637,7 @@ int sl_model_nonfinite_err(int line, const char *id, int s, int step, const char
 
 int sl_model_logits(sl_model *m, int nseq, float *out)
 {
-	SL_TRY(m->be->ops->copy_d2h(m->be, m->q, out, m->logits,
-				    (size_t)nseq * m->cfg.vocab * sizeof(float)));
-	return m->be->ops->queue_sync(m->be, m->q);
+	SL_TRY(sl_copy_d2h(m->be, m->q, out, m->logits,
+			   (size_t)nseq * m->cfg.vocab * sizeof(float)));
+	return sl_queue_sync(m->be, m->q);
 }

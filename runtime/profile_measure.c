@@ -120,19 +120,19 @@ static int measure_gemm(sl_backend *b, int m, int n, int k, int reps, double *ra
 	}
 	if ((rc = sl_dev_alloc(b, xb, "profile GEMM x", &x)) < 0 ||
 	    (rc = sl_dev_alloc(b, wb, "profile GEMM w", &w)) < 0 ||
-	    (rc = sl_dev_alloc(b, yb, "profile GEMM y", &y)) < 0 || (rc = b->ops->queue_create(b, &q)) < 0 ||
-	    (rc = b->ops->copy_h2d(b, q, x, hx, xb)) < 0 || (rc = b->ops->copy_h2d(b, q, w, hw, wb)) < 0 ||
-	    (rc = b->ops->queue_sync(b, q)) < 0)
+	    (rc = sl_dev_alloc(b, yb, "profile GEMM y", &y)) < 0 || (rc = sl_queue_create(b, &q)) < 0 ||
+	    (rc = sl_copy_h2d(b, q, x, hx, xb)) < 0 || (rc = sl_copy_h2d(b, q, w, hw, wb)) < 0 ||
+	    (rc = sl_queue_sync(b, q)) < 0)
 		goto out;
 	const sl_gemm_args a = { .m = m, .n = n, .k = k, .x = x, .ldx = k, .w = w, .y = y, .ldy = n };
-	if ((rc = sl_gemm(b, q, &a)) < 0 || (rc = b->ops->queue_sync(b, q)) < 0) /* warm-up */
+	if ((rc = sl_gemm(b, q, &a)) < 0 || (rc = sl_queue_sync(b, q)) < 0) /* warm-up */
 		goto out;
 	double r[3];
 	for (int s = 0; s < 3; s++) {
 		double t0 = sl_now();
 		for (int i = 0; i < reps && rc == 0; i++)
 			rc = sl_gemm(b, q, &a);
-		if (rc < 0 || (rc = b->ops->queue_sync(b, q)) < 0)
+		if (rc < 0 || (rc = sl_queue_sync(b, q)) < 0)
 			goto out;
 		double dt = sl_now() - t0;
 		r[s] = dt > 0 ? 2.0 * m * n * k * reps / dt : 0;
@@ -140,7 +140,7 @@ static int measure_gemm(sl_backend *b, int m, int n, int k, int reps, double *ra
 	*rate = median3(r);
 out:
 	if (q)
-		b->ops->queue_free(b, q);
+		sl_queue_free(b, q);
 	sl_dev_free(b, y, yb);
 	sl_dev_free(b, w, wb);
 	sl_dev_free(b, x, xb);
@@ -157,18 +157,18 @@ static int measure_copies(sl_backend *b, size_t bytes, double *h2d, double *d2h)
 	sl_queue *q = NULL;
 	int rc;
 	if ((rc = sl_host_alloc(b, bytes, "profile copies", &h)) < 0 ||
-	    (rc = sl_dev_alloc(b, bytes, "profile copies", &d)) < 0 || (rc = b->ops->queue_create(b, &q)) < 0)
+	    (rc = sl_dev_alloc(b, bytes, "profile copies", &d)) < 0 || (rc = sl_queue_create(b, &q)) < 0)
 		goto out;
 	memset(h, 0x5a, bytes);
-	if ((rc = b->ops->copy_h2d(b, q, d, h, bytes)) < 0 || (rc = b->ops->copy_d2h(b, q, h, d, bytes)) < 0 ||
-	    (rc = b->ops->queue_sync(b, q)) < 0) /* warm-up */
+	if ((rc = sl_copy_h2d(b, q, d, h, bytes)) < 0 || (rc = sl_copy_d2h(b, q, h, d, bytes)) < 0 ||
+	    (rc = sl_queue_sync(b, q)) < 0) /* warm-up */
 		goto out;
 	double r[2][3];
 	for (int dir = 0; dir < 2; dir++)
 		for (int s = 0; s < 3; s++) {
 			double t0 = sl_now();
-			rc = dir == 0 ? b->ops->copy_h2d(b, q, d, h, bytes) : b->ops->copy_d2h(b, q, h, d, bytes);
-			if (rc < 0 || (rc = b->ops->queue_sync(b, q)) < 0)
+			rc = dir == 0 ? sl_copy_h2d(b, q, d, h, bytes) : sl_copy_d2h(b, q, h, d, bytes);
+			if (rc < 0 || (rc = sl_queue_sync(b, q)) < 0)
 				goto out;
 			double dt = sl_now() - t0;
 			r[dir][s] = dt > 0 ? (double)bytes / dt / 1e9 : 0;
@@ -177,7 +177,7 @@ static int measure_copies(sl_backend *b, size_t bytes, double *h2d, double *d2h)
 	*d2h = median3(r[1]);
 out:
 	if (q)
-		b->ops->queue_free(b, q);
+		sl_queue_free(b, q);
 	sl_dev_free(b, d, bytes);
 	sl_host_free(b, h, bytes);
 	return rc;

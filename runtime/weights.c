@@ -457,7 +457,7 @@ static int conv_wait(conv *v, int k)
 	}
 	if (v->copying[k]) {
 		v->copying[k] = false;
-		int r = v->b->ops->event_sync(v->b, v->copied[k]);
+		int r = sl_event_sync(v->b, v->copied[k]);
 		rc = rc < 0 ? rc : r;
 	}
 	return rc;
@@ -495,8 +495,8 @@ static int conv_device(conv *v, const tdesc *d, const char *name, uint64_t id, v
 		SL_TRY(conv_take(v, &buf));
 		const int b = v->next ^ 1; /* the buffer conv_take handed out */
 		SL_TRY(fill_tensor(v->c, v->src, d, name, id, first, k, (sl_half *)buf));
-		SL_TRY(v->b->ops->copy_h2d(v->b, v->q, (char *)dst + first * 2, buf, k * 2));
-		SL_TRY(v->b->ops->event_record(v->b, v->copied[b], v->q));
+		SL_TRY(sl_copy_h2d(v->b, v->q, (char *)dst + first * 2, buf, k * 2));
+		SL_TRY(sl_event_record(v->b, v->copied[b], v->q));
 		v->copying[b] = true;
 	}
 	return 0;
@@ -629,7 +629,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 	v.buf[0] = stage;
 	v.buf[1] = (unsigned char *)stage + v.piece;
 	for (int k = 0; k < 2 && !rc && q; k++)
-		rc = b->ops->event_create(b, &v.copied[k]);
+		rc = sl_event_create(b, &v.copied[k]);
 
 	if (!rc && !store_only)
 		rc = load_globals(&v, head, w);
@@ -669,7 +669,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 		rc = sl_disk_mark_complete(w->disk);
 	for (int k = 0; k < 2; k++)
 		if (v.copied[k])
-			b->ops->event_free(b, v.copied[k]);
+			sl_event_free(b, v.copied[k]);
 	sl_host_free(b, stage, 2 * v.piece);
 
 	if (!rc && w->streamed && !store_only)
