@@ -2,7 +2,9 @@
 # tests/test_cli.sh SLUICE FIXTURES - the command line end to end: a job on
 # a Hugging Face fixture gives Hugging Face's greedy tokens; each bad input
 # gives one line on stderr naming the problem, a non-zero exit, and no
-# output file.
+# output file.  Over 800 lines on purpose: one script builds the fixtures'
+# inputs once and every command-line promise of the README is checked
+# against them with the same expect_fail/ok helpers.
 set -u
 sluice=$1
 fx=$2
