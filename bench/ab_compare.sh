@@ -47,15 +47,20 @@ with open(sys.argv[1], "w") as f:
     for i in range(16):
         f.write(json.dumps({"id": f"p{i}", "input_ids": [r.randrange(3, 50000) for _ in range(r.randrange(4, 40))]}) + "\n")
 PY
+# config C: its name in $name, its options in opts
+config() {
+	name=${1%%|*}
+	read -r -a opts <<<"${1#*|}"
+	opts=("${opts[@]//DIR/$DIR}")
+}
+# the binary of version a or b
+bin_of() { if [[ $1 == a ]]; then echo "$A"; else echo "$B"; fi; }
+
 same=0 differ=0
 for c in "${configs[@]}"; do
-	name=${c%%|*}
-	read -r -a opts <<<"${c#*|}"
-	opts=("${opts[@]//DIR/$DIR}")
+	config "$c"
 	for v in a b; do
-		bin=$A
-		[[ $v == b ]] && bin=$B
-		"$bin" generate --dummy "$MODEL" --prompts "$DIR/prompts.jsonl" --out "$DIR/$v/gen.jsonl" \
+		"$(bin_of $v)" generate --dummy "$MODEL" --prompts "$DIR/prompts.jsonl" --out "$DIR/$v/gen.jsonl" \
 			--max-new-tokens 12 --batch-size 8 --offload-dir "$DIR/$v" --quiet --overwrite --threads "$THREADS" "${opts[@]}"
 	done
 	if cmp -s "$DIR/a/gen.jsonl" "$DIR/b/gen.jsonl"; then
@@ -68,13 +73,9 @@ done
 
 for r in $(seq "$ROUNDS"); do
 	for c in "${configs[@]}"; do
-		name=${c%%|*}
-		read -r -a opts <<<"${c#*|}"
-	opts=("${opts[@]//DIR/$DIR}")
+		config "$c"
 		for v in a b; do
-			bin=$A
-			[[ $v == b ]] && bin=$B
-			cmd=("$bin" bench --dummy "$MODEL" --prompt-len "$P" --gen-len "$G" --batch "$BATCH"
+			cmd=("$(bin_of $v)" bench --dummy "$MODEL" --prompt-len "$P" --gen-len "$G" --batch "$BATCH"
 				--offload-dir "$DIR/$v" --threads "$THREADS" --json "${opts[@]}")
 			echo "+ ${cmd[*]}" >&2
 			"${cmd[@]}" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); d.update(ab=sys.argv[1], config=sys.argv[2], round=int(sys.argv[3])); print(json.dumps(d))' \
