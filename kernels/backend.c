@@ -150,3 +150,31 @@ void sl_host_free(sl_backend *b, void *p, size_t bytes)
 	SL_ASSERT(bytes <= b->host_used);
 	b->host_used -= bytes;
 }
+
+int sl_buf_alloc(sl_backend *b, int tier, size_t bytes, const char *what, sl_buf *out)
+{
+	*out = (sl_buf){ 0 };
+	int rc;
+	if (tier == SL_MEM_DEVICE)
+		rc = sl_dev_alloc(b, bytes, what, &out->p);
+	else if (tier == SL_MEM_HOST)
+		rc = sl_host_alloc(b, bytes, what, &out->p);
+	else
+		return sl_err(SL_EINVAL, "allocating %s: no memory tier %d", what, tier);
+	if (rc < 0) {
+		out->p = NULL;
+		return rc;
+	}
+	out->bytes = bytes;
+	out->tier = (unsigned char)tier;
+	return 0;
+}
+
+void sl_buf_free(sl_backend *b, sl_buf *buf)
+{
+	if (buf->tier == SL_MEM_DEVICE)
+		sl_dev_free(b, buf->p, buf->bytes);
+	else if (buf->tier == SL_MEM_HOST)
+		sl_host_free(b, buf->p, buf->bytes);
+	*buf = (sl_buf){ 0 };
+}

@@ -11,10 +11,10 @@
  * in backend_ops.def; callers issue them through the wrappers at the end of
  * this file, sl_<call>(b, ...).
  *
- * Memory spaces.  "Device" pointers come from sl_dev_alloc and live where
- * the backend computes (GPU memory for CUDA; a budgeted host arena for the
- * CPU backend).  "Host" pointers are ordinary (or pinned, from
- * sl_host_alloc) CPU memory.  Ops take device pointers only, except the
+ * Memory spaces.  "Device" pointers come from sl_buf_alloc(SL_MEM_DEVICE)
+ * and live where the backend computes (GPU memory for CUDA; a budgeted host
+ * arena for the CPU backend).  "Host" pointers are ordinary (or pinned,
+ * from sl_buf_alloc(SL_MEM_HOST)) CPU memory.  Ops take device pointers only, except the
  * small per-sequence metadata arrays (lengths, pad counts, ids on the host
  * side) which are host arrays read before the call returns.
  *
@@ -35,7 +35,8 @@
  *
  * Ownership: the backend owns nothing the caller allocated; sl_backend_free
  * releases the backend's own workspaces only.  Callers free what they
- * allocate, with the size they allocated (for the accounting).
+ * allocate: an sl_buf by its handle, which carries its size and tier (for
+ * the accounting).
  */
 #ifndef SL_BACKEND_H
 #define SL_BACKEND_H
@@ -238,7 +239,34 @@ int sl_backend_device_info(sl_backend *b, sl_device_info *out);
 /* Byte budget for the device tier (0 = unlimited). */
 void sl_backend_set_dev_limit(sl_backend *b, size_t bytes);
 
-/* Device allocation with accounting; fails with SL_EBUDGET over the limit.
+void sl_backend_set_host_limit(sl_backend *b, size_t bytes);
+
+/* The tier of a buffer: device memory (sl_dev_alloc's) or pinned host
+ * memory (sl_host_alloc's).  0: none. */
+enum sl_mem_tier { SL_MEM_DEVICE = 1, SL_MEM_HOST = 2 };
+
+/*
+ * A buffer that knows its size and tier: what runtime/ and offload/ hold.
+ * Allocated under its tier's budget and accounting as sl_dev_alloc /
+ * sl_host_alloc below; sl_buf_free gives back exactly bytes to the tier
+ * it came from and zeroes the handle, so freeing a zeroed handle (one
+ * never allocated, a failed allocation's, one freed already) does
+ * nothing.  Typed access is the caller's: (char *)buf.p + offset.
+ */
+typedef struct sl_buf {
+	void *p;
+	size_t bytes;
+	unsigned char tier; /* enum sl_mem_tier; 0 in a zeroed handle */
+} sl_buf;
+
+/* tier: SL_MEM_DEVICE or SL_MEM_HOST; what names the allocation in the
+ * error message.  *out is zeroed on failure. */
+int sl_buf_alloc(sl_backend *b, int tier, size_t bytes, const char *what, sl_buf *out);
+void sl_buf_free(sl_backend *b, sl_buf *buf);
+
+/* The raw forms sl_buf is made of, for tests and benches that manage a
+ * pointer themselves; the caller gives back the size it allocated.
+ * Device allocation with accounting; fails with SL_EBUDGET over the limit.
  * what names the allocation in the error message. */
 int sl_dev_alloc(sl_backend *b, size_t bytes, const char *what, void **out);
 void sl_dev_free(sl_backend *b, void *p, size_t bytes);
@@ -246,7 +274,6 @@ void sl_dev_free(sl_backend *b, void *p, size_t bytes);
  * aligned, so the disk tier can read into it with O_DIRECT. */
 int sl_host_alloc(sl_backend *b, size_t bytes, const char *what, void **out);
 void sl_host_free(sl_backend *b, void *p, size_t bytes);
-void sl_backend_set_host_limit(sl_backend *b, size_t bytes);
 
 /* For a backend's own workspaces (cuBLAS): account without allocating. */
 int sl_dev_account(sl_backend *b, size_t bytes, const char *what);

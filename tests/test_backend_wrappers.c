@@ -6,6 +6,10 @@
  * backend's table lacks must fail with SL_EUNSUPPORTED and a message naming
  * the backend and the call (the void ones: do nothing).
  *
+ * And the buffer handle (sl_buf): sl_buf_free gives back exactly the
+ * bytes and the tier the handle was allocated with, through that tier's
+ * free, and zeroes the handle, so that freeing it again does nothing.
+ *
  * The wrappers run against a backend whose members log their calls; the
  * logging functions and the expected logs are written out here by hand, one
  * per call, independently of the list.
@@ -243,12 +247,169 @@ START_TEST(test_wrappers_missing)
 }
 END_TEST
 
+/* ---- sl_buf: a buffer that knows its size and tier ------------------------ */
+
+/* Memory calls that hand out g_mem slots (5: device, 6: host) and log;
+ * an allocation of 999 bytes fails as the hardware would. */
+static int fk_dev_alloc(sl_backend *b, size_t bytes, void **out)
+{
+	LOGCALL(b, "dev_alloc %zu", bytes);
+	if (bytes == 999)
+		return sl_err(SL_ENOMEM, "fake: no device memory");
+	*out = mem(5);
+	return 0;
+}
+static void fk_dev_free(sl_backend *b, void *p)
+{
+	LOGCALL(b, "dev_free %d", slot(p));
+}
+static int fk_host_alloc(sl_backend *b, size_t bytes, void **out)
+{
+	LOGCALL(b, "host_alloc %zu", bytes);
+	*out = mem(6);
+	return 0;
+}
+static void fk_host_free(sl_backend *b, void *p)
+{
+	LOGCALL(b, "host_free %d", slot(p));
+}
+
+static const sl_backend_ops mem_ops = {
+	.name = "fakemem",
+	.dev_alloc = fk_dev_alloc,
+	.dev_free = fk_dev_free,
+	.host_alloc = fk_host_alloc,
+	.host_free = fk_host_free,
+};
+
+static void check_zeroed(const sl_buf *x)
+{
+	ck_assert_ptr_null(x->p);
+	ck_assert_uint_eq(x->bytes, 0);
+	ck_assert_uint_eq(x->tier, 0);
+}
+
+/* Each tier's free gives back exactly the handle's bytes to that tier's
+ * accounting (and the device's data share), and a freed handle is zero. */
+START_TEST(test_buf_free_returns_its_bytes)
+{
+	sl_backend mb = { .ops = &mem_ops };
+	sl_backend *b = &mb;
+	/* a backend workspace the data share does not include */
+	ck_assert_int_eq(sl_dev_account(b, 7, "workspace"), 0);
+
+	sl_buf d, h;
+	EXPECT_CALL(b, 0, sl_buf_alloc(b, SL_MEM_DEVICE, 100, "dev data", &d), "dev_alloc 100");
+	ck_assert_ptr_eq(d.p, mem(5));
+	ck_assert_uint_eq(d.bytes, 100);
+	ck_assert_uint_eq(d.tier, SL_MEM_DEVICE);
+	EXPECT_CALL(b, 0, sl_buf_alloc(b, SL_MEM_HOST, 40, "host data", &h), "host_alloc 40");
+	ck_assert_ptr_eq(h.p, mem(6));
+	ck_assert_uint_eq(h.bytes, 40);
+	ck_assert_uint_eq(h.tier, SL_MEM_HOST);
+	ck_assert_uint_eq(b->dev_used, 107);
+	ck_assert_uint_eq(b->data_used, 100);
+	ck_assert_uint_eq(b->host_used, 40);
+
+	g_log[0] = '\0';
+	sl_buf_free(b, &d);
+	ck_assert_str_eq(g_log, "dev_free 5");
+	check_zeroed(&d);
+	ck_assert_uint_eq(b->dev_used, 7);
+	ck_assert_uint_eq(b->data_used, 0);
+	ck_assert_uint_eq(b->host_used, 40);
+
+	g_log[0] = '\0';
+	sl_buf_free(b, &h);
+	ck_assert_str_eq(g_log, "host_free 6");
+	check_zeroed(&h);
+	ck_assert_uint_eq(b->host_used, 0);
+	ck_assert_uint_eq(b->dev_used, 7);
+
+	/* the peaks stay where the two buffers put them */
+	ck_assert_uint_eq(b->dev_peak, 107);
+	ck_assert_uint_eq(b->data_peak, 100);
+	ck_assert_uint_eq(b->host_peak, 40);
+}
+END_TEST
+
+/* Freeing a zeroed handle (freed already, never allocated, or left by a
+ * failed allocation) calls nothing and changes no figure. */
+START_TEST(test_buf_double_free_harmless)
+{
+	sl_backend mb = { .ops = &mem_ops };
+	sl_backend *b = &mb;
+	sl_buf d, h, never = { 0 };
+	ck_assert_int_eq(sl_buf_alloc(b, SL_MEM_DEVICE, 64, "d", &d), 0);
+	ck_assert_int_eq(sl_buf_alloc(b, SL_MEM_HOST, 32, "h", &h), 0);
+	sl_buf_free(b, &d);
+	sl_buf_free(b, &h);
+	/* a second buffer of each tier, live while the freed handles are
+	 * freed again: its bytes must stay counted */
+	sl_buf d2, h2;
+	ck_assert_int_eq(sl_buf_alloc(b, SL_MEM_DEVICE, 10, "d2", &d2), 0);
+	ck_assert_int_eq(sl_buf_alloc(b, SL_MEM_HOST, 20, "h2", &h2), 0);
+	g_log[0] = '\0';
+	sl_buf_free(b, &d);
+	sl_buf_free(b, &h);
+	sl_buf_free(b, &never);
+	ck_assert_str_eq(g_log, "");
+	check_zeroed(&d);
+	check_zeroed(&h);
+	ck_assert_uint_eq(b->dev_used, 10);
+	ck_assert_uint_eq(b->data_used, 10);
+	ck_assert_uint_eq(b->host_used, 20);
+	sl_buf_free(b, &d2);
+	sl_buf_free(b, &h2);
+	ck_assert_uint_eq(b->dev_used, 0);
+	ck_assert_uint_eq(b->host_used, 0);
+}
+END_TEST
+
+/* A refused or failed allocation leaves a zeroed handle and the figures as
+ * they were, with the budgets' messages as sl_dev_alloc / sl_host_alloc
+ * give them. */
+START_TEST(test_buf_alloc_refused)
+{
+	sl_backend mb = { .ops = &mem_ops };
+	sl_backend *b = &mb;
+	sl_backend_set_dev_limit(b, 150);
+	sl_backend_set_host_limit(b, 50);
+	sl_buf x = { .p = mem(9), .bytes = 3, .tier = SL_MEM_HOST };
+	ck_assert_int_eq(sl_buf_alloc(b, SL_MEM_DEVICE, 200, "the big one", &x), SL_EBUDGET);
+	ck_assert_str_eq(sl_errmsg(), "device memory budget exceeded allocating the big one: 200 bytes "
+				      "needed, 0 of 150 in use");
+	ck_assert(!b->host_refused);
+	check_zeroed(&x);
+	ck_assert_int_eq(sl_buf_alloc(b, SL_MEM_HOST, 60, "pinned", &x), SL_EBUDGET);
+	ck_assert_str_eq(sl_errmsg(), "host memory budget exceeded allocating pinned: 60 bytes needed, "
+				      "0 of 50 in use");
+	ck_assert(b->host_refused);
+	check_zeroed(&x);
+	sl_backend_set_dev_limit(b, 0); /* unlimited: the hardware refuses */
+	ck_assert_int_eq(sl_buf_alloc(b, SL_MEM_DEVICE, 999, "odd", &x), SL_ENOMEM);
+	ck_assert_str_eq(sl_errmsg(), "allocating 999 bytes for odd: fake: no device memory");
+	check_zeroed(&x);
+	ck_assert_int_eq(sl_buf_alloc(b, 7, 8, "tierless", &x), SL_EINVAL);
+	check_zeroed(&x);
+	ck_assert_uint_eq(b->dev_used, 0);
+	ck_assert_uint_eq(b->data_used, 0);
+	ck_assert_uint_eq(b->host_used, 0);
+	g_log[0] = '\0';
+	sl_buf_free(b, &x);
+	ck_assert_str_eq(g_log, "");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("backend_wrappers");
 	TCase *tc = tcase_create("wrappers");
 	tcase_add_test(tc, test_wrappers_forward);
 	tcase_add_test(tc, test_wrappers_missing);
+	tcase_add_test(tc, test_buf_free_returns_its_bytes);
+	tcase_add_test(tc, test_buf_double_free_harmless);
+	tcase_add_test(tc, test_buf_alloc_refused);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
