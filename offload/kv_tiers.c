@@ -101,18 +101,18 @@ void sl_kvt_mb_split(const sl_kv_tiers *T, int mb, int g, sl_kvt_split *b, sl_kv
 
 char *sl_kvt_home(const sl_kv_tiers *T, int l, size_t hi, int part)
 {
-	return T->host + (size_t)l * T->nhost * unit_bytes(T->sb, T->ss) +
+	return (char *)T->host.p + (size_t)l * T->nhost * unit_bytes(T->sb, T->ss) +
 	       sl_kvt_grp_off((size_t)T->nhost, T->sb, T->ss, part, hi);
 }
 
 char *sl_kvt_stage_host(const sl_kv_tiers *T, const sl_kvt_stage *st, int n, int part, size_t j)
 {
-	return st->buf + sl_kvt_grp_off((size_t)n, T->sb, T->ss, part, j);
+	return (char *)st->buf.p + sl_kvt_grp_off((size_t)n, T->sb, T->ss, part, j);
 }
 
 char *sl_kvt_stage_disk(const sl_kv_tiers *T, const sl_kvt_stage *st, int n, int part, size_t j)
 {
-	return st->buf + T->stage_disk_off + sl_kvt_grp_off((size_t)n, T->sb, T->ss, part, j);
+	return (char *)st->buf.p + T->stage_disk_off + sl_kvt_grp_off((size_t)n, T->sb, T->ss, part, j);
 }
 
 static uint64_t seg_off(const sl_kv_tiers *T, int l, int mb)
@@ -143,19 +143,17 @@ void sl_kvt_free(sl_kv_tiers *T)
 			sl_event_free(be, st->done_ev);
 		if (st->ready_ev)
 			sl_event_free(be, st->ready_ev);
-		if (st->buf)
-			sl_dev_free(be, st->buf, T->stage_bytes);
-		if (st->bounce)
-			sl_host_free(be, st->bounce, T->seg_bytes);
+		sl_buf_free(be, &st->buf);
+		sl_buf_free(be, &st->bounce);
 	}
 	if (T->cq) {
 		sl_queue_sync(be, T->cq);
 		sl_queue_free(be, T->cq);
 	}
 	sl_disk_close(T->disk);
-	sl_host_free(be, T->work, T->p.work_bytes);
-	sl_host_free(be, T->host, T->host_bytes);
-	sl_host_free(be, T->readback, T->readback_bytes);
+	sl_buf_free(be, &T->work);
+	sl_buf_free(be, &T->host);
+	sl_buf_free(be, &T->readback);
 	free(T);
 }
 
@@ -186,15 +184,12 @@ static int stage_create(sl_kv_tiers *T, sl_kvt_stage *st, int maxdisk, int max_r
 	const sl_backend_ops *o = be->ops;
 	st->l = -1;
 	int rc;
-	if ((rc = sl_dev_alloc(be, T->stage_bytes, "KV cache staging", (void **)&st->buf)) < 0) {
-		st->buf = NULL;
+	if ((rc = sl_buf_alloc(be, SL_MEM_DEVICE, T->stage_disk_off + T->seg_bytes, "KV cache staging",
+			       &st->buf)) < 0)
 		return rc;
-	}
 	if (T->seg_bytes && !o->dev_is_host &&
-	    (rc = sl_host_alloc(be, T->seg_bytes, "KV disk bounce buffer", &st->bounce)) < 0) {
-		st->bounce = NULL;
+	    (rc = sl_buf_alloc(be, SL_MEM_HOST, T->seg_bytes, "KV disk bounce buffer", &st->bounce)) < 0)
 		return rc;
-	}
 	SL_TRY(sl_event_create(be, &st->done_ev));
 	SL_TRY(sl_event_create(be, &st->ready_ev));
 	SL_TRY(sl_event_create(be, &st->wb_ev));
@@ -228,11 +223,8 @@ int sl_kvt_create(const sl_kvt_params *p, sl_kv_tiers **out)
 	const size_t L = (size_t)p->n_layer, ub = unit_bytes(T->sb, T->ss);
 	int rc = 0;
 	if (T->nhost > 0) {
-		T->host_bytes = L * T->nhost * ub;
-		if ((rc = sl_host_alloc(be, T->host_bytes, "KV cache (host tier)", (void **)&T->host)) < 0) {
-			T->host_bytes = 0;
+		if ((rc = sl_buf_alloc(be, SL_MEM_HOST, L * T->nhost * ub, "KV cache (host tier)", &T->host)) < 0)
 			goto fail;
-		}
 	}
 	T->seg_bytes = align_page((size_t)n.maxdisk * ub);
 	if (n.maxdisk > 0 && (rc = open_store(T)) < 0)
@@ -240,22 +232,17 @@ int sl_kvt_create(const sl_kvt_params *p, sl_kv_tiers **out)
 	if ((rc = sl_queue_create(be, &T->cq)) < 0)
 		goto fail;
 	T->stage_disk_off = align_page((size_t)n.maxhost * ub);
-	T->stage_bytes = T->stage_disk_off + T->seg_bytes;
 	for (int i = 0; i < SL_KVT_NSTAGE; i++)
 		if ((rc = stage_create(T, &T->st[i], n.maxdisk, p->max_ranges)) < 0)
 			goto fail;
 	if (p->work_bytes > 0 &&
-	    (rc = sl_host_alloc(be, p->work_bytes, p->work_what, &T->work)) < 0) {
-		T->p.work_bytes = 0;
+	    (rc = sl_buf_alloc(be, SL_MEM_HOST, p->work_bytes, p->work_what, &T->work)) < 0)
 		goto fail;
-	}
 	if (!o->dev_is_host && T->ss) {
 		/* the state blocks of a micro-batch, read back */
-		T->readback_bytes = (size_t)p->gs * T->ss;
-		if ((rc = sl_host_alloc(be, T->readback_bytes, "KV position readback", &T->readback)) < 0) {
-			T->readback_bytes = 0;
+		if ((rc = sl_buf_alloc(be, SL_MEM_HOST, (size_t)p->gs * T->ss, "KV position readback",
+				       &T->readback)) < 0)
 			goto fail;
-		}
 	}
 	*out = T;
 	return 0;
@@ -323,12 +310,12 @@ int sl_kvt_load_disk(sl_kv_tiers *T, sl_kvt_stage *st, int l, int mb, int ndisk)
 {
 	sl_backend *be = T->p.be;
 	const sl_backend_ops *o = be->ops;
-	void *dst = st->buf + T->stage_disk_off;
+	void *dst = (char *)st->buf.p + T->stage_disk_off;
 	if (o->dev_is_host) { /* the disk writes into device memory */
 		SL_TRY(sl_event_sync(be, st->done_ev));
 	} else { /* the bounce's last copy to the device done (its writes are) */
 		SL_TRY(sl_event_sync(be, st->ready_ev));
-		dst = st->bounce;
+		dst = st->bounce.p;
 	}
 	/* the micro-batch's part of the segment (what its prefill wrote) */
 	const size_t n = align_page((size_t)ndisk * unit_bytes(T->sb, T->ss));
@@ -350,7 +337,7 @@ int sl_kvt_ready(sl_kv_tiers *T, sl_kvt_stage *st, sl_queue *q)
 		st->read_pending = false;
 		SL_TRY(rc);
 		if (!o->dev_is_host) {
-			SL_TRY(sl_copy_h2d(be, T->cq, st->buf + T->stage_disk_off, st->bounce,
+			SL_TRY(sl_copy_h2d(be, T->cq, (char *)st->buf.p + T->stage_disk_off, st->bounce.p,
 					   st->read_bytes));
 			T->p.stats->h2d_bytes += st->read_bytes;
 		}
@@ -398,10 +385,10 @@ int sl_kvt_disk_pages(sl_kv_tiers *T, sl_kvt_stage *st, int cnt)
 	st->pend = SL_KVT_PEND_DISK;
 	if (o->dev_is_host) /* the disk writes read the stage after done_ev */
 		return 0;
-	const char *base = st->buf + T->stage_disk_off;
+	const char *base = (const char *)st->buf.p + T->stage_disk_off;
 	SL_TRY(sl_queue_wait(be, T->cq, st->done_ev));
 	for (int r = 0; r < nr; r++) {
-		SL_TRY(sl_copy_d2h(be, T->cq, (char *)st->bounce + st->offs[r], base + st->offs[r],
+		SL_TRY(sl_copy_d2h(be, T->cq, (char *)st->bounce.p + st->offs[r], base + st->offs[r],
 				   st->lens[r]));
 		T->p.stats->d2h_bytes += st->lens[r];
 	}
@@ -414,7 +401,8 @@ int sl_kvt_flush_disk(sl_kv_tiers *T, sl_kvt_stage *st)
 	const sl_backend_ops *o = be->ops;
 	st->pend = SL_KVT_PEND_NONE;
 	SL_TRY(sl_event_sync(be, o->dev_is_host ? st->done_ev : st->wb_ev));
-	const char *src = o->dev_is_host ? st->buf + T->stage_disk_off : (const char *)st->bounce;
+	const char *src = o->dev_is_host ? (const char *)st->buf.p + T->stage_disk_off
+					  : (const char *)st->bounce.p;
 	for (int r = 0; r < st->nr; r++) {
 		uint64_t tk;
 		SL_TRY(sl_disk_write(T->disk, seg_off(T, st->l, st->pmb) + st->offs[r], src + st->offs[r],

@@ -104,8 +104,8 @@ enum { SL_KVT_NSTAGE = 3 };
 enum { SL_KVT_PEND_NONE, SL_KVT_PEND_POS, SL_KVT_PEND_DISK };
 
 typedef struct sl_kvt_stage {
-	char *buf;       /* device: host part | page | disk part */
-	void *bounce;    /* pinned disk segment (device not host memory) */
+	sl_buf buf;      /* device: host part | page | disk part */
+	sl_buf bounce;   /* pinned disk segment (device not host memory) */
 	int l, s0;       /* what it holds, or l = -1 */
 	bool prefill;
 	bool read_pending;
@@ -127,19 +127,17 @@ typedef struct sl_kv_tiers {
 	sl_kvt_split full; /* split of a whole micro-batch */
 	int nmb;           /* micro-batches */
 	size_t sb, ss;     /* seq_bytes, state_bytes */
-	char *host;        /* pinned homes: [layer][K|V|S|P][host index] */
-	size_t host_bytes;
+	sl_buf host;       /* pinned homes: [layer][K|V|S|P][host index] */
 	int nhost;         /* host-tier sequences in all */
 	sl_disk_store *disk;
 	size_t seg_bytes;  /* one (layer, micro-batch) disk segment, page aligned */
-	size_t stage_disk_off, stage_bytes;
+	size_t stage_disk_off; /* a stage's disk part, after its host part */
 	sl_queue *cq;      /* the copy queue */
 	sl_kvt_stage st[SL_KVT_NSTAGE];
 	int cur;           /* the stage of the step in progress */
-	void *work;        /* p.work_bytes */
-	void *readback;    /* a micro-batch's state blocks on the host (device
+	sl_buf work;       /* pinned, p.work_bytes */
+	sl_buf readback;   /* a micro-batch's state blocks on the host (device
 			      not host memory, state_bytes > 0) */
-	size_t readback_bytes;
 	double busy_seen;  /* the store's busy time already counted */
 } sl_kv_tiers;
 

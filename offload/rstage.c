@@ -20,8 +20,7 @@ struct sl_rstage {
 	sl_queue *cq; /* the copy queue */
 	sl_event *ready[2], *done[2];
 	/* reserved rows */
-	char *host;
-	size_t host_bytes;
+	sl_buf host; /* pinned: the rows */
 	char *buf[2];   /* borrowed; buf[0] == buf[1] with one buffer */
 	size_t buf_rows;
 	long tag[2];
@@ -81,16 +80,12 @@ size_t sl_rstage_dev_bytes(size_t row_bytes, size_t buf_rows, bool one_buffer)
 int sl_rstage_reserve(sl_rstage *rs, size_t host_rows, size_t buf_rows, bool one_buffer,
 		      void *dev, const char *what)
 {
-	if (rs->host)
+	if (rs->host.p)
 		return sl_err(SL_EINVAL, "row staging: %s reserved twice", what);
 	if (!dev || buf_rows == 0 || host_rows == 0)
 		return sl_err(SL_EINVAL, "row staging: %s without rows (host %zu, buffers %zu)", what,
 			      host_rows, buf_rows);
-	const size_t hb = host_rows * rs->row_bytes;
-	void *h = NULL;
-	SL_TRY(sl_host_alloc(rs->b, hb, what, &h));
-	rs->host = h;
-	rs->host_bytes = hb;
+	SL_TRY(sl_buf_alloc(rs->b, SL_MEM_HOST, host_rows * rs->row_bytes, what, &rs->host));
 	rs->buf[0] = dev;
 	rs->buf[1] = one_buffer ? rs->buf[0] : rs->buf[0] + buf_rows * rs->row_bytes;
 	rs->buf_rows = buf_rows;
@@ -100,13 +95,11 @@ int sl_rstage_reserve(sl_rstage *rs, size_t host_rows, size_t buf_rows, bool one
 
 void sl_rstage_release(sl_rstage *rs)
 {
-	if (!rs || !rs->host)
+	if (!rs || !rs->host.p)
 		return;
 	/* no store still reading a buffer or writing the host rows */
 	sl_queue_sync(rs->b, rs->cq);
-	sl_host_free(rs->b, rs->host, rs->host_bytes);
-	rs->host = NULL;
-	rs->host_bytes = 0;
+	sl_buf_free(rs->b, &rs->host);
 	rs->buf[0] = rs->buf[1] = NULL;
 	rs->buf_rows = 0;
 	rs->tag[0] = rs->tag[1] = -1;
@@ -114,16 +107,16 @@ void sl_rstage_release(sl_rstage *rs)
 
 void *sl_rstage_rows(const sl_rstage *rs)
 {
-	return rs->host;
+	return rs->host.p;
 }
 
 static int check_rows(const sl_rstage *rs, long r0, size_t n)
 {
-	if (!rs->host)
+	if (!rs->host.p)
 		return sl_err(SL_EINVAL, "row staging: no rows reserved");
-	if (r0 < 0 || n > rs->buf_rows || (size_t)r0 * rs->row_bytes + n * rs->row_bytes > rs->host_bytes)
+	if (r0 < 0 || n > rs->buf_rows || (size_t)r0 * rs->row_bytes + n * rs->row_bytes > rs->host.bytes)
 		return sl_err(SL_EINVAL, "row staging: rows %ld to %ld outside the %zu host rows or over the %zu rows of a buffer",
-			      r0, r0 + (long)n, rs->host_bytes / rs->row_bytes, rs->buf_rows);
+			      r0, r0 + (long)n, rs->host.bytes / rs->row_bytes, rs->buf_rows);
 	return 0;
 }
 
@@ -134,7 +127,8 @@ static int load(sl_rstage *rs, int i, long r0, size_t n)
 {
 	const size_t bytes = n * rs->row_bytes;
 	SL_TRY(sl_queue_wait(rs->b, rs->cq, rs->done[i]));
-	SL_TRY(sl_copy_h2d(rs->b, rs->cq, rs->buf[i], rs->host + (size_t)r0 * rs->row_bytes, bytes));
+	SL_TRY(sl_copy_h2d(rs->b, rs->cq, rs->buf[i], (char *)rs->host.p + (size_t)r0 * rs->row_bytes,
+			   bytes));
 	rs->tag[i] = r0;
 	rs->stats.h2d_bytes += bytes;
 	return sl_event_record(rs->b, rs->ready[i], rs->cq);
@@ -169,7 +163,8 @@ int sl_rstage_end(sl_rstage *rs, sl_queue *q, long r0, size_t n, long next_r0)
 		return 0;
 	const size_t bytes = n * rs->row_bytes;
 	SL_TRY(sl_queue_wait(rs->b, rs->cq, rs->done[i]));
-	SL_TRY(sl_copy_d2h(rs->b, rs->cq, rs->host + (size_t)r0 * rs->row_bytes, rs->buf[i], bytes));
+	SL_TRY(sl_copy_d2h(rs->b, rs->cq, (char *)rs->host.p + (size_t)r0 * rs->row_bytes, rs->buf[i],
+			   bytes));
 	rs->stats.d2h_bytes += bytes;
 	rs->tag[i] = -1;
 	return 0;
@@ -194,7 +189,7 @@ int sl_rstage_put(sl_rstage *rs, sl_queue *q, long r0, size_t n)
 {
 	SL_TRY(check_rows(rs, r0, n));
 	const size_t bytes = n * rs->row_bytes;
-	SL_TRY(sl_copy_d2h(rs->b, q, rs->host + (size_t)r0 * rs->row_bytes, rs->buf[0],
+	SL_TRY(sl_copy_d2h(rs->b, q, (char *)rs->host.p + (size_t)r0 * rs->row_bytes, rs->buf[0],
 			   bytes));
 	rs->stats.d2h_bytes += bytes;
 	return 0;
@@ -202,7 +197,7 @@ int sl_rstage_put(sl_rstage *rs, sl_queue *q, long r0, size_t n)
 
 int sl_rstage_restart(sl_rstage *rs, sl_queue *q)
 {
-	if (!rs->host)
+	if (!rs->host.p)
 		return sl_err(SL_EINVAL, "row staging: no rows reserved");
 	rs->tag[0] = rs->tag[1] = -1;
 	/* the first loads (on the copy queue, after done) read rows q wrote,
@@ -223,7 +218,7 @@ int sl_rstage_gather(sl_rstage *rs, sl_queue *q, long first, size_t count, size_
 	if (count > rs->buf_rows)
 		return sl_err(SL_EINVAL, "row staging: a gather of %zu rows into a buffer of %zu", count,
 			      rs->buf_rows);
-	const char *src = rs->host + (size_t)first * rb;
+	const char *src = (char *)rs->host.p + (size_t)first * rb;
 	if (stride == 1) {
 		SL_TRY(sl_copy_h2d(rs->b, q, rs->buf[0], src, count * rb));
 	} else {

@@ -19,7 +19,7 @@
  * rows (a block that is one micro-batch): they are loaded once and stay.
  *
  * Ownership.  The stage owns its copy queue, its events and the pinned host
- * array (sl_host_alloc, under the host budget).  The device buffers are
+ * array (an sl_buf, under the host budget).  The device buffers are
  * borrowed: the caller carves sl_rstage_dev_bytes() from its own device
  * memory (the model's activation workspace, whose layout the run plan
  * states) and keeps it alive until sl_rstage_release.  The stage knows rows

@@ -12,9 +12,8 @@
 
 /* A staging slot: one unit's streamed bytes on the device. */
 typedef struct wslot {
-	void *buf;        /* device, bytes */
-	void *bounce;     /* pinned, disk part (backends whose device is not host) */
-	size_t bytes, bounce_bytes;
+	sl_buf buf;       /* device */
+	sl_buf bounce;    /* pinned, disk part (backends whose device is not host) */
 	int layer;        /* held, or -1 */
 	int unit;         /* enum sl_unit held */
 	bool disk_pending;
@@ -90,10 +89,8 @@ int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out)
 	memcpy(s->unit, p->unit, sizeof s->unit);
 	s->disk = p->disk;
 	s->stats = p->stats ? p->stats : &s->own;
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 2; k++)
 		s->slot[k].layer = s->slot[k].unit = -1;
-		sl_wstage_slot_bytes(s->unit, s->halves, k, &s->slot[k].bytes, &s->slot[k].bounce_bytes);
-	}
 	int rc = 0;
 	s->home = malloc((size_t)p->n_layer * sizeof *s->home);
 	if (!s->home)
@@ -102,9 +99,11 @@ int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out)
 		memcpy(s->home, p->home, (size_t)p->n_layer * sizeof *s->home);
 	for (int k = 0; k < 2 && !rc; k++) {
 		wslot *w = &s->slot[k];
-		rc = sl_dev_alloc(b, w->bytes, "weight staging", &w->buf);
-		if (!rc && w->bounce_bytes && !b->ops->dev_is_host)
-			rc = sl_host_alloc(b, w->bounce_bytes, "disk bounce buffer", &w->bounce);
+		size_t bytes, bounce_bytes;
+		sl_wstage_slot_bytes(s->unit, s->halves, k, &bytes, &bounce_bytes);
+		rc = sl_buf_alloc(b, SL_MEM_DEVICE, bytes, "weight staging", &w->buf);
+		if (!rc && bounce_bytes && !b->ops->dev_is_host)
+			rc = sl_buf_alloc(b, SL_MEM_HOST, bounce_bytes, "disk bounce buffer", &w->bounce);
 		if (!rc)
 			rc = sl_event_create(b, &w->free_ev);
 		if (!rc)
@@ -134,12 +133,12 @@ static int start_load(sl_wstage *s, int k, int l, int u, int parts)
 	if ((parts & LOAD_HOST) && x->host_len) {
 		/* not before the compute queue is done with what the slot holds */
 		SL_TRY(sl_queue_wait(b, s->copy_q, w->free_ev));
-		SL_TRY(sl_copy_h2d(b, s->copy_q, w->buf, (const char *)h->host + x->host_off,
+		SL_TRY(sl_copy_h2d(b, s->copy_q, w->buf.p, (const char *)h->host + x->host_off,
 				   x->host_len));
 		s->stats->h2d_bytes += x->host_len;
 	}
 	if ((parts & LOAD_DISK) && x->disk_len) {
-		void *dst = (char *)w->buf + x->stage_disk;
+		void *dst = (char *)w->buf.p + x->stage_disk;
 		if (w->disk_pending) {
 			/* a prefetch never acquired (units acquired out of
 			 * schedule order) may still be reading there: it
@@ -150,7 +149,7 @@ static int start_load(sl_wstage *s, int k, int l, int u, int parts)
 		if (!b->ops->dev_is_host) {
 			/* the bounce buffer's last copy to the device must be done */
 			SL_TRY(sl_event_sync(b, w->ready_ev));
-			dst = w->bounce;
+			dst = w->bounce.p;
 		} else {
 			/* the disk writes into device memory: compute must be done */
 			SL_TRY(sl_event_sync(b, w->free_ev));
@@ -179,7 +178,7 @@ static int finish_load(sl_wstage *s, sl_queue *compute, int k)
 			 * no such wait in start_load) */
 			const sl_wstage_unit *x = &s->unit[w->unit];
 			SL_TRY(sl_queue_wait(b, s->copy_q, w->free_ev));
-			SL_TRY(sl_copy_h2d(b, s->copy_q, (char *)w->buf + x->stage_disk, w->bounce,
+			SL_TRY(sl_copy_h2d(b, s->copy_q, (char *)w->buf.p + x->stage_disk, w->bounce.p,
 					   x->disk_len));
 		}
 	}
@@ -234,7 +233,7 @@ int sl_wstage_acquire(sl_wstage *s, sl_queue *compute, int l, int u, void **slot
 	SL_TRY(finish_load(s, compute, k));
 	if (pre)
 		SL_TRY(start_load(s, !k, nl, nu, LOAD_HOST));
-	*slot = s->slot[k].buf;
+	*slot = s->slot[k].buf.p;
 	return 0;
 }
 
@@ -260,8 +259,8 @@ void sl_wstage_free(sl_wstage *s)
 		wslot *w = &s->slot[k];
 		if (w->disk_pending)
 			sl_disk_wait(s->disk, w->ticket);
-		sl_dev_free(b, w->buf, w->bytes);
-		sl_host_free(b, w->bounce, w->bounce_bytes);
+		sl_buf_free(b, &w->buf);
+		sl_buf_free(b, &w->bounce);
 		if (w->free_ev)
 			sl_event_free(b, w->free_ev);
 		if (w->ready_ev)

@@ -85,7 +85,7 @@ static int tiers_create(sl_kv *kv, int nhost)
 		return sl_err(SL_ENOMEM, "out of memory");
 	kv->ccc = C;
 	const size_t rows = (size_t)kv->gs * c->hidden * sizeof(float);
-	char *q = kv->tiers->work;
+	char *q = kv->tiers->work.p;
 	C->hq = (float *)q;
 	C->hk = (float *)(q + rows);
 	C->hv = (float *)(q + 2 * rows);
@@ -133,16 +133,16 @@ static int kv_create(const sl_kv_env *env, int nseq, int cap, bool h2o, size_t e
 	const size_t per = (size_t)ndev * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
 	const size_t sper = h2o ? (size_t)ndev * c->n_head * cap * 4 : 0;
 	const size_t L = (size_t)c->n_layer;
-	kv->bytes = 2 * (per + sper) * L + extra;
-	if (kv->bytes) {
-		int rc = sl_dev_alloc(kv->env.be, kv->bytes, h2o ? "KV cache (H2O)" : "KV cache", &kv->block);
+	const size_t bytes = 2 * (per + sper) * L + extra;
+	if (bytes) {
+		int rc = sl_buf_alloc(kv->env.be, SL_MEM_DEVICE, bytes, h2o ? "KV cache (H2O)" : "KV cache",
+				      &kv->block);
 		if (rc < 0) {
-			kv->bytes = 0;
 			sl_kv_free(kv);
 			return rc;
 		}
 	}
-	char *b = kv->block;
+	char *b = kv->block.p;
 	for (size_t l = 0; l < L; l++) {
 		kv->k[l] = b + 2 * l * per;
 		kv->v[l] = b + (2 * l + 1) * per;
@@ -222,7 +222,7 @@ int sl_kv_make(const sl_kv_env *env, int nseq, int max_prompt, int max_len, sl_k
 	}
 	/* after the tiers' part of the device block: the scratch */
 	const size_t sc = (size_t)gs * c->n_head * max_prompt;
-	char *p = (char *)kv->block + (kv->bytes - extra);
+	char *p = (char *)kv->block.p + (kv->block.bytes - extra);
 	kv->scratch_k = p;
 	p += sc * c->hidden / c->n_head * es;
 	kv->scratch_v = p;
@@ -239,7 +239,7 @@ void sl_kv_free(sl_kv *kv)
 	if (!kv)
 		return;
 	tiers_free(kv);
-	sl_dev_free(kv->env.be, kv->block, kv->bytes);
+	sl_buf_free(kv->env.be, &kv->block);
 	free(kv->score);
 	free(kv->pos_slot);
 	free(kv->heavy);
@@ -589,8 +589,8 @@ static int kv_flush(sl_kv *kv, sl_kvt_stage *st)
 			hpos = (const int32_t *)sl_kvt_stage_host(T, st, b.host, SL_KVT_P, 0);
 			dpos = (const int32_t *)sl_kvt_stage_disk(T, st, b.disk, SL_KVT_P, 0);
 		} else { /* read back by step_end */
-			hpos = T->readback;
-			dpos = (int32_t *)T->readback + (host_part ? (size_t)p.host * sn : 0);
+			hpos = T->readback.p;
+			dpos = (int32_t *)T->readback.p + (host_part ? (size_t)p.host * sn : 0);
 		}
 		if (host_part)
 			SL_TRY(host_rows_back(kv, st, &b, &p, hpos));
@@ -634,7 +634,7 @@ int sl_kv_step_end(sl_kv *kv, int l, int s0, int g, bool prefill, const int *npa
 		if (o->dev_is_host)
 			return 0;
 		const size_t sn = (size_t)nh * kv->cap;
-		int32_t *ph = T->readback, *pd = ph + (host_part ? (size_t)p.host * sn : 0);
+		int32_t *ph = T->readback.p, *pd = ph + (host_part ? (size_t)p.host * sn : 0);
 		SL_TRY(sl_queue_wait(be, T->cq, st->done_ev));
 		if (host_part)
 			SL_TRY(sl_kvt_copy_rows(T, false, ph, sl_kvt_stage_host(T, st, b.host, SL_KVT_P, 0),

@@ -82,8 +82,7 @@ typedef struct sl_kv {
 	bool f32;         /* fp32 cache (accuracy mode); fp16 otherwise */
 	void **k, **v;    /* per layer, device (ndev, n_head, cap, head_dim): the
 			     device-tier sequences (all of them by default) */
-	void *block;
-	size_t bytes;
+	sl_buf block;     /* device: the above, then the H2O scratch */
 	int *len; /* host: slots in use per sequence */
 	int *pos; /* host: tokens seen per sequence (real tokens) */
 	/* (written by kvcache.c alone) decode steps since the prefill; per

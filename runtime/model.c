@@ -105,9 +105,7 @@ fail:
 static void release_ws(sl_model *m)
 {
 	sl_rstage_release(m->act); /* its copies done before the buffers go */
-	sl_dev_free(m->be, m->ws, m->ws_bytes);
-	m->ws = NULL;
-	m->ws_bytes = 0;
+	sl_buf_free(m->be, &m->ws);
 	m->h = NULL;
 	free(m->ids_host);
 	free(m->pos_host);
@@ -165,11 +163,10 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	float *hdev = NULL;
 	float **ptrs[] = { &hdev, &m->x, &m->qb, &m->kb, &m->vb, &m->ab, &m->fb, &m->logits };
 	size_t total = sl_plan_ws_bytes(c, max_seq, max_rows, micro, act_host);
-	int rc = sl_dev_alloc(m->be, total, "activation workspace", &m->ws);
+	int rc = sl_buf_alloc(m->be, SL_MEM_DEVICE, total, "activation workspace", &m->ws);
 	if (rc < 0)
 		return rc;
-	m->ws_bytes = total;
-	char *p = m->ws;
+	char *p = m->ws.p;
 	for (size_t i = 0; i < SL_ARRAY_LEN(sizes); i++) {
 		*ptrs[i] = (float *)p;
 		p += (sizes[i] * sizeof(float) + 255) & ~(size_t)255;

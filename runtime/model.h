@@ -55,8 +55,7 @@ typedef struct sl_model {
 	 * h is then the residual stream on the device. */
 	sl_rstage *act;
 	float *logits; /* (max_seq, vocab) */
-	void *ws;
-	size_t ws_bytes;
+	sl_buf ws; /* device: the buffers above */
 	int32_t *ids_host, *pos_host; /* (max_rows) */
 	sl_disk_store *disk; /* owned; weights on disk */
 	char *offload_dir;   /* the disk tier's folder (weights, KV cache) */

@@ -102,7 +102,7 @@ static int measure_gemm(sl_backend *b, int m, int n, int k, int reps, double *ra
 	       yb = (size_t)m * n * sizeof(float);
 	float *hx = malloc(xb);
 	sl_half *hw = malloc(wb);
-	void *x = NULL, *w = NULL, *y = NULL;
+	sl_buf x = { 0 }, w = { 0 }, y = { 0 };
 	sl_queue *q = NULL;
 	int rc = 0;
 	if (!hx || !hw) {
@@ -118,13 +118,13 @@ static int measure_gemm(sl_backend *b, int m, int n, int k, int reps, double *ra
 		st = st * 6364136223846793005ull + 1442695040888963407ull;
 		hw[i] = sl_float_to_half((float)((int)(st >> 40) % 2001 - 1000) / 32000.f);
 	}
-	if ((rc = sl_dev_alloc(b, xb, "profile GEMM x", &x)) < 0 ||
-	    (rc = sl_dev_alloc(b, wb, "profile GEMM w", &w)) < 0 ||
-	    (rc = sl_dev_alloc(b, yb, "profile GEMM y", &y)) < 0 || (rc = sl_queue_create(b, &q)) < 0 ||
-	    (rc = sl_copy_h2d(b, q, x, hx, xb)) < 0 || (rc = sl_copy_h2d(b, q, w, hw, wb)) < 0 ||
-	    (rc = sl_queue_sync(b, q)) < 0)
+	if ((rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile GEMM x", &x)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, wb, "profile GEMM w", &w)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, yb, "profile GEMM y", &y)) < 0 ||
+	    (rc = sl_queue_create(b, &q)) < 0 || (rc = sl_copy_h2d(b, q, x.p, hx, xb)) < 0 ||
+	    (rc = sl_copy_h2d(b, q, w.p, hw, wb)) < 0 || (rc = sl_queue_sync(b, q)) < 0)
 		goto out;
-	const sl_gemm_args a = { .m = m, .n = n, .k = k, .x = x, .ldx = k, .w = w, .y = y, .ldy = n };
+	const sl_gemm_args a = { .m = m, .n = n, .k = k, .x = x.p, .ldx = k, .w = w.p, .y = y.p, .ldy = n };
 	if ((rc = sl_gemm(b, q, &a)) < 0 || (rc = sl_queue_sync(b, q)) < 0) /* warm-up */
 		goto out;
 	double r[3];
@@ -141,9 +141,9 @@ static int measure_gemm(sl_backend *b, int m, int n, int k, int reps, double *ra
 out:
 	if (q)
 		sl_queue_free(b, q);
-	sl_dev_free(b, y, yb);
-	sl_dev_free(b, w, wb);
-	sl_dev_free(b, x, xb);
+	sl_buf_free(b, &y);
+	sl_buf_free(b, &w);
+	sl_buf_free(b, &x);
 	free(hw);
 	free(hx);
 	return rc;
@@ -153,12 +153,16 @@ out:
 static int measure_copies(sl_backend *b, size_t bytes, double *h2d, double *d2h)
 {
 	*h2d = *d2h = 0;
+	sl_buf hb = { 0 }, db = { 0 };
 	void *h = NULL, *d = NULL;
 	sl_queue *q = NULL;
 	int rc;
-	if ((rc = sl_host_alloc(b, bytes, "profile copies", &h)) < 0 ||
-	    (rc = sl_dev_alloc(b, bytes, "profile copies", &d)) < 0 || (rc = sl_queue_create(b, &q)) < 0)
+	if ((rc = sl_buf_alloc(b, SL_MEM_HOST, bytes, "profile copies", &hb)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, bytes, "profile copies", &db)) < 0 ||
+	    (rc = sl_queue_create(b, &q)) < 0)
 		goto out;
+	h = hb.p;
+	d = db.p;
 	memset(h, 0x5a, bytes);
 	if ((rc = sl_copy_h2d(b, q, d, h, bytes)) < 0 || (rc = sl_copy_d2h(b, q, h, d, bytes)) < 0 ||
 	    (rc = sl_queue_sync(b, q)) < 0) /* warm-up */
@@ -178,8 +182,8 @@ static int measure_copies(sl_backend *b, size_t bytes, double *h2d, double *d2h)
 out:
 	if (q)
 		sl_queue_free(b, q);
-	sl_dev_free(b, d, bytes);
-	sl_host_free(b, h, bytes);
+	sl_buf_free(b, &db);
+	sl_buf_free(b, &hb);
 	return rc;
 }
 

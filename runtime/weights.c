@@ -374,7 +374,7 @@ static void layer_view(const sl_opt_weights *w, const sl_opt_layer_w *lw, void *
 	for (int i = 0; i < SL_LAYER_TENSORS; i++) {
 		const bool in = slot && i >= unit_first[u] && i < unit_end[u];
 		const sl_wstage_unit *x = &w->unit[u];
-		char *base = w->tier[i] == SL_TIER_DEVICE ? (char *)lw->block + w->home_off[i]
+		char *base = w->tier[i] == SL_TIER_DEVICE ? (char *)lw->block.p + w->home_off[i]
 			     : !in ? NULL
 			     : w->tier[i] == SL_TIER_HOST ? (char *)slot + (w->home_off[i] - x->host_off)
 			     : (char *)slot + x->stage_disk + (w->home_off[i] - x->disk_off);
@@ -559,21 +559,21 @@ static int load_globals(conv *v, const sl_st_tensor *head, sl_opt_weights *w)
 	bool tied = true;
 	if (head)
 		SL_TRY(conv_head_tied(v, &global_tensors[0].d, &hd, &tied));
-	w->block_bytes = off + (tied ? 0 : align64(tensor_elems(c, &hd) * 2));
-	SL_TRY(sl_dev_alloc(v->b, w->block_bytes, "embeddings and final layers", &w->block));
+	SL_TRY(sl_buf_alloc(v->b, SL_MEM_DEVICE, off + (tied ? 0 : align64(tensor_elems(c, &hd) * 2)),
+			    "embeddings and final layers", &w->block));
 	off = 0;
 	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++) {
 		const tdesc *d = &global_tensors[i].d;
 		if (!global_present(c, global_tensors[i].cond))
 			continue;
 		sl_half **slot = (sl_half **)((char *)w + d->off);
-		*slot = (sl_half *)((char *)w->block + off);
+		*slot = (sl_half *)((char *)w->block.p + off);
 		SL_TRY(conv_device(v, d, d->name, 1000000 + i, *slot));
 		off += align64(tensor_elems(c, d) * 2);
 	}
 	w->lm_head = w->embed_tokens;
 	if (!tied) {
-		w->lm_head = (sl_half *)((char *)w->block + off);
+		w->lm_head = (sl_half *)((char *)w->block.p + off);
 		SL_TRY(conv_device(v, &hd, "lm_head.weight", 0, w->lm_head));
 	}
 	return 0;
@@ -587,7 +587,7 @@ static int create_stage(sl_backend *b, const sl_weight_place *place, sl_opt_weig
 	if (!home)
 		return sl_err(SL_ENOMEM, "out of memory");
 	for (int l = 0; l < w->n_layer; l++)
-		home[l] = (sl_wstage_home){ .host = w->layers[l].host, .disk_off = w->layers[l].disk_off };
+		home[l] = (sl_wstage_home){ .host = w->layers[l].host.p, .disk_off = w->layers[l].disk_off };
 	sl_wstage_params sp = { .n_layer = w->n_layer, .halves = w->halves, .overlap = place && place->overlap,
 				.home = home, .disk = w->disk, .stats = &w->stats };
 	memcpy(sp.unit, w->unit, sizeof sp.unit);
@@ -622,12 +622,12 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 			head = sl_st_find(src->st, "model.lm_head.weight");
 	}
 	conv v = { .b = b, .q = q, .c = c, .src = src, .disk = w->disk, .piece = conv_piece(c, w->disk_bytes) };
-	void *stage = NULL;
-	int rc = sl_host_alloc(b, 2 * v.piece, "weight conversion", &stage);
+	sl_buf stage;
+	int rc = sl_buf_alloc(b, SL_MEM_HOST, 2 * v.piece, "weight conversion", &stage);
 	if (rc < 0)
 		return rc;
-	v.buf[0] = stage;
-	v.buf[1] = (unsigned char *)stage + v.piece;
+	v.buf[0] = stage.p;
+	v.buf[1] = (unsigned char *)stage.p + v.piece;
 	for (int k = 0; k < 2 && !rc && q; k++)
 		rc = sl_event_create(b, &v.copied[k]);
 
@@ -640,10 +640,11 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 		lw->disk_off = (uint64_t)l * w->disk_bytes;
 		char what[64];
 		snprintf(what, sizeof what, "weights of layer %d", l);
-		if (!store_only && w->dev_bytes && (rc = sl_dev_alloc(b, w->dev_bytes, what, &lw->block)) < 0)
+		if (!store_only && w->dev_bytes &&
+		    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, w->dev_bytes, what, &lw->block)) < 0)
 			break;
-		lw->block_bytes = store_only ? 0 : w->dev_bytes;
-		if (!store_only && w->host_bytes && (rc = sl_host_alloc(b, w->host_bytes, what, &lw->host)) < 0)
+		if (!store_only && w->host_bytes &&
+		    (rc = sl_buf_alloc(b, SL_MEM_HOST, w->host_bytes, what, &lw->host)) < 0)
 			break;
 		for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors) && !rc && !store_only; i++) {
 			const tdesc *d = &layer_tensors[i];
@@ -652,9 +653,9 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
 			if (w->tier[i] == SL_TIER_HOST)
 				rc = fill_tensor(c, src, d, name, id, 0, tensor_elems(c, d),
-						 (sl_half *)((char *)lw->host + w->home_off[i]));
+						 (sl_half *)((char *)lw->host.p + w->home_off[i]));
 			else if (w->tier[i] == SL_TIER_DEVICE)
-				rc = conv_device(&v, d, name, id, (char *)lw->block + w->home_off[i]);
+				rc = conv_device(&v, d, name, id, (char *)lw->block.p + w->home_off[i]);
 		}
 		if (!rc && write_disk) {
 			rc = conv_disk_segment(&v, w, l, lw->disk_off);
@@ -670,7 +671,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 	for (int k = 0; k < 2; k++)
 		if (v.copied[k])
 			sl_event_free(b, v.copied[k]);
-	sl_host_free(b, stage, 2 * v.piece);
+	sl_buf_free(b, &stage);
 
 	if (!rc && w->streamed && !store_only)
 		rc = create_stage(b, place, w);
@@ -678,7 +679,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 		sl_weights_free(b, w);
 		return rc;
 	}
-	w->bytes = w->block_bytes + (size_t)c->n_layer * lbytes;
+	w->bytes = w->block.bytes + (size_t)c->n_layer * lbytes;
 	return 0;
 }
 
@@ -734,10 +735,10 @@ void sl_weights_free(sl_backend *b, sl_opt_weights *w)
 	sl_wstage_free(w->stage);
 	if (w->layers)
 		for (int l = 0; l < w->n_layer; l++) {
-			sl_dev_free(b, w->layers[l].block, w->layers[l].block_bytes);
-			sl_host_free(b, w->layers[l].host, w->host_bytes);
+			sl_buf_free(b, &w->layers[l].block);
+			sl_buf_free(b, &w->layers[l].host);
 		}
-	sl_dev_free(b, w->block, w->block_bytes);
+	sl_buf_free(b, &w->block);
 	free(w->layers);
 	memset(w, 0, sizeof *w);
 }

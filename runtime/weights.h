@@ -21,9 +21,9 @@ typedef struct sl_opt_layer_w {
 	sl_half *fc1_w, *fc1_b;                                 /* (f, h), (f) */
 	sl_half *fc2_w, *fc2_b;                                 /* (h, f), (h) */
 	sl_half *ln2_g, *ln2_b;                                 /* the layer's final_layer_norm */
-	void *block;       /* device home: the tensors placed on the device */
-	size_t block_bytes;
-	void *host;        /* pinned home: the tensors placed on the host */
+	/* (owned by sl_opt_weights.layers; a view copies them, never frees) */
+	sl_buf block;      /* device home: the tensors placed on the device */
+	sl_buf host;       /* pinned home: the tensors placed on the host */
 	uint64_t disk_off; /* disk home: offset of the layer's segment in the store */
 } sl_opt_layer_w;
 
@@ -53,8 +53,7 @@ typedef struct sl_opt_weights {
 	sl_half *project_out;    /* (e, h) or NULL */
 	sl_half *final_ln_g, *final_ln_b; /* (h) or NULL */
 	sl_half *lm_head;        /* (vocab, e): embed_tokens when tied */
-	void *block;
-	size_t block_bytes;
+	sl_buf block;            /* device: the tensors above */
 	sl_opt_layer_w *layers;  /* n_layer */
 	int n_layer;
 	size_t bytes;            /* the weights' bytes, all tiers */
