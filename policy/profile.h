@@ -59,6 +59,16 @@ typedef struct sl_profile_gpu {
 	int numa_node;        /* -1: none */
 } sl_profile_gpu;
 
+/* A rate against the rows M of a GEMM (n x k fixed): points in increasing
+ * M, GFLOP/s at each. */
+#define SL_PROFILE_CURVE_MAX 16
+typedef struct sl_profile_curve {
+	int npoints; /* 0: not measured */
+	int n, k;
+	int m[SL_PROFILE_CURVE_MAX];
+	double gflops[SL_PROFILE_CURVE_MAX];
+} sl_profile_curve;
+
 typedef struct sl_profile {
 	bool quick;
 	sl_profile_topo topo;
@@ -84,6 +94,23 @@ typedef struct sl_profile {
 	uint64_t copy_bytes;
 	double gpu_gemm_tflops;
 	int gpu_gemm_m, gpu_gemm_n, gpu_gemm_k; /* 0: not measured */
+
+	/* format 2: the rates the cost model (runtime/cost.h) reads; 0 where
+	 * not measured (a format 1 file), and the model then falls back on
+	 * the rates above */
+	sl_profile_curve gemm;      /* the profiled backend's sl_gemm against M */
+	double copy_gbps;           /* the backend's h2d copy of 64 MiB on a queue
+				     * (CPU backend: a memory copy; CUDA: h2d_gbps) */
+	double copy_latency_us;     /* one small copy (4 KiB) on a queue, issue to
+				     * done, in a stream of them */
+	double op_latency_us;       /* one tiny op (a 1-row layernorm) in a stream */
+	double attn_decode_gbps;    /* sl_attn_decode: KV cache bytes read per second */
+	double attn_prefill_gflops; /* sl_attn_prefill at a 512-token prompt */
+	double cpu_attn_gbps;       /* the host's decode attention (cpu_cache_compute) */
+	double disk_write_gbps;     /* O_DIRECT writes at the store's request size */
+	uint64_t dev_reserve_bytes; /* the backend's own device workspace (cuBLAS's,
+				     * its scratch), outside the run plan */
+	char build[64];             /* the sluice that measured (SL_VERSION) */
 
 	double seconds; /* the whole profile */
 } sl_profile;
