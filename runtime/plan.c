@@ -150,6 +150,7 @@ int sl_plan_make(const sl_opt_config *c, const sl_plan_params *p, bool dev_is_ho
 	memset(out, 0, sizeof *out);
 	SL_TRY(check_params(c, p));
 	out->p = *p;
+	out->dev_is_host = dev_is_host;
 	out->h2o = p->hh > 0 || p->rr > 0 || p->fixed_heavy >= 0 || p->fixed_recent >= 0;
 	weight_bytes(c, p, dev_is_host, out);
 	if (p->max_seq > 0) {

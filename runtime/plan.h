@@ -55,6 +55,7 @@ typedef struct sl_tier_bytes {
 
 typedef struct sl_plan {
 	sl_plan_params p;
+	bool dev_is_host; /* made for a backend whose device memory is host memory */
 	bool h2o;       /* the cache keeps heavy hitters (ratios or counts set) */
 	/* for the workload (0 when the plan is open) */
 	int gs;         /* sequences per micro-batch */

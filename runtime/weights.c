@@ -357,6 +357,17 @@ size_t sl_weights_device_bytes(const sl_opt_config *c, const sl_weight_place *p)
 	return n;
 }
 
+void sl_weights_layer_split(const sl_opt_config *c, double gpu_percent, double cpu_percent,
+			    size_t *dev, size_t *host, size_t *disk)
+{
+	sl_opt_weights tmp;
+	sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent };
+	place_layer(c, &p, &tmp);
+	*dev = tmp.dev_bytes;
+	*host = tmp.host_bytes;
+	*disk = tmp.disk_bytes;
+}
+
 size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent)
 {
 	sl_opt_weights tmp;

@@ -100,6 +100,11 @@ size_t sl_weights_device_bytes(const sl_opt_config *c, const sl_weight_place *p)
  * conversion buffers, sl_weights_convert_bytes). */
 void sl_weights_host_bytes(const sl_opt_config *c, const sl_weight_place *p, bool dev_is_host,
 			   size_t *resident, size_t *loading);
+/* One decoder layer's weight bytes in each tier under a placement (the
+ * homes as laid out: tensors 64-byte aligned, the disk segment page
+ * aligned): what a forward streams per layer from the host and the disk. */
+void sl_weights_layer_split(const sl_opt_config *c, double gpu_percent, double cpu_percent,
+			    size_t *dev, size_t *host, size_t *disk);
 /* The disk segment of one layer (page aligned) under a placement. */
 size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent);
 /* The pinned host memory loading takes while it converts (two buffers of

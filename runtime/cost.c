@@ -1,0 +1,474 @@
+/*
+ * cost.c - the cost model (cost.h says what it models).  docs/policy.md
+ * gives the formulas with their terms; the names here follow it.
+ */
+#include "cost.h"
+#include "sl_common.h"
+#include "kv_tiers.h"
+#include "weights.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *const sl_res_name[SL_NRES] = { "compute", "cpu_attention", "h2d",
+					   "d2h",     "disk_read",     "disk_write" };
+
+#define PAGE 4096.0
+#define DECODE_SAMPLES 64
+
+/* Where the profile lacks a rate (a format 1 file), what the model
+ * assumes: the GPU's memory bandwidth for its roofline, a queue's copy
+ * and op latencies, the disk's write rate as a share of its read rate. */
+#define FALLBACK_GPU_MEM_GBPS 2000.0
+#define FALLBACK_COPY_LAT_US 5.0
+#define FALLBACK_OP_LAT_US 5.0
+#define FALLBACK_DISK_WRITE_SHARE 0.7
+
+/* The rates of the profiled machine, in units per second. */
+typedef struct rates {
+	bool host;                 /* the device is host memory (CPU backend) */
+	const sl_profile_curve *gemm;
+	double peak_flops;         /* GEMM peak where no curve */
+	double mem_bw;             /* the device memory's bandwidth (roofline) */
+	double h2d, d2h;           /* bytes/s */
+	double copy_lat, op_lat;   /* seconds */
+	double attn_bw;            /* decode attention, cache bytes/s */
+	double attn_pf_flops;      /* prefill attention FLOP/s */
+	double cpu_attn_bw;        /* the host's decode attention, bytes/s */
+	double disk_r, disk_w;     /* bytes/s; 0: no disk measured */
+} rates;
+
+static double pos_or(double v, double fallback)
+{
+	return v > 0 ? v : fallback;
+}
+
+static void rates_of(const sl_profile *p, bool host, rates *r)
+{
+	memset(r, 0, sizeof *r);
+	r->host = host;
+	r->gemm = p->gemm.npoints > 0 ? &p->gemm : NULL;
+	const double mem = pos_or(p->mem_read_gbps, 10.0) * 1e9;
+	if (host) {
+		r->peak_flops = pos_or(p->cpu_gemm_gflops, 10.0) * 1e9;
+		r->mem_bw = mem;
+		r->h2d = r->d2h = pos_or(p->copy_gbps, mem / 1e9 / 2) * 1e9;
+	} else {
+		r->peak_flops = pos_or(p->gpu_gemm_tflops, 10.0) * 1e12;
+		r->mem_bw = FALLBACK_GPU_MEM_GBPS * 1e9;
+		r->h2d = pos_or(p->h2d_gbps, pos_or(p->copy_gbps, 10.0)) * 1e9;
+		r->d2h = pos_or(p->d2h_gbps, r->h2d / 1e9) * 1e9;
+	}
+	r->copy_lat = pos_or(p->copy_latency_us, FALLBACK_COPY_LAT_US) * 1e-6;
+	r->op_lat = pos_or(p->op_latency_us, FALLBACK_OP_LAT_US) * 1e-6;
+	r->attn_bw = pos_or(p->attn_decode_gbps, r->mem_bw / 1e9) * 1e9;
+	r->attn_pf_flops = pos_or(p->attn_prefill_gflops, r->peak_flops / 1e9 / 4) * 1e9;
+	r->cpu_attn_bw = pos_or(p->cpu_attn_gbps, mem / 1e9) * 1e9;
+	r->disk_r = p->disk_read_gbps * 1e9;
+	r->disk_w = pos_or(p->disk_write_gbps, p->disk_read_gbps * FALLBACK_DISK_WRITE_SHARE) * 1e9;
+}
+
+/* GFLOP/s of the profiled GEMM at m rows: the curve interpolated in log-log
+ * between its points; below its first point the time of the first point's
+ * (a GEMM of few rows reads its weights whatever m: the rate falls with
+ * m); above its last, the last rate.  No curve: a roofline of the peak and
+ * the memory bandwidth over the weight, input and output bytes. */
+static double gemm_seconds(const rates *r, double m, double n, double k)
+{
+	const double flop = 2 * m * n * k;
+	if (m <= 0)
+		return 0;
+	const sl_profile_curve *c = r->gemm;
+	if (!c) {
+		const double bytes = 2 * n * k + 4 * m * k + 4 * m * n;
+		return fmax(flop / r->peak_flops, bytes / r->mem_bw);
+	}
+	double g;
+	const int np = c->npoints;
+	if (m <= c->m[0]) {
+		g = c->gflops[0] * m / c->m[0];
+	} else if (m >= c->m[np - 1]) {
+		g = c->gflops[np - 1];
+	} else {
+		int i = 0;
+		while (i + 1 < np && c->m[i + 1] < m)
+			i++;
+		const double x0 = log(c->m[i]), x1 = log(c->m[i + 1]);
+		const double y0 = log(c->gflops[i]), y1 = log(c->gflops[i + 1]);
+		g = exp(y0 + (y1 - y0) * (log(m) - x0) / (x1 - x0));
+	}
+	return flop / (g * 1e9);
+}
+
+/* Busy seconds and work of each resource (a layer, a step, a phase). */
+typedef struct acc {
+	double busy[SL_NRES], work[SL_NRES];
+} acc;
+
+static void add(acc *a, int res, double work, double seconds)
+{
+	a->work[res] += work;
+	a->busy[res] += seconds;
+}
+
+static void copy(acc *a, const rates *r, bool h2d, double bytes, double copies)
+{
+	if (bytes <= 0)
+		return;
+	add(a, h2d ? SL_RES_H2D : SL_RES_D2H, bytes, bytes / (h2d ? r->h2d : r->d2h) + copies * r->copy_lat);
+}
+
+static void disk(acc *a, const rates *r, bool read, double bytes, double requests)
+{
+	if (bytes <= 0)
+		return;
+	const double rate = read ? r->disk_r : r->disk_w;
+	add(a, read ? SL_RES_DISK_READ : SL_RES_DISK_WRITE, bytes,
+	    (rate > 0 ? bytes / rate : 0) + requests * r->copy_lat);
+}
+
+static void acc_sum(acc *dst, const acc *src, double times)
+{
+	for (int i = 0; i < SL_NRES; i++) {
+		dst->busy[i] += src->busy[i] * times;
+		dst->work[i] += src->work[i] * times;
+	}
+}
+
+/*
+ * The wall time of work a, done in one schedule step: with overlap, the
+ * busiest chain; without, every resource in turn.  The chains: on the CPU
+ * backend compute and the copies share the cores (one chain) and the disk
+ * reads and writes share the disk; on a GPU compute and cpu_cache_compute's
+ * attention are one chain (the compute queue waits for the host's
+ * attention), each copy direction is one, and the disk is one.
+ */
+static double wall(const acc *a, const rates *r, bool overlap)
+{
+	const double *b = a->busy;
+	const double disk = b[SL_RES_DISK_READ] + b[SL_RES_DISK_WRITE];
+	if (!overlap) {
+		double s = 0;
+		for (int i = 0; i < SL_NRES; i++)
+			s += b[i];
+		return s;
+	}
+	if (r->host)
+		return fmax(b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN] + b[SL_RES_H2D] + b[SL_RES_D2H], disk);
+	return fmax(fmax(b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN], disk),
+		    fmax(b[SL_RES_H2D], b[SL_RES_D2H]));
+}
+
+/* The model's shapes and the plan's split, as the cost model reads them. */
+typedef struct shape {
+	const sl_opt_config *c;
+	const sl_plan *pl;
+	double h, f, nh, es;   /* hidden, ffn, heads, cache element bytes */
+	double slot;           /* one token's K (or V) row of every head: h x es */
+	double ss;             /* H2O: a sequence's scores (or positions) of one layer */
+	double w_host, w_disk; /* one layer's streamed weight bytes */
+	int units;             /* weight units a layer loads in (2 with sep_layer halves) */
+	bool ccc;              /* cpu_cache_compute in effect */
+	int heavy_recent;      /* H2O: tokens the cache keeps after a step */
+} shape;
+
+/* The weights layer l streams in one forward. */
+static void layer_weights(acc *a, const shape *s, const rates *r)
+{
+	if (s->w_host > 0)
+		copy(a, r, true, s->w_host, s->units);
+	if (s->w_disk > 0) {
+		disk(a, r, true, s->w_disk, s->units);
+		if (!r->host)
+			copy(a, r, true, s->w_disk, s->units);
+	}
+}
+
+static double pages(double bytes)
+{
+	return ceil(bytes / PAGE) * PAGE;
+}
+
+/*
+ * The bytes a decode step writes to the disk part of a micro-batch of gd
+ * sequences (their segment: every K block, every V block, then H2O's
+ * scores and positions): whole pages holding the changed bytes, each page
+ * once.  Dense: the new token's row of each K and V block, at slot len,
+ * counted exactly for up to EXACT_SEQS sequences (the blocks are walked in
+ * order), else as one page a row with the blocks' pages as the bound.
+ * H2O: the new row's heads land in evicted slots, anywhere in a block (at
+ * most a page a head), and the scores and positions are written whole;
+ * never more than the segment.
+ */
+#define EXACT_SEQS 256
+static double write_pages(const shape *s, const sl_plan *pl, int gd, double len)
+{
+	const double sb = (double)pl->cap * s->slot;
+	const double seg = pages(gd * 2.0 * (sb + s->ss)) / PAGE;
+	double n;
+	if (pl->h2o) {
+		const double per_block = fmin(s->nh, ceil(sb / PAGE) + 1);
+		n = 2 * fmin(gd * per_block, ceil(gd * sb / PAGE) + 1) + ceil(gd * 2 * s->ss / PAGE) + 1;
+	} else if (gd <= EXACT_SEQS) {
+		n = 0;
+		double last = -1;
+		for (int v = 0; v < 2; v++)
+			for (int j = 0; j < gd; j++) {
+				const double off = ((double)v * gd + j) * sb + len * s->slot;
+				const double p0 = floor(off / PAGE), p1 = floor((off + s->slot - 1) / PAGE);
+				n += p1 - fmax(p0, last + 1) + 1;
+				last = p1;
+			}
+	} else {
+		n = fmin(2.0 * gd * (1 + floor((s->slot - 1) / PAGE) + 1), 2 * ceil(gd * sb / PAGE));
+	}
+	return fmin(n, seg) * PAGE;
+}
+
+/*
+ * One micro-batch of g sequences at one layer: its compute, its cache's
+ * movement, its activation rows.  t: tokens per sequence this forward (the
+ * prompt, or 1); len: the tokens each sequence's cache holds before a
+ * decode step (0 in the prefill).
+ */
+static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, double len, bool prefill,
+			bool rows_move)
+{
+	const sl_plan *pl = s->pl;
+	const double rows = (double)g * t, h = s->h, f = s->f;
+	const sl_kvt_split sp = sl_kvt_split_of(g, pl->p.cache_gpu, pl->p.cache_cpu);
+	const int gh = sp.host, gd = sp.disk;
+	const bool h2o = pl->h2o;
+	/* GEMMs: q, k, v, out (h x h), fc1 (f x h), fc2 (h x f) */
+	double sec = 4 * gemm_seconds(r, rows, h, h) + gemm_seconds(r, rows, f, h) +
+		     gemm_seconds(r, rows, h, f);
+	double flop = 2 * rows * (4 * h * h + 2 * h * f);
+	/* ops: two norms, six GEMMs, the attention of each part (H2O: and its
+	 * compaction or eviction) */
+	const int nparts = (sp.dev > 0) + (gh > 0) + (gd > 0);
+	sec += (8 + nparts * (h2o ? 2 : 1)) * r->op_lat;
+	if (prefill) {
+		const double af = 4.0 * g * h * t * (t + 1) / 2;
+		flop += af;
+		sec += af / r->attn_pf_flops;
+	} else {
+		/* the device reads every part's cache but the host's under
+		 * cpu_cache_compute; the new token's row too */
+		const int gdev = s->ccc ? g - gh : g;
+		const double bytes = 2.0 * gdev * (len + 1) * s->slot;
+		flop += 4.0 * gdev * h * (len + 1);
+		sec += bytes / r->attn_bw;
+		if (s->ccc && gh > 0) {
+			const double hb = 2.0 * gh * (len + 1) * s->slot;
+			add(a, SL_RES_CPU_ATTN, hb, hb / r->cpu_attn_bw + 2 * r->op_lat);
+			/* q, k, v rows out, the attention's rows back */
+			copy(a, r, false, 3.0 * gh * h * 4, 3);
+			copy(a, r, true, (double)gh * h * 4, 1);
+		}
+	}
+	add(a, SL_RES_COMPUTE, flop, sec);
+	/* the host part of the cache */
+	if (gh > 0 && !(s->ccc && !prefill)) {
+		if (prefill) {
+			/* the prompt's rows (H2O: the kept ones) and the state */
+			const double kept = h2o ? fmin(t, s->heavy_recent) : t;
+			copy(a, r, false, 2.0 * gh * kept * s->slot + (h2o ? 2.0 * gh * s->ss : 0),
+			     2.0 * gh + (h2o ? 2 : 0));
+		} else {
+			copy(a, r, true, 2.0 * gh * len * s->slot + (h2o ? 2.0 * gh * s->ss : 0),
+			     2.0 * gh + (h2o ? 2 : 0));
+			copy(a, r, false, 2.0 * gh * s->slot + (h2o ? 2.0 * gh * s->ss : 0),
+			     2.0 * gh + (h2o ? 2 : 0));
+		}
+	}
+	/* the disk part: the micro-batch's segment read whole, the changed
+	 * pages written */
+	if (gd > 0) {
+		const double unit = 2.0 * ((double)pl->cap * s->slot + s->ss);
+		const double seg = pages(gd * unit);
+		if (prefill) {
+			if (!r->host)
+				copy(a, r, false, seg, 1);
+			disk(a, r, false, seg, 1);
+		} else {
+			disk(a, r, true, seg, 1);
+			if (!r->host)
+				copy(a, r, true, seg, 1);
+			const double wr = write_pages(s, pl, gd, len);
+			if (!r->host)
+				copy(a, r, false, 2.0 * gd * s->slot + (h2o ? 2.0 * gd * s->ss : 0), 2.0 * gd);
+			disk(a, r, false, wr, 2.0 * gd + (h2o ? 2 : 0));
+		}
+	}
+	/* the residual rows on the host: in and out of the device */
+	if (rows_move) {
+		copy(a, r, true, rows * h * 4, 1);
+		copy(a, r, false, rows * h * 4, 1);
+	}
+}
+
+/*
+ * One forward (the prefill, t = the prompt; a decode step, t = 1, len
+ * cached tokens) of the whole block, into phase ph.
+ */
+static void forward(sl_cost_phase *ph, const shape *s, const rates *r, int t, double len, bool prefill)
+{
+	const sl_plan *pl = s->pl;
+	const sl_opt_config *c = s->c;
+	const int nseq = pl->p.max_seq, gs = pl->gs;
+	const int nmb = (nseq + gs - 1) / gs, last = nseq - (nmb - 1) * gs;
+	const bool overlap = pl->p.overlap;
+	/* act_host: the residual rows live on the host.  With several
+	 * micro-batches each step brings its rows in and sends them back (with
+	 * sep_layer twice a layer: the attention's steps, then the MLP's); with
+	 * one they stay in the step buffer through the layers (sl_rstage keeps
+	 * them while the next step works on the same rows): in once, out once */
+	const bool act = pl->p.act_host;
+	const bool rows_move = act && nmb > 1;
+	const int row_moves = pl->p.sep_layer && rows_move ? 2 : 1;
+	const double all_rows = (double)nseq * t * s->h * 4;
+	acc layer = { 0 };
+	acc mb = { 0 };
+	micro_batch(&mb, s, r, gs, t, len, prefill, false);
+	acc_sum(&layer, &mb, nmb - 1);
+	acc mlast = { 0 };
+	micro_batch(&mlast, s, r, last, t, len, prefill, false);
+	acc_sum(&layer, &mlast, 1);
+	if (rows_move) {
+		copy(&layer, r, true, all_rows * row_moves, nmb * row_moves);
+		copy(&layer, r, false, all_rows * row_moves, nmb * row_moves);
+	}
+	acc w = { 0 };
+	layer_weights(&w, s, r);
+	acc_sum(&layer, &w, 1);
+	/* every layer alike; with overlap each layer's loads hide under the
+	 * one before it, but the first layer's are waited for */
+	const double n_layer = c->n_layer;
+	double sec = n_layer * wall(&layer, r, overlap);
+	if (overlap)
+		sec += wall(&w, r, false);
+	acc all = { 0 };
+	acc_sum(&all, &layer, n_layer);
+	/* the head over each sequence's last row, the embedding, the final
+	 * norm, the sampling's sync; act_host: the rows in and out once */
+	acc head = { 0 };
+	const double e = c->embed_dim;
+	add(&head, SL_RES_COMPUTE, 2.0 * nseq * e * c->vocab,
+	    gemm_seconds(r, nseq, c->vocab, e) +
+		    (c->embed_dim != c->hidden ? gemm_seconds(r, nseq, e, s->h) : 0) + 6 * r->op_lat);
+	if (act) {
+		/* the embedding's rows out to the host; the head's rows in */
+		copy(&head, r, false, all_rows, 1);
+		copy(&head, r, true, (double)nseq * s->h * 4, 1);
+		if (!rows_move) {
+			copy(&head, r, true, all_rows, 1);
+			copy(&head, r, false, all_rows, 1);
+		}
+	}
+	sec += wall(&head, r, false);
+	acc_sum(&all, &head, 1);
+	ph->seconds += sec;
+	for (int i = 0; i < SL_NRES; i++) {
+		ph->busy[i] += all.busy[i];
+		ph->work[i] += all.work[i];
+	}
+}
+
+static int bottleneck(const sl_cost_phase *ph)
+{
+	int best = 0;
+	for (int i = 1; i < SL_NRES; i++)
+		if (ph->busy[i] > ph->busy[best])
+			best = i;
+	return best;
+}
+
+int sl_cost_eval(const sl_opt_config *c, const sl_plan *pl, const sl_profile *prof, int prompt_len,
+		 int gen_len, sl_cost *out)
+{
+	memset(out, 0, sizeof *out);
+	const sl_plan_params *p = &pl->p;
+	if (p->max_seq <= 0)
+		return sl_err(SL_EINVAL, "the cost model needs a run plan with a workload");
+	if (prompt_len <= 0 || gen_len <= 0 || prompt_len > p->max_prompt ||
+	    prompt_len + gen_len > p->max_len)
+		return sl_err(SL_EINVAL, "a job of %d prompt tokens and %d new ones is outside the run plan's workload (%d, %d in all)",
+			      prompt_len, gen_len, p->max_prompt, p->max_len);
+	rates r;
+	rates_of(prof, pl->dev_is_host, &r);
+	shape s = { .c = c, .pl = pl, .h = c->hidden, .f = c->ffn, .nh = c->n_head };
+	s.es = p->kv_f32 ? 4 : 2;
+	s.slot = s.h * s.es;
+	s.ss = pl->h2o ? (double)c->n_head * pl->cap * 4 : 0;
+	size_t wd, wh, wk;
+	sl_weights_layer_split(c, p->w_gpu, p->w_cpu, &wd, &wh, &wk);
+	s.w_host = (double)wh;
+	s.w_disk = (double)wk;
+	s.units = p->sep_layer && (wh + wk) > 0 ? 2 : 1;
+	s.ccc = p->cpu_cache_compute && !pl->dev_is_host;
+	s.heavy_recent = pl->h2o ? pl->cap - 1 : prompt_len + gen_len;
+
+	out->batch = p->max_seq;
+	out->prompt_len = prompt_len;
+	out->gen_len = gen_len;
+	forward(&out->prefill, &s, &r, prompt_len, 0, true);
+	/* the decode steps: every one up to DECODE_SAMPLES, else that many
+	 * evenly spaced, each standing for its share (a step's time is a
+	 * maximum of terms linear in the cached tokens: smooth in the step) */
+	const int steps = gen_len - 1;
+	const int ns = steps <= DECODE_SAMPLES ? steps : DECODE_SAMPLES;
+	for (int j = 0; j < ns; j++) {
+		const int i = ns == steps ? j + 1 : 1 + (int)((j + 0.5) * steps / ns);
+		/* the tokens cached before step i: the prompt and i - 1 new ones,
+		 * under H2O at most its budget */
+		double len = prompt_len + i - 1;
+		if (pl->h2o)
+			len = fmin(len, s.heavy_recent);
+		sl_cost_phase one = { 0 };
+		forward(&one, &s, &r, 1, len, false);
+		const double wgt = (double)steps / ns;
+		out->decode.seconds += one.seconds * wgt;
+		for (int k = 0; k < SL_NRES; k++) {
+			out->decode.busy[k] += one.busy[k] * wgt;
+			out->decode.work[k] += one.work[k] * wgt;
+		}
+	}
+	out->prefill.bottleneck = bottleneck(&out->prefill);
+	out->decode.bottleneck = bottleneck(&out->decode);
+	out->seconds = out->prefill.seconds + out->decode.seconds;
+	out->tok_s = out->seconds > 0 ? (double)out->batch * gen_len / out->seconds : 0;
+	out->peak = pl->total;
+	if (!pl->dev_is_host)
+		out->peak.device += prof->dev_reserve_bytes;
+	return 0;
+}
+
+static void fmt_size(double n, char *buf, size_t len)
+{
+	if (n >= 1073741824.0)
+		snprintf(buf, len, "%.2fG", n / 1073741824.0);
+	else if (n >= 1048576.0)
+		snprintf(buf, len, "%.1fM", n / 1048576.0);
+	else
+		snprintf(buf, len, "%.0fK", n / 1024.0);
+}
+
+int sl_cost_fits(const sl_tier_bytes *peak, const sl_budgets *b, int *tier)
+{
+	static const char *const names[3] = { "device", "host", "disk" };
+	const size_t need[3] = { peak->device, peak->host, peak->disk };
+	const size_t have[3] = { b->device, b->host, b->disk };
+	for (int i = 0; i < 3; i++) {
+		if (!have[i] || need[i] <= have[i])
+			continue;
+		if (tier)
+			*tier = i;
+		char a[32], h[32], o[32];
+		fmt_size((double)need[i], a, sizeof a);
+		fmt_size((double)have[i], h, sizeof h);
+		fmt_size((double)(need[i] - have[i]), o, sizeof o);
+		return sl_err(SL_EBUDGET, "%s: needs %s, the budget is %s (%s over)", names[i], a, h, o);
+	}
+	return 0;
+}

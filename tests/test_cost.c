@@ -1,0 +1,312 @@
+/*
+ * test_cost.c - the cost model (runtime/cost.h) and the policy search
+ * (runtime/search.h).
+ *
+ * - A hand-worked case: a small shape whose every FLOP and byte is
+ *   computed here from the model's definition, with round rates.
+ * - The bytes the model says each link moves equal the bytes the runtime
+ *   counts moving, phase by phase, over a grid of placements (weights,
+ *   cache and activations in every tier, H2O, micro-batches, sep_layer).
+ * - The search: what it picks fits the budgets, is the best of what it
+ *   evaluated, honours --fix, and refuses budgets nothing fits with the
+ *   smallest device budget that does, which then fits.
+ */
+#include "cost.h"
+#include "model.h"
+#include "sl_common.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *fixtures_dir = "tests/fixtures";
+static char offdir[256];
+
+static void make_offdir(void)
+{
+	snprintf(offdir, sizeof offdir, "/tmp/sl_test_cost_XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(offdir));
+}
+
+static void rm_offdir(void)
+{
+	char cmd[300];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", offdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A profile of round rates on the CPU backend (or a GPU's). */
+static sl_profile round_profile(bool cpu)
+{
+	sl_profile p;
+	memset(&p, 0, sizeof p);
+	snprintf(p.backend, sizeof p.backend, "%s", cpu ? "cpu" : "cuda");
+	p.mem_read_gbps = 10;
+	p.cpu_gemm_gflops = 100;
+	p.gpu_gemm_tflops = 100;
+	p.gemm.npoints = 2;
+	p.gemm.n = p.gemm.k = 256;
+	p.gemm.m[0] = 1;
+	p.gemm.gflops[0] = 1;
+	p.gemm.m[1] = 1024;
+	p.gemm.gflops[1] = 1024; /* 1 GFLOP/s per row of M: the time of M rows is flat */
+	p.copy_gbps = p.h2d_gbps = p.d2h_gbps = 2;
+	p.copy_latency_us = 1;
+	p.op_latency_us = 1;
+	p.attn_decode_gbps = 4;
+	p.attn_prefill_gflops = 8;
+	p.cpu_attn_gbps = 4;
+	p.disk_read_gbps = 1;
+	p.disk_write_gbps = 0.5;
+	p.dev_reserve_bytes = cpu ? 0 : 1 << 20;
+	return p;
+}
+
+static sl_opt_config tiny_config(void)
+{
+	sl_opt_config c;
+	char path[600];
+	snprintf(path, sizeof path, "%s/opt-pre/config.json", fixtures_dir);
+	ck_assert_int_eq(sl_opt_config_load(path, &c), 0);
+	return c;
+}
+
+/* Everything on the device, dense, one micro-batch: the FLOPs of each
+ * phase and its time from the round rates, worked by hand. */
+START_TEST(test_hand_worked)
+{
+	const sl_opt_config c = tiny_config(); /* 2 layers, hidden 64, ffn 256, 4 heads, vocab 512 */
+	ck_assert_int_eq(c.n_layer, 2);
+	const double h = 64, f = 256, V = 512, L = 2;
+	const int B = 4, P = 8, G = 5;
+	sl_profile prof = round_profile(true);
+	sl_plan_params pp = sl_plan_defaults();
+	pp.max_seq = B;
+	pp.max_prompt = P;
+	pp.max_len = P + G;
+	pp.max_rows = B * P;
+	sl_plan pl;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
+	sl_cost k;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k), 0);
+	/* prefill: six GEMMs of B*P rows per layer, causal attention, the head
+	 * over each sequence's last row */
+	const double rows = B * P;
+	const double pf_gemm = 2 * rows * (4 * h * h + 2 * h * f);
+	const double pf_attn = 4.0 * B * h * P * (P + 1) / 2;
+	const double head = 2.0 * B * h * V;
+	ck_assert_double_eq_tol(k.prefill.work[SL_RES_COMPUTE], L * (pf_gemm + pf_attn) + head, 1e-6);
+	/* time: at 1 GFLOP/s per row a GEMM of M rows takes 2 n k / 1e9 s,
+	 * whatever M; attention at 8 GFLOP/s; 10 ops per layer (2 norms, 6
+	 * GEMMs, 1 attention + 1 for the part), 6 for the head; 1 us each */
+	const double g_hh = 2 * h * h / 1e9, g_fh = 2 * f * h / 1e9;
+	const double pf_layer = 4 * g_hh + 2 * g_fh + pf_attn / 8e9 + 9e-6;
+	const double pf_head = 2 * V * h / 1e9 + 6e-6;
+	ck_assert_double_eq_tol(k.prefill.seconds, L * pf_layer + pf_head, 1e-12);
+	ck_assert_double_eq_tol(k.prefill.busy[SL_RES_COMPUTE], k.prefill.seconds, 1e-12);
+	for (int r = 1; r < SL_NRES; r++)
+		ck_assert_double_eq(k.prefill.work[r], 0);
+	/* decode: G - 1 steps; step i attends over the P + i - 1 cached tokens
+	 * and the new one, reading K and V at 4 GB/s */
+	double dc_flop = 0, dc_s = 0;
+	for (int i = 1; i < G; i++) {
+		const double len = P + i - 1;
+		const double gemm = 2.0 * B * (4 * h * h + 2 * h * f);
+		const double attn = 4.0 * B * h * (len + 1);
+		const double bytes = 2.0 * B * (len + 1) * h * 2;
+		dc_flop += L * (gemm + attn) + head;
+		dc_s += L * (4 * g_hh + 2 * g_fh + bytes / 4e9 + 9e-6) + pf_head;
+	}
+	ck_assert_double_eq_tol(k.decode.work[SL_RES_COMPUTE], dc_flop, 1e-6);
+	ck_assert_double_eq_tol(k.decode.seconds, dc_s, 1e-12);
+	ck_assert_double_eq_tol(k.tok_s, B * G / (k.prefill.seconds + k.decode.seconds), 1e-9);
+	ck_assert_int_eq(k.prefill.bottleneck, SL_RES_COMPUTE);
+	/* peaks: the plan's */
+	ck_assert_uint_eq(k.peak.device, pl.total.device);
+	ck_assert_uint_eq(k.peak.host, pl.total.host);
+}
+END_TEST
+
+/* Weights on the host, overlapped: a layer takes its compute and the
+ * copies of the next layer's weights in turn on the CPU backend (they
+ * share the cores), and the first layer's copy is waited for. */
+START_TEST(test_hand_worked_streamed)
+{
+	const sl_opt_config c = tiny_config();
+	const int B = 2, P = 4, G = 2;
+	sl_profile prof = round_profile(true);
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = 0;
+	pp.w_cpu = 100;
+	pp.sep_layer = false;
+	pp.overlap = true;
+	pp.max_seq = B;
+	pp.max_prompt = P;
+	pp.max_len = P + G;
+	pp.max_rows = B * P;
+	sl_plan pl, dev;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
+	sl_cost k, kd;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k), 0);
+	pp.w_gpu = 100;
+	pp.w_cpu = 0;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &dev), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &dev, &prof, P, G, &kd), 0);
+	/* a layer's weights: four h x h and two h x f matrices of halves,
+	 * their biases and the two norms', each 64-byte aligned */
+	const double h = 64, f = 256;
+	const double lw = 2 * (4 * h * h + 2 * h * f) + 2 * (4 * h + f + h) + 4 * 2 * h;
+	ck_assert_double_eq_tol(k.prefill.work[SL_RES_H2D], 2 * lw, 0.5);
+	ck_assert_double_eq_tol(k.decode.work[SL_RES_H2D], 2 * lw, 0.5);
+	/* one copy of a layer at 2 GB/s and 1 us */
+	const double cp = lw / 2e9 + 1e-6;
+	ck_assert_double_eq_tol(k.prefill.busy[SL_RES_H2D], 2 * cp, 1e-12);
+	/* the CPU backend: compute and copies in turn, plus the first load */
+	ck_assert_double_eq_tol(k.prefill.seconds, kd.prefill.seconds + 3 * cp, 1e-12);
+	/* without overlap the same on the CPU backend (one chain) */
+	pp.w_gpu = 0;
+	pp.w_cpu = 100;
+	pp.overlap = false;
+	sl_plan po;
+	sl_cost ko;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &po), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &po, &prof, P, G, &ko), 0);
+	ck_assert_double_eq_tol(ko.prefill.seconds, kd.prefill.seconds + 2 * cp, 1e-12);
+	/* a GPU: the copies hide under the compute when overlapped */
+	sl_profile gpu = round_profile(false);
+	sl_plan pg, pgo;
+	pp.overlap = true;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &pg), 0);
+	pp.overlap = false;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &pgo), 0);
+	sl_cost kg, kgo;
+	ck_assert_int_eq(sl_cost_eval(&c, &pg, &gpu, P, G, &kg), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &pgo, &gpu, P, G, &kgo), 0);
+	ck_assert_double_eq_tol(kgo.prefill.seconds - kg.prefill.seconds, cp, 1e-12);
+	ck_assert_uint_eq(kg.peak.device, pg.total.device + (1 << 20));
+}
+END_TEST
+
+/* ---- the bytes the runtime counts ------------------------------------- */
+
+typedef struct tpol {
+	double wg, wc, cg, cc;
+	int micro;
+	bool sep, act, h2o;
+} tpol;
+
+static const tpol traffic_grid[] = {
+	{ 100, 0, 100, 0, 0, true, false, false },  { 0, 100, 100, 0, 0, true, false, false },
+	{ 0, 100, 100, 0, 0, false, false, false }, { 0, 0, 100, 0, 0, true, false, false },
+	{ 30, 30, 100, 0, 0, true, false, false },  { 100, 0, 0, 100, 0, true, false, false },
+	{ 100, 0, 0, 0, 0, true, false, false },    { 100, 0, 34, 33, 3, true, false, false },
+	{ 100, 0, 0, 100, 0, true, false, true },   { 100, 0, 0, 0, 0, true, false, true },
+	{ 0, 50, 0, 50, 2, false, true, true },     { 100, 0, 100, 0, 2, true, true, false },
+	{ 0, 100, 0, 100, 2, true, true, false },   { 100, 0, 100, 0, 0, true, true, false },
+	{ 0, 0, 0, 0, 0, false, true, false },
+};
+
+/* Run the block like `sluice bench`: B equal prompts of P tokens, a
+ * prefill, G - 1 decode steps; the counted bytes of each phase. */
+static void run_counted(const tpol *t, int B, int P, int G, sl_offload_stats *pf,
+			sl_offload_stats *dc, sl_cost *pred)
+{
+	char dir[600], store[400];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	snprintf(store, sizeof store, "%s/w%g-%g", offdir, t->wg, t->wc);
+	mkdir(store, 0755);
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = t->wg;
+	pp.w_cpu = t->wc;
+	pp.cache_gpu = t->cg;
+	pp.cache_cpu = t->cc;
+	pp.micro = t->micro;
+	pp.sep_layer = t->sep;
+	pp.act_host = t->act;
+	if (t->h2o)
+		pp.hh = pp.rr = 0.25;
+	pp.max_seq = B;
+	pp.max_prompt = P;
+	pp.max_len = P + G;
+	pp.max_rows = B * P;
+	const sl_model_params mp = { .dir = dir, .offload_dir = store, .plan = &pp };
+	sl_model *m = NULL;
+	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
+	sl_profile prof = round_profile(true);
+	ck_assert_int_eq(sl_cost_eval(&m->cfg, &m->plan, &prof, P, G, pred), 0);
+	sl_kv *kv = NULL;
+	ck_assert_int_eq(sl_kv_make(&m->kv_env, B, P, P + G, &kv), 0);
+	int32_t *ids = calloc((size_t)B * P, sizeof *ids), next[64];
+	int npad[64] = { 0 };
+	for (int i = 0; i < B * P; i++)
+		ids[i] = 3 + (i * 37) % 500;
+	sl_model_stats_reset(m);
+	ck_assert_int_eq(sl_model_prefill(m, kv, ids, npad, P, NULL), 0);
+	ck_assert_int_eq(sl_model_argmax(m, B, next), 0);
+	sl_model_stats(m, 1, pf);
+	sl_model_stats_reset(m);
+	for (int s = 1; s < G; s++) {
+		ck_assert_int_eq(sl_model_decode(m, kv, next), 0);
+		ck_assert_int_eq(sl_model_argmax(m, B, next), 0);
+	}
+	sl_model_stats(m, 1, dc);
+	free(ids);
+	sl_kv_free(kv);
+	sl_model_free(m);
+	sl_backend_free(be);
+}
+
+static void check_phase(const char *what, const char *phase, const sl_cost_phase *p,
+			const sl_offload_stats *s)
+{
+	ck_assert_msg(p->work[SL_RES_H2D] == (double)s->h2d_bytes,
+		      "%s %s: h2d predicted %.0f, counted %llu", what, phase, p->work[SL_RES_H2D],
+		      (unsigned long long)s->h2d_bytes);
+	ck_assert_msg(p->work[SL_RES_D2H] == (double)s->d2h_bytes,
+		      "%s %s: d2h predicted %.0f, counted %llu", what, phase, p->work[SL_RES_D2H],
+		      (unsigned long long)s->d2h_bytes);
+	ck_assert_msg(p->work[SL_RES_DISK_READ] == (double)s->disk_read_bytes,
+		      "%s %s: disk reads predicted %.0f, counted %llu", what, phase,
+		      p->work[SL_RES_DISK_READ], (unsigned long long)s->disk_read_bytes);
+	ck_assert_msg(p->work[SL_RES_DISK_WRITE] == (double)s->disk_write_bytes,
+		      "%s %s: disk writes predicted %.0f, counted %llu", what, phase,
+		      p->work[SL_RES_DISK_WRITE], (unsigned long long)s->disk_write_bytes);
+}
+
+START_TEST(test_traffic_counted)
+{
+	const tpol *t = &traffic_grid[_i];
+	char what[200];
+	snprintf(what, sizeof what, "w %g/%g cache %g/%g micro %d%s%s%s", t->wg, t->wc, t->cg, t->cc,
+		 t->micro, t->sep ? " sep" : "", t->act ? " act_host" : "", t->h2o ? " h2o" : "");
+	sl_offload_stats pf, dc;
+	sl_cost k;
+	run_counted(t, 6, 16, 9, &pf, &dc, &k);
+	check_phase(what, "prefill", &k.prefill, &pf);
+	check_phase(what, "decode", &k.decode, &dc);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	if (argc > 1)
+		fixtures_dir = argv[1];
+	Suite *s = suite_create("cost");
+	TCase *tc = tcase_create("model");
+	tcase_add_test(tc, test_hand_worked);
+	tcase_add_test(tc, test_hand_worked_streamed);
+	suite_add_tcase(s, tc);
+	TCase *tt = tcase_create("traffic");
+	tcase_add_checked_fixture(tt, make_offdir, rm_offdir);
+	tcase_set_timeout(tt, 120);
+	tcase_add_loop_test(tt, test_traffic_counted, 0, (int)SL_ARRAY_LEN(traffic_grid));
+	suite_add_tcase(s, tt);
+	return sl_test_run(s);
+}
