@@ -38,6 +38,10 @@ typedef struct sl_search_params {
 	int nfix;
 	const char *fix[SL_SEARCH_MAX_FIX];
 	int max_batch;           /* the most sequences in a block (0: 4096) */
+	int rows_per_seq;        /* rows of one forward per sequence, as the command
+				  * that runs the policy reserves them: the prompt
+				  * (bench; 0 means this) or prompt + gen (generate,
+				  * score) */
 } sl_search_params;
 
 typedef struct sl_choice {

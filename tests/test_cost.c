@@ -13,6 +13,7 @@
  */
 #include "cost.h"
 #include "model.h"
+#include "search.h"
 #include "sl_common.h"
 #include "testutil.h"
 
@@ -294,6 +295,111 @@ START_TEST(test_traffic_counted)
 }
 END_TEST
 
+/* ---- the search ------------------------------------------------------- */
+
+START_TEST(test_search_fits_and_ranks)
+{
+	sl_opt_config c;
+	ck_assert_int_eq(sl_opt_config_named("opt-1.3b", &c), 0);
+	sl_profile prof = round_profile(true);
+	sl_search_params sp = { .prompt_len = 128, .gen_len = 32, .disk = true };
+	sp.budget.device = (size_t)1 << 30;
+	sp.budget.host = (size_t)2 << 30;
+	sl_choice best[8];
+	int n = 0;
+	long ev = 0;
+	ck_assert_msg(sl_search(&c, &prof, &sp, best, 8, &n, &ev) == 0, "%s", sl_errmsg());
+	ck_assert_int_gt(n, 1);
+	ck_assert_int_gt(ev, n);
+	for (int i = 0; i < n; i++) {
+		ck_assert_int_eq(sl_cost_fits(&best[i].cost.peak, &sp.budget, NULL), 0);
+		if (i)
+			ck_assert(best[i - 1].cost.tok_s >= best[i].cost.tok_s);
+		/* its evaluation agrees with the search's */
+		sl_choice e;
+		int fit = -1;
+		ck_assert_int_eq(sl_search_evaluate(&c, &prof, &sp, &best[i].pol, &e, &fit), 0);
+		ck_assert_int_eq(fit, 0);
+		ck_assert_double_eq(e.cost.tok_s, best[i].cost.tok_s);
+	}
+	/* the weights (2.6 GB) cannot all sit in 1G of device and 2G of host */
+	ck_assert(best[0].pol.w_gpu_percent + best[0].pol.w_cpu_percent < 100);
+	/* the default policy (all on the device) does not fit */
+	sl_policy d;
+	sl_policy_default(&d);
+	sl_choice e;
+	int fit = 0;
+	ck_assert_int_eq(sl_search_evaluate(&c, &prof, &sp, &d, &e, &fit), 0);
+	ck_assert_int_eq(fit, SL_EBUDGET);
+	ck_assert_ptr_nonnull(strstr(sl_errmsg(), "device: needs"));
+	/* --fix pins a field */
+	sp.nfix = 2;
+	sp.fix[0] = "gpu_batch_size=3";
+	sp.fix[1] = "sep_layer=false";
+	ck_assert_msg(sl_search(&c, &prof, &sp, best, 8, &n, &ev) == 0, "%s", sl_errmsg());
+	for (int i = 0; i < n; i++) {
+		ck_assert_int_eq(best[i].pol.gpu_batch_size, 3);
+		ck_assert(!best[i].pol.sep_layer);
+	}
+	sp.nfix = 1;
+	sp.fix[0] = "gpu_batch_sise=3";
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), SL_EINVAL);
+	ck_assert_ptr_nonnull(strstr(sl_errmsg(), "did you mean 'gpu_batch_size'"));
+	sp.fix[0] = "gpu_batch_size=0";
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), SL_ERANGE);
+	sp.fix[0] = "gpu_batch_size";
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), SL_EINVAL);
+}
+END_TEST
+
+START_TEST(test_search_nothing_fits)
+{
+	sl_opt_config c;
+	ck_assert_int_eq(sl_opt_config_named("opt-1.3b", &c), 0);
+	sl_profile prof = round_profile(true);
+	sl_search_params sp = { .prompt_len = 128, .gen_len = 32, .disk = true };
+	sp.budget.device = (size_t)1 << 20;
+	sl_choice best[4];
+	int n = 0;
+	long ev = 0;
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 4, &n, &ev), SL_EBUDGET);
+	const char *msg = sl_errmsg();
+	const char *at = strstr(msg, "--gpu-mem ");
+	ck_assert_msg(at != NULL, "%s", msg);
+	/* the named budget fits */
+	double v = atof(at + 10);
+	const char unit = at[10 + strspn(at + 10, "0123456789.")];
+	sp.budget.device = (size_t)ceil(v * (unit == 'G' ? 1073741824.0 : 1048576.0));
+	ck_assert_msg(sl_search(&c, &prof, &sp, best, 4, &n, &ev) == 0, "%s", sl_errmsg());
+	/* positions */
+	sp.prompt_len = 2040;
+	sp.gen_len = 32;
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 4, &n, &ev), SL_ERANGE);
+}
+END_TEST
+
+START_TEST(test_search_h2o)
+{
+	sl_opt_config c;
+	ck_assert_int_eq(sl_opt_config_named("opt-1.3b", &c), 0);
+	sl_profile prof = round_profile(true);
+	sl_search_params sp = { .prompt_len = 512, .gen_len = 64, .disk = false };
+	sp.budget.device = (size_t)4 << 30;
+	sl_choice dense[1], h2o[1];
+	int n = 0;
+	long ev = 0;
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, dense, 1, &n, &ev), 0);
+	ck_assert_double_eq(dense[0].pol.hh_ratio, 0);
+	sp.h2o = SL_H2O_MIN;
+	sp.h2o_ratio = 0.2;
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, h2o, 1, &n, &ev), 0);
+	ck_assert_double_eq_tol(h2o[0].pol.hh_ratio, 0.1, 1e-12);
+	ck_assert_double_eq_tol(h2o[0].pol.recent_ratio, 0.1, 1e-12);
+	/* a smaller cache: a larger batch fits, more tokens a second */
+	ck_assert(h2o[0].cost.tok_s > dense[0].cost.tok_s);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -308,5 +414,11 @@ int main(int argc, char **argv)
 	tcase_set_timeout(tt, 120);
 	tcase_add_loop_test(tt, test_traffic_counted, 0, (int)SL_ARRAY_LEN(traffic_grid));
 	suite_add_tcase(s, tt);
+	TCase *ts = tcase_create("search");
+	tcase_set_timeout(ts, 120);
+	tcase_add_test(ts, test_search_fits_and_ranks);
+	tcase_add_test(ts, test_search_nothing_fits);
+	tcase_add_test(ts, test_search_h2o);
+	suite_add_tcase(s, ts);
 	return sl_test_run(s);
 }

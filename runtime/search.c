@@ -1,0 +1,295 @@
+/*
+ * search.c - the policy search (search.h; docs/policy.md says why a grid).
+ *
+ * For each block shape (gpu_batch_size x num_gpu_batches) and each choice
+ * of the switches (activations on the host, overlap, sep_layer,
+ * cpu_cache_compute), it walks the device shares of the weights and of
+ * the cache on a grid; for each, the host takes as much of the rest as the
+ * host budget holds (the largest share on the grid that fits) and the disk
+ * the remainder.  Every candidate's run plan is made and its peak checked
+ * against the budgets before it is predicted, so the search proposes only
+ * what the command line admits.
+ */
+#include "search.h"
+#include "sl_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The grid: weight shares in steps of W_STEP percent, cache shares in
+ * steps of C_STEP. */
+#define W_STEP 10
+#define C_STEP 25
+
+typedef struct search {
+	const sl_opt_config *c;
+	const sl_profile *prof;
+	const sl_search_params *sp;
+	bool dev_is_host;
+	sl_policy fixed;       /* the pinned fields set on a default policy */
+	sl_choice *best;
+	int cap, n;
+	long evaluated;
+	bool any_valid;        /* a candidate passed the policy's rules */
+	size_t min_device;     /* the least device peak of a candidate that fits the rest */
+} search;
+
+sl_plan_params sl_search_plan_params(const sl_policy *pol, const sl_search_params *sp)
+{
+	sl_plan_params pp = sl_plan_of_policy(pol, true, sp->kv_f32);
+	const int batch = (int)sl_policy_batch(pol);
+	pp.max_seq = batch;
+	pp.max_prompt = sp->prompt_len;
+	pp.max_len = sp->prompt_len + sp->gen_len;
+	pp.max_rows = batch * (sp->rows_per_seq > 0 ? sp->rows_per_seq : sp->prompt_len);
+	return pp;
+}
+
+/* Apply the pinned fields ("name=value") to p. */
+static int apply_fix(const sl_search_params *sp, sl_policy *p)
+{
+	for (int i = 0; i < sp->nfix; i++) {
+		const char *f = sp->fix[i];
+		const char *eq = strchr(f, '=');
+		if (!eq || eq == f)
+			return sl_err(SL_EINVAL, "--fix %s: give FIELD=VALUE", f);
+		char name[64];
+		const size_t n = (size_t)(eq - f);
+		if (n >= sizeof name)
+			return sl_err(SL_EINVAL, "--fix %s: unknown policy field", f);
+		memcpy(name, f, n);
+		name[n] = 0;
+		SL_TRY(sl_policy_set(p, name, eq + 1));
+	}
+	return 0;
+}
+
+/* Insert ch into the best list (sorted by tok/s, distinct policies). */
+static void keep(search *S, const sl_choice *ch)
+{
+	for (int i = 0; i < S->n; i++)
+		if (sl_policy_equal(&S->best[i].pol, &ch->pol)) {
+			if (S->best[i].cost.tok_s >= ch->cost.tok_s)
+				return;
+			memmove(&S->best[i], &S->best[i + 1], sizeof *ch * (size_t)(S->n - i - 1));
+			S->n--;
+			break;
+		}
+	int at = S->n;
+	while (at > 0 && S->best[at - 1].cost.tok_s < ch->cost.tok_s)
+		at--;
+	if (at >= S->cap)
+		return;
+	if (S->n == S->cap)
+		S->n--;
+	memmove(&S->best[at + 1], &S->best[at], sizeof *ch * (size_t)(S->n - at));
+	S->best[at] = *ch;
+	S->n++;
+}
+
+/* The plan of policy p, and whether it fits: 1 fits, 0 does not (*dev_over:
+ * only the device is over), < 0 an error of the plan. */
+static int plan_fits(search *S, const sl_policy *p, sl_plan *pl, bool *dev_over)
+{
+	const sl_plan_params pp = sl_search_plan_params(p, S->sp);
+	SL_TRY(sl_plan_make(S->c, &pp, S->dev_is_host, pl));
+	sl_tier_bytes peak = pl->total;
+	if (!S->dev_is_host)
+		peak.device += S->prof->dev_reserve_bytes;
+	int tier = -1;
+	const int rc = sl_cost_fits(&peak, &S->sp->budget, &tier);
+	if (rc == 0)
+		return 1;
+	sl_budgets rest = S->sp->budget;
+	rest.device = 0;
+	*dev_over = tier == 0 && sl_cost_fits(&peak, &rest, NULL) == 0;
+	if (*dev_over && (S->min_device == 0 || peak.device < S->min_device))
+		S->min_device = peak.device;
+	return 0;
+}
+
+/* Predict candidate p (the pinned fields applied) and keep it when it
+ * fits.  1: it fits; 0: not (or breaks the policy's rules). */
+static int consider(search *S, sl_policy p, bool *dev_over)
+{
+	*dev_over = false;
+	if (apply_fix(S->sp, &p) < 0 || sl_policy_validate(&p, "candidate") < 0)
+		return 0;
+	S->any_valid = true;
+	sl_plan pl;
+	int rc = plan_fits(S, &p, &pl, dev_over);
+	if (rc <= 0)
+		return rc;
+	sl_choice ch = { .pol = p };
+	SL_TRY(sl_cost_eval(S->c, &pl, S->prof, S->sp->prompt_len, S->sp->gen_len, &ch.cost));
+	S->evaluated++;
+	keep(S, &ch);
+	return 1;
+}
+
+/* Whether p, the pinned fields applied, keeps the policy's rules and
+ * fits: 1 every budget, 0 not, 2 all but the device's; < 0 an error. */
+static int try_fit(search *S, sl_policy p)
+{
+	if (apply_fix(S->sp, &p) < 0 || sl_policy_validate(&p, "candidate") < 0)
+		return 0;
+	S->any_valid = true;
+	if (!S->sp->disk && (p.w_gpu_percent + p.w_cpu_percent < 100 ||
+			     p.cache_gpu_percent + p.cache_cpu_percent < 100))
+		return 0;
+	sl_plan pl;
+	bool over = false;
+	const int rc = plan_fits(S, &p, &pl, &over);
+	return rc < 0 ? rc : rc == 1 ? 1 : over ? 2 : 0;
+}
+
+/* The H2O ratios the search may use. */
+static void h2o_of(const sl_search_params *sp, sl_policy *p)
+{
+	switch (sp->h2o) {
+	case SL_H2O_FIXED:
+		p->hh_ratio = sp->h2o_ratio;
+		p->recent_ratio = -1;
+		break;
+	case SL_H2O_MIN: /* the least budget: throughput falls as the cache grows */
+		p->hh_ratio = sp->h2o_ratio / 2;
+		p->recent_ratio = sp->h2o_ratio / 2;
+		break;
+	default: p->hh_ratio = 0; p->recent_ratio = -1; break;
+	}
+}
+
+/*
+ * The placements of one block shape and set of switches.  For each split
+ * of the cache (device, host, disk shares on the grid), the weights take
+ * the largest device share that fits, then the largest host share: with
+ * the cache fixed, more of the weights on a faster tier is never slower,
+ * so one candidate per cache split.  Returns whether any fitted.
+ */
+static int placements(search *S, sl_policy base, bool *fitted)
+{
+	const bool disk = S->sp->disk;
+	for (int cg = 100; cg >= 0; cg -= C_STEP) {
+		for (int cc = 100 - cg; cc >= 0; cc -= C_STEP) {
+			if (!disk && cc != 100 - cg)
+				break;
+			sl_policy p = base;
+			p.cache_gpu_percent = cg;
+			p.cache_cpu_percent = cc;
+			int wg = 100, rc = 0;
+			for (; wg >= 0; wg -= W_STEP) {
+				p.w_gpu_percent = wg;
+				p.w_cpu_percent = disk ? 0 : 100 - wg;
+				if ((rc = try_fit(S, p)) < 0)
+					return rc;
+				if (rc == 1 || (rc == 0 && disk))
+					break; /* the device holds it (the host, perhaps not yet) */
+			}
+			if (wg < 0)
+				continue;
+			int wc = 100 - wg;
+			for (; wc >= 0; wc -= W_STEP) {
+				p.w_cpu_percent = wc;
+				if ((rc = try_fit(S, p)) < 0)
+					return rc;
+				if (rc == 1 || !disk)
+					break;
+			}
+			if (rc != 1)
+				continue;
+			bool dev_over = false;
+			if ((rc = consider(S, p, &dev_over)) < 0)
+				return rc;
+			*fitted = *fitted || rc == 1;
+		}
+	}
+	return 0;
+}
+
+static const int batch_sizes[] = { 1,   2,   3,   4,   6,    8,    12,   16,   24,  32,
+				   48,  64,  96,  128, 192,  256,  384,  512,  768, 1024,
+				   1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384 };
+static const int micro_counts[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64 };
+
+int sl_search(const sl_opt_config *c, const sl_profile *prof, const sl_search_params *sp,
+	      sl_choice *best, int nbest_cap, int *nbest, long *evaluated)
+{
+	*nbest = 0;
+	*evaluated = 0;
+	if (sp->prompt_len <= 0 || sp->gen_len <= 0)
+		return sl_err(SL_EINVAL, "the workload needs a prompt and new tokens (got %d and %d)",
+			      sp->prompt_len, sp->gen_len);
+	if (sp->prompt_len + sp->gen_len > c->max_pos)
+		return sl_err(SL_ERANGE, "a prompt of %d tokens and %d new ones need %d positions; %s has %d",
+			      sp->prompt_len, sp->gen_len, sp->prompt_len + sp->gen_len, c->name,
+			      c->max_pos);
+	search S = { .c = c, .prof = prof, .sp = sp, .best = best, .cap = nbest_cap };
+	S.dev_is_host = !strcmp(prof->backend, "cpu");
+	sl_policy_default(&S.fixed);
+	SL_TRY(apply_fix(sp, &S.fixed)); /* an unknown field or a value out of bounds */
+	const int max_batch = sp->max_batch > 0 ? sp->max_batch : 4096;
+	for (size_t mi = 0; mi < SL_ARRAY_LEN(micro_counts); mi++) {
+		for (size_t bi = 0; bi < SL_ARRAY_LEN(batch_sizes); bi++) {
+			const int gbs = batch_sizes[bi], ngb = micro_counts[mi];
+			if ((long)gbs * ngb > max_batch)
+				break;
+			bool fitted = false;
+			/* the switches: activations on the host, sep_layer,
+			 * cpu_cache_compute; overlap stays on (the model never
+			 * finds it slower, and it costs no memory) unless fixed */
+			for (int sw = 0; sw < 8; sw++) {
+				sl_policy p;
+				sl_policy_default(&p);
+				p.gpu_batch_size = gbs;
+				p.num_gpu_batches = ngb;
+				const bool act_host = sw & 1, ccc = sw & 4;
+				p.sep_layer = !(sw & 2);
+				p.cpu_cache_compute = ccc;
+				if (ccc && S.dev_is_host)
+					continue; /* the CPU backend has no such path */
+				p.act_gpu_percent = act_host ? 0 : 100;
+				p.act_cpu_percent = act_host ? 100 : 0;
+				h2o_of(sp, &p);
+				SL_TRY(placements(&S, p, &fitted));
+			}
+			/* a larger block of as many micro-batches needs more */
+			if (!fitted)
+				break;
+		}
+	}
+	*nbest = S.n;
+	*evaluated = S.evaluated;
+	if (S.n > 0)
+		return 0;
+	if (!S.any_valid)
+		return sl_err(SL_EINVAL, "no policy satisfies the fixed fields together (--fix)");
+	if (S.min_device) {
+		char want[32];
+		const double g = (double)S.min_device;
+		if (g >= 1073741824.0)
+			snprintf(want, sizeof want, "%.2fG", ceil(g / 1073741824.0 * 100) / 100);
+		else
+			snprintf(want, sizeof want, "%.1fM", ceil(g / 1048576.0 * 10) / 10);
+		return sl_err(SL_EBUDGET, "no policy fits the budgets: the smallest device budget that fits this workload (with the other budgets as given) is --gpu-mem %s",
+			      want);
+	}
+	return sl_err(SL_EBUDGET, "no policy fits the budgets: the host%s budget is too small for this workload whatever the device holds",
+		      sp->disk ? " or disk" : " (and no --offload-dir for the disk)");
+}
+
+int sl_search_evaluate(const sl_opt_config *c, const sl_profile *prof, const sl_search_params *sp,
+		       const sl_policy *pol, sl_choice *out, int *fit)
+{
+	memset(out, 0, sizeof *out);
+	*fit = 0;
+	out->pol = *pol;
+	SL_TRY(sl_policy_validate(pol, "policy"));
+	const sl_plan_params pp = sl_search_plan_params(pol, sp);
+	sl_plan pl;
+	SL_TRY(sl_plan_make(c, &pp, !strcmp(prof->backend, "cpu"), &pl));
+	SL_TRY(sl_cost_eval(c, &pl, prof, sp->prompt_len, sp->gen_len, &out->cost));
+	*fit = sl_cost_fits(&out->cost.peak, &sp->budget, NULL);
+	return 0;
+}
