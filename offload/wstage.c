@@ -180,6 +180,7 @@ static int finish_load(sl_wstage *s, sl_queue *compute, int k)
 			SL_TRY(sl_queue_wait(b, s->copy_q, w->free_ev));
 			SL_TRY(sl_copy_h2d(b, s->copy_q, (char *)w->buf.p + x->stage_disk, w->bounce.p,
 					   x->disk_len));
+			s->stats->h2d_bytes += x->disk_len;
 		}
 	}
 	SL_TRY(sl_event_record(b, w->ready_ev, s->copy_q));

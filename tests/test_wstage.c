@@ -205,8 +205,12 @@ static void stream(const sl_wstage_unit *un, bool halves, bool overlap)
 		const int idx = i % units_n, l = idx / per, u = halves ? idx % 2 : SL_UNIT_LAYER;
 		use_unit(&f, l, u);
 		/* what was loaded so far: with overlap every unit up to the
-		 * next one (prefetched), else every unit up to this one */
+		 * next one (prefetched), else every unit up to this one; where
+		 * the device is not host memory, a unit's disk part crosses to
+		 * the device (h2d) when the unit is acquired */
 		const int next = (idx + 1) % units_n, nu = halves ? next % 2 : SL_UNIT_LAYER;
+		if (!f.be->ops->dev_is_host)
+			h2d += un[u].disk_len;
 		if (i == 0 || !overlap) {
 			disk += un[u].disk_len;
 			h2d += un[u].host_len;
