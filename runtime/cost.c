@@ -254,12 +254,13 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 		sec += af / r->attn_pf_flops;
 	} else {
 		/* the device reads every part's cache but the host's under
-		 * cpu_cache_compute; the new token's row too */
-		const int gdev = s->ccc ? g - gh : g;
+		 * cpu_cache_compute on a GPU; the new token's row too */
+		const bool host_attn = s->ccc && !r->host && gh > 0;
+		const int gdev = host_attn ? g - gh : g;
 		const double bytes = 2.0 * gdev * (len + 1) * s->slot;
 		flop += 4.0 * gdev * h * (len + 1);
 		sec += bytes / r->attn_bw;
-		if (s->ccc && gh > 0) {
+		if (host_attn) {
 			const double hb = 2.0 * gh * (len + 1) * s->slot;
 			add(a, SL_RES_CPU_ATTN, hb, hb / r->cpu_attn_bw + 2 * r->op_lat);
 			/* q, k, v rows out, the attention's rows back */
@@ -268,7 +269,8 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 		}
 	}
 	add(a, SL_RES_COMPUTE, flop, sec);
-	/* the host part of the cache */
+	/* the host part of the cache (cpu_cache_compute: used where it lives,
+	 * the CPU backend's attention reading it in place) */
 	if (gh > 0 && !(s->ccc && !prefill)) {
 		if (prefill) {
 			/* the prompt's rows (H2O: the kept ones) and the state */
@@ -282,8 +284,15 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 			     2.0 * gh + (h2o ? 2 : 0));
 		}
 	}
+	/* H2O on a GPU: a decode step reads back the positions of the parts
+	 * off the device, to know which rows changed */
+	if (h2o && !prefill && !r->host) {
+		const int back = (s->ccc ? 0 : gh) + gd;
+		if (back > 0)
+			copy(a, r, false, back * s->ss, 1);
+	}
 	/* the disk part: the micro-batch's segment read whole, the changed
-	 * pages written */
+	 * pages written (on a GPU, from the device through the bounce) */
 	if (gd > 0) {
 		const double unit = 2.0 * ((double)pl->cap * s->slot + s->ss);
 		const double seg = pages(gd * unit);
@@ -297,7 +306,7 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 				copy(a, r, true, seg, 1);
 			const double wr = write_pages(s, pl, gd, len);
 			if (!r->host)
-				copy(a, r, false, 2.0 * gd * s->slot + (h2o ? 2.0 * gd * s->ss : 0), 2.0 * gd);
+				copy(a, r, false, wr, 2.0 * gd);
 			disk(a, r, false, wr, 2.0 * gd + (h2o ? 2 : 0));
 		}
 	}
@@ -406,7 +415,7 @@ int sl_cost_eval(const sl_opt_config *c, const sl_plan *pl, const sl_profile *pr
 	s.w_host = (double)wh;
 	s.w_disk = (double)wk;
 	s.units = p->sep_layer && (wh + wk) > 0 ? 2 : 1;
-	s.ccc = p->cpu_cache_compute && !pl->dev_is_host;
+	s.ccc = p->cpu_cache_compute;
 	s.heavy_recent = pl->h2o ? pl->cap - 1 : prompt_len + gen_len;
 
 	out->batch = p->max_seq;

@@ -175,6 +175,8 @@ static int placements(search *S, sl_policy base, bool *fitted)
 		for (int cc = 100 - cg; cc >= 0; cc -= C_STEP) {
 			if (!disk && cc != 100 - cg)
 				break;
+			if (base.cpu_cache_compute && cc == 0)
+				continue; /* the same as without: no host part */
 			sl_policy p = base;
 			p.cache_gpu_percent = cg;
 			p.cache_cpu_percent = cc;
@@ -237,7 +239,8 @@ int sl_search(const sl_opt_config *c, const sl_profile *prof, const sl_search_pa
 				break;
 			bool fitted = false;
 			/* the switches: activations on the host, sep_layer,
-			 * cpu_cache_compute; overlap stays on (the model never
+			 * cpu_cache_compute (on the CPU backend too: the host
+			 * part is then read in place, not copied); overlap stays on (the model never
 			 * finds it slower, and it costs no memory) unless fixed */
 			for (int sw = 0; sw < 8; sw++) {
 				sl_policy p;
@@ -247,8 +250,6 @@ int sl_search(const sl_opt_config *c, const sl_profile *prof, const sl_search_pa
 				const bool act_host = sw & 1, ccc = sw & 4;
 				p.sep_layer = !(sw & 2);
 				p.cpu_cache_compute = ccc;
-				if (ccc && S.dev_is_host)
-					continue; /* the CPU backend has no such path */
 				p.act_gpu_percent = act_host ? 0 : 100;
 				p.act_cpu_percent = act_host ? 100 : 0;
 				h2o_of(sp, &p);

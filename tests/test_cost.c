@@ -198,19 +198,29 @@ END_TEST
 typedef struct tpol {
 	double wg, wc, cg, cc;
 	int micro;
-	bool sep, act, h2o;
+	bool sep, act, h2o, ccc;
 } tpol;
 
 static const tpol traffic_grid[] = {
-	{ 100, 0, 100, 0, 0, true, false, false },  { 0, 100, 100, 0, 0, true, false, false },
-	{ 0, 100, 100, 0, 0, false, false, false }, { 0, 0, 100, 0, 0, true, false, false },
-	{ 30, 30, 100, 0, 0, true, false, false },  { 100, 0, 0, 100, 0, true, false, false },
-	{ 100, 0, 0, 0, 0, true, false, false },    { 100, 0, 34, 33, 3, true, false, false },
-	{ 100, 0, 0, 100, 0, true, false, true },   { 100, 0, 0, 0, 0, true, false, true },
-	{ 0, 50, 0, 50, 2, false, true, true },     { 100, 0, 100, 0, 2, true, true, false },
-	{ 0, 100, 0, 100, 2, true, true, false },   { 100, 0, 100, 0, 0, true, true, false },
-	{ 0, 0, 0, 0, 0, false, true, false },
+	{ 100, 0, 100, 0, 0, true, false, false, false },  { 0, 100, 100, 0, 0, true, false, false, false },
+	{ 0, 100, 100, 0, 0, false, false, false, false }, { 0, 0, 100, 0, 0, true, false, false, false },
+	{ 30, 30, 100, 0, 0, true, false, false, false },  { 100, 0, 0, 100, 0, true, false, false, false },
+	{ 100, 0, 0, 0, 0, true, false, false, false },    { 100, 0, 34, 33, 3, true, false, false, false },
+	{ 100, 0, 0, 100, 0, true, false, true, false },   { 100, 0, 0, 0, 0, true, false, true, false },
+	{ 0, 50, 0, 50, 2, false, true, true, false },     { 100, 0, 100, 0, 2, true, true, false, false },
+	{ 0, 100, 0, 100, 2, true, true, false, false },   { 100, 0, 100, 0, 0, true, true, false, false },
+	{ 0, 0, 0, 0, 0, false, true, false, false },      { 100, 0, 0, 100, 0, true, false, false, true },
+	{ 0, 100, 0, 100, 3, false, false, true, true }, { 100, 0, 34, 33, 2, true, true, true, true },
 };
+
+/* The backend the counted runs use: the CPU backend, or (test_cost_emu)
+ * the CUDA backend on its emulation, whose device memory is not host
+ * memory: the disk's bytes cross h2d, cpu_cache_compute runs. */
+#ifdef SL_COST_EMU
+#define COUNTED_BACKEND "cuda"
+#else
+#define COUNTED_BACKEND "cpu"
+#endif
 
 /* Run the block like `sluice bench`: B equal prompts of P tokens, a
  * prefill, G - 1 decode steps; the counted bytes of each phase. */
@@ -222,8 +232,10 @@ static void run_counted(const tpol *t, int B, int P, int G, sl_offload_stats *pf
 	snprintf(store, sizeof store, "%s/w%g-%g", offdir, t->wg, t->wc);
 	mkdir(store, 0755);
 	sl_backend *be = NULL;
-	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	ck_assert_int_eq(sl_backend_create(COUNTED_BACKEND, 1, &be), 0);
+	const bool host = be->ops->dev_is_host;
 	sl_plan_params pp = sl_plan_defaults();
+	pp.cpu_cache_compute = t->ccc;
 	pp.w_gpu = t->wg;
 	pp.w_cpu = t->wc;
 	pp.cache_gpu = t->cg;
@@ -240,7 +252,7 @@ static void run_counted(const tpol *t, int B, int P, int G, sl_offload_stats *pf
 	const sl_model_params mp = { .dir = dir, .offload_dir = store, .plan = &pp };
 	sl_model *m = NULL;
 	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
-	sl_profile prof = round_profile(true);
+	sl_profile prof = round_profile(host);
 	ck_assert_int_eq(sl_cost_eval(&m->cfg, &m->plan, &prof, P, G, pred), 0);
 	sl_kv *kv = NULL;
 	ck_assert_int_eq(sl_kv_make(&m->kv_env, B, P, P + G, &kv), 0);
@@ -285,8 +297,9 @@ START_TEST(test_traffic_counted)
 {
 	const tpol *t = &traffic_grid[_i];
 	char what[200];
-	snprintf(what, sizeof what, "w %g/%g cache %g/%g micro %d%s%s%s", t->wg, t->wc, t->cg, t->cc,
-		 t->micro, t->sep ? " sep" : "", t->act ? " act_host" : "", t->h2o ? " h2o" : "");
+	snprintf(what, sizeof what, "%s: w %g/%g cache %g/%g micro %d%s%s%s%s", COUNTED_BACKEND, t->wg,
+		 t->wc, t->cg, t->cc, t->micro, t->sep ? " sep" : "", t->act ? " act_host" : "",
+		 t->h2o ? " h2o" : "", t->ccc ? " cpu_cache_compute" : "");
 	sl_offload_stats pf, dc;
 	sl_cost k;
 	run_counted(t, 6, 16, 9, &pf, &dc, &k);
