@@ -75,6 +75,24 @@ static json_t *shape(int m, int n, int k, sl_jerr *e)
 	return s;
 }
 
+/* The GEMM curve {n, k, m: [...], gflops: [...]}, or null (no points). */
+static json_t *curve(const sl_profile_curve *c, sl_jerr *e)
+{
+	if (c->npoints <= 0)
+		return json_null();
+	json_t *m = json_array(), *g = json_array();
+	for (int i = 0; i < SL_MIN(c->npoints, SL_PROFILE_CURVE_MAX); i++) {
+		sl_jappend(m, json_integer(c->m[i]), "gemm.m", e);
+		sl_jappend_real(g, c->gflops[i], "gemm.gflops", e);
+	}
+	json_t *o = json_object();
+	sl_jset(o, "n", json_integer(c->n), e);
+	sl_jset(o, "k", json_integer(c->k), e);
+	sl_jset(o, "m", m, e);
+	sl_jset(o, "gflops", g, e);
+	return o;
+}
+
 static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 {
 	const sl_profile_topo *t = &p->topo;
@@ -131,6 +149,18 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	sl_jset(j, "copy_bytes", p->copy_bytes ? json_integer((json_int_t)p->copy_bytes) : json_null(), e);
 	set_rate(j, "gpu_gemm_tflops", p->gpu_gemm_tflops, e);
 	sl_jset(j, "gpu_gemm_shape", shape(p->gpu_gemm_m, p->gpu_gemm_n, p->gpu_gemm_k, e), e);
+	/* format 2 */
+	sl_jset(j, "build", p->build[0] ? json_string(p->build) : json_null(), e);
+	sl_jset(j, "machine", p->machine[0] ? json_string(p->machine) : json_null(), e);
+	sl_jset(j, "gemm", curve(&p->gemm, e), e);
+	set_rate(j, "copy_gbps", p->copy_gbps, e);
+	set_rate(j, "copy_latency_us", p->copy_latency_us, e);
+	set_rate(j, "op_latency_us", p->op_latency_us, e);
+	set_rate(j, "attn_decode_gbps", p->attn_decode_gbps, e);
+	set_rate(j, "attn_prefill_gflops", p->attn_prefill_gflops, e);
+	set_rate(j, "cpu_attn_gbps", p->cpu_attn_gbps, e);
+	set_rate(j, "disk_write_gbps", p->disk_write_gbps, e);
+	sl_jset(j, "dev_reserve_bytes", json_integer((json_int_t)p->dev_reserve_bytes), e);
 	sl_jset_real(j, "seconds", p->seconds, e);
 	return j;
 }
@@ -332,6 +362,66 @@ static void get_shape(reader *r, const json_t *obj, const char *key, int *m, int
 	*k = (int)get_int(r, s, where, "k", 1, INT32_MAX);
 }
 
+/* The GEMM curve {n, k, m: [...], gflops: [...]}, or null (no points):
+ * 1 to SL_PROFILE_CURVE_MAX points, m increasing, every rate positive. */
+static void get_curve(reader *r, const json_t *root, const char *key, sl_profile_curve *c)
+{
+	memset(c, 0, sizeof *c);
+	json_t *o = get_obj(r, root, "", key, true);
+	if (!o)
+		return;
+	char w[64];
+	snprintf(w, sizeof w, "%s.", key);
+	c->n = (int)get_int(r, o, w, "n", 1, INT32_MAX);
+	c->k = (int)get_int(r, o, w, "k", 1, INT32_MAX);
+	json_t *m = field(r, o, w, "m"), *g = field(r, o, w, "gflops");
+	if (m && !json_is_array(m))
+		wrong_type(r, w, "m", "an array", m);
+	else if (g && !json_is_array(g))
+		wrong_type(r, w, "gflops", "an array", g);
+	if (r->rc < 0)
+		return;
+	const size_t np = json_array_size(m);
+	if (np < 1 || np > SL_PROFILE_CURVE_MAX) {
+		r->rc = sl_err(SL_EFORMAT, "%s: %sm lists %zu points, must list 1 to %d", r->path, w, np,
+			       SL_PROFILE_CURVE_MAX);
+		return;
+	}
+	if (json_array_size(g) != np) {
+		r->rc = sl_err(SL_EFORMAT, "%s: %sgflops lists %zu points, %sm %zu", r->path, w, json_array_size(g),
+			       w, np);
+		return;
+	}
+	for (size_t i = 0; i < np; i++) {
+		const json_t *mi = json_array_get(m, i), *gi = json_array_get(g, i);
+		if (!json_is_integer(mi)) {
+			r->rc = sl_err(SL_EFORMAT, "%s: %sm[%zu] must be an integer, got %s", r->path, w, i,
+				       type_of(mi));
+			return;
+		}
+		const int64_t x = json_integer_value(mi), prev = i ? c->m[i - 1] : 0;
+		if (x <= prev || x > INT32_MAX) {
+			r->rc = sl_err(SL_ERANGE, "%s: %sm[%zu] = %" PRId64 ", must be more than %" PRId64
+				       " (increasing, from 1)", r->path, w, i, x, prev);
+			return;
+		}
+		if (!json_is_number(gi)) {
+			r->rc = sl_err(SL_EFORMAT, "%s: %sgflops[%zu] must be a positive number, got %s", r->path, w,
+				       i, type_of(gi));
+			return;
+		}
+		const double y = json_number_value(gi);
+		if (!(y > 0) || !isfinite(y)) {
+			r->rc = sl_err(SL_ERANGE, "%s: %sgflops[%zu] = %g, must be a positive number", r->path, w, i,
+				       y);
+			return;
+		}
+		c->m[i] = (int)x;
+		c->gflops[i] = y;
+	}
+	c->npoints = (int)np;
+}
+
 static void get_topology(reader *r, const json_t *root, sl_profile_topo *t)
 {
 	const char *w = "topology.";
@@ -375,7 +465,7 @@ static void get_topology(reader *r, const json_t *root, sl_profile_topo *t)
 	t->binding_node = (int)get_int_or_null(r, o, w, "binding_node", 0, INT32_MAX, -1);
 }
 
-static void get_profile(reader *r, const json_t *root, sl_profile *p)
+static void get_profile(reader *r, const json_t *root, int64_t version, sl_profile *p)
 {
 	p->quick = get_bool(r, root, "", "quick");
 	get_str(r, root, "", "backend", p->backend, sizeof p->backend, false);
@@ -405,6 +495,19 @@ static void get_profile(reader *r, const json_t *root, sl_profile *p)
 	p->copy_bytes = (uint64_t)get_int_or_null(r, root, "", "copy_bytes", 1, INT64_MAX, 0);
 	p->gpu_gemm_tflops = get_rate(r, root, "gpu_gemm_tflops");
 	get_shape(r, root, "gpu_gemm_shape", &p->gpu_gemm_m, &p->gpu_gemm_n, &p->gpu_gemm_k);
+	if (version >= 2) {
+		get_str(r, root, "", "build", p->build, sizeof p->build, true);
+		get_str(r, root, "", "machine", p->machine, sizeof p->machine, true);
+		get_curve(r, root, "gemm", &p->gemm);
+		p->copy_gbps = get_rate(r, root, "copy_gbps");
+		p->copy_latency_us = get_rate(r, root, "copy_latency_us");
+		p->op_latency_us = get_rate(r, root, "op_latency_us");
+		p->attn_decode_gbps = get_rate(r, root, "attn_decode_gbps");
+		p->attn_prefill_gflops = get_rate(r, root, "attn_prefill_gflops");
+		p->cpu_attn_gbps = get_rate(r, root, "cpu_attn_gbps");
+		p->disk_write_gbps = get_rate(r, root, "disk_write_gbps");
+		p->dev_reserve_bytes = (uint64_t)get_int(r, root, "", "dev_reserve_bytes", 0, INT64_MAX);
+	}
 	json_t *s = field(r, root, "", "seconds");
 	if (s && !json_is_number(s))
 		wrong_type(r, "", "seconds", "a number", s);
@@ -475,12 +578,12 @@ int sl_profile_load(const char *path, sl_profile *p)
 		goto out;
 	}
 	const int64_t version = get_int(&r, root, "", "format_version", 1, INT64_MAX);
-	if (r.rc == 0 && version != SL_PROFILE_FORMAT_VERSION) {
-		rc = sl_err(SL_EUNSUPPORTED, "%s: format_version %" PRId64 ", this sluice reads version %d", path,
-			    version, SL_PROFILE_FORMAT_VERSION);
+	if (r.rc == 0 && version > SL_PROFILE_FORMAT_VERSION) {
+		rc = sl_err(SL_EUNSUPPORTED, "%s: format_version %" PRId64 ", this sluice reads versions 1 to %d",
+			    path, version, SL_PROFILE_FORMAT_VERSION);
 		goto out;
 	}
-	get_profile(&r, root, tmp);
+	get_profile(&r, root, version, tmp);
 	if ((rc = r.rc) == 0)
 		*p = *tmp;
 out:

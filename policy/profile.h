@@ -7,18 +7,54 @@
  *   mem_read_gbps     host memory read bandwidth: every thread sums its part
  *                     of a 512 MiB buffer (median of 3)
  *   cpu_gemm_gflops   the CPU backend's sl_gemm (fp32 activations, fp16
- *                     weights) at m=512, n=k=2048 (median of 3)
+ *                     weights) at m=512, n=k=2048 (median of 3; on the CPU
+ *                     backend the gemm curve's point at m=512)
  *   disk_read_gbps    sequential O_DIRECT reads in the offload directory
- *                     through the disk store's engine (sl_disk_probe_read,
+ *                     through the disk store's engine (sl_disk_probe,
  *                     1 GiB, its threads on the I/O node)
- *   h2d_gbps, d2h_gbps  pinned host <-> device copies of 256 MiB (CUDA;
- *                     median of 3)
- *   gpu_gemm_tflops   sl_gemm on the CUDA backend at m=4096, n=k=8192
+ *   h2d_gbps, d2h_gbps  host <-> device copies on a queue, median of 3:
+ *                     CUDA: pinned memory, 256 MiB; CPU backend: its copy
+ *                     queue's memcpy, 64 MiB
+ *   gpu_gemm_tflops   sl_gemm on the CUDA backend at m=2048, n=k=8192
  *                     (fp16 tensor cores, fp32 accumulation; median of 3)
  *
+ * Format 2 adds the rates the cost model reads, all on the profiled
+ * backend (every sample long enough to time: as many calls as fill
+ * about 20 ms, after a warm-up call; median of 3):
+ *   gemm              sl_gemm as the model calls it (fp32 x, fp16 w) at
+ *                     m = 1, 2, 4, ..., 1024 with n = k = 2048 on the CPU
+ *                     backend, 8192 on CUDA (quick: m up to 64, n = k = 256)
+ *   copy_gbps         sl_copy_h2d of 64 MiB on a queue (CPU backend: its
+ *                     copy queue's memcpy, = h2d_gbps; CUDA: = h2d_gbps)
+ *   copy_latency_us   4 KiB sl_copy_h2d calls issued back to back on one
+ *                     queue, then one sync: the time per copy
+ *   op_latency_us     1-row sl_layernorm calls (n = 64) back to back on one
+ *                     queue, then one sync: the time per op
+ *   attn_decode_gbps  sl_attn_decode of 16 sequences x 12 heads x 64 head
+ *                     dim over 1024 cached fp16 tokens: K and V bytes read
+ *                     per second (quick: 4 sequences, 128 tokens)
+ *   attn_prefill_gflops  sl_attn_prefill of 4 sequences x 12 heads x 64
+ *                     over a 512-token prompt (quick: 64), counting
+ *                     4 * nseq * nh * hd * t * (t + 1) / 2 FLOPs
+ *   cpu_attn_gbps     on CUDA, the CPU backend's sl_attn_decode (the host
+ *                     attention of cpu_cache_compute) on the same shape;
+ *                     on the CPU backend, attn_decode_gbps
+ *   disk_write_gbps   sequential O_DIRECT writes in the offload directory
+ *                     through the disk store's engine in requests of its
+ *                     chunk size (1 MiB), 32 in flight, to completion
+ *                     (sl_disk_probe, the same file as disk_read_gbps)
+ *   dev_reserve_bytes the backend's device bytes that are not the caller's
+ *                     (dev_used - data_used) after the GEMMs and attention
+ *                     ran: cuBLAS's workspace; 0 on the CPU backend
+ *   build             the sluice that measured (SL_VERSION)
+ *   machine           what a cached profile must match to be reused
+ *                     (sl_profile_obtain): backend, threads, build, the
+ *                     CPU's model name and PU count, the GPU's name
+ *
  * quick: measured with small sizes (tests: the numbers mean little).  Rates
- * are in 1e9 bytes/s and 1e9 / 1e12 FLOP/s.  A rate not measured is 0 (no
- * offload directory; no GPU); the JSON writes it as null.
+ * are in 1e9 bytes/s and 1e9 / 1e12 FLOP/s, latencies in microseconds.  A
+ * rate not measured is 0 (no offload directory; no GPU); the JSON writes it
+ * as null.
  *
  * The topology and the GPU are recorded as the profile saw them (hwloc's
  * view, the backend's device info), in types of their own: a profile read
@@ -31,7 +67,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SL_PROFILE_FORMAT_VERSION 1
+#define SL_PROFILE_FORMAT_VERSION 2 /* reads 1 and 2 */
 #define SL_PROFILE_MAX_NODES 64 /* nodes listed (more are counted) */
 
 typedef struct sl_profile_node {
@@ -99,8 +135,9 @@ typedef struct sl_profile {
 	 * not measured (a format 1 file), and the model then falls back on
 	 * the rates above */
 	sl_profile_curve gemm;      /* the profiled backend's sl_gemm against M */
-	double copy_gbps;           /* the backend's h2d copy of 64 MiB on a queue
-				     * (CPU backend: a memory copy; CUDA: h2d_gbps) */
+	double copy_gbps;           /* the backend's h2d copy on a queue (CPU
+				     * backend: a memory copy of 64 MiB; CUDA:
+				     * h2d_gbps) */
 	double copy_latency_us;     /* one small copy (4 KiB) on a queue, issue to
 				     * done, in a stream of them */
 	double op_latency_us;       /* one tiny op (a 1-row layernorm) in a stream */
@@ -111,6 +148,7 @@ typedef struct sl_profile {
 	uint64_t dev_reserve_bytes; /* the backend's own device workspace (cuBLAS's,
 				     * its scratch), outside the run plan */
 	char build[64];             /* the sluice that measured (SL_VERSION) */
+	char machine[768];          /* the cache's key (sl_profile_obtain); "": none */
 
 	double seconds; /* the whole profile */
 } sl_profile;
@@ -138,6 +176,7 @@ int sl_profile_save_json(const sl_profile *p, const char *path);
  *                    missing or of the wrong type, a string too long
  *   SL_ERANGE        a value out of its range (a negative rate or count)
  *   SL_EUNSUPPORTED  a format_version this sluice does not read
+ * A format 1 file reads with the format 2 fields 0 (an empty curve, "").
  */
 int sl_profile_load(const char *path, sl_profile *p);
 

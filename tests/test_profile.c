@@ -6,8 +6,11 @@
  * What a user of the file relies on:
  *  - a profile written by sl_profile_save_json reads back equal, field by
  *    field, doubles to the bit: a full one (two NUMA nodes, a GPU, every
- *    rate), one with nothing optional (no GPU, no disk, nodes unknown), and
- *    one of a machine with more nodes than a profile lists;
+ *    rate, format 2's GEMM curve, latencies and attention rates), one with
+ *    nothing optional (no GPU, no disk, nodes unknown, no curve), and one
+ *    of a machine with more nodes than a profile lists;
+ *  - a format 1 file (before the cost model's rates) still reads, its
+ *    format 2 fields 0 and its curve empty;
  *  - a malformed profile is refused with a one-line message that names the
  *    file and the field ("topology.numa_nodes[1].cores"), the right code,
  *    and the destination left as it was;
@@ -87,6 +90,24 @@ static void full_profile(sl_profile *p)
 	p->gpu_gemm_tflops = 712.25;
 	p->gpu_gemm_m = 4096;
 	p->gpu_gemm_n = p->gpu_gemm_k = 8192;
+	/* format 2 */
+	p->gemm.n = p->gemm.k = 8192;
+	p->gemm.npoints = 11;
+	for (int i = 0; i < 11; i++) {
+		p->gemm.m[i] = 1 << i;
+		p->gemm.gflops[i] = 3.0 * (1 << i) / 7.0 + 0.1;
+	}
+	p->copy_gbps = 51.000000000000007;
+	p->copy_latency_us = 4.4;
+	p->op_latency_us = 0.1 + 0.7;
+	p->attn_decode_gbps = 2345.678;
+	p->attn_prefill_gflops = 98765.4321;
+	p->cpu_attn_gbps = 12.3456789;
+	p->disk_write_gbps = 2.0 / 3.0;
+	p->dev_reserve_bytes = 33554432 + 4096;
+	snprintf(p->build, sizeof p->build, "0.1.0");
+	snprintf(p->machine, sizeof p->machine, "backend=cuda; threads=96; build=0.1.0; cpu=AMD EPYC \"9654\"; "
+		 "pus=192; gpu=NVIDIA H200");
 	p->seconds = 2.718281828459045;
 }
 
@@ -162,6 +183,23 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 	SAME(gpu_gemm_m);
 	SAME(gpu_gemm_n);
 	SAME(gpu_gemm_k);
+	SAME(gemm.npoints);
+	SAME(gemm.n);
+	SAME(gemm.k);
+	for (int i = 0; i < a->gemm.npoints; i++) {
+		SAME(gemm.m[i]);
+		SAME_BITS(gemm.gflops[i]);
+	}
+	SAME_BITS(copy_gbps);
+	SAME_BITS(copy_latency_us);
+	SAME_BITS(op_latency_us);
+	SAME_BITS(attn_decode_gbps);
+	SAME_BITS(attn_prefill_gflops);
+	SAME_BITS(cpu_attn_gbps);
+	SAME_BITS(disk_write_gbps);
+	SAME(dev_reserve_bytes);
+	SAME_STR(build);
+	SAME_STR(machine);
 	SAME_BITS(seconds);
 }
 
@@ -258,7 +296,27 @@ static const bad_case bad_cases[] = {
 	{ "cpu_gemm_shape.k", "0", SL_ERANGE, "cpu_gemm_shape.k = 0, must be in [1, " },
 	{ "seconds", "-1", SL_ERANGE, "seconds = -1, must be at least 0" },
 	{ "format", "\"sluice-policy\"", SL_EFORMAT, "not a sluice profile" },
-	{ "format_version", "2", SL_EUNSUPPORTED, "format_version 2, this sluice reads version 1" },
+	{ "format_version", "3", SL_EUNSUPPORTED, "format_version 3, this sluice reads versions 1 to 2" },
+	/* format 2: the GEMM curve and the cost model's rates */
+	{ "gemm", "[]", SL_EFORMAT, "gemm must be an object or null, got an array" },
+	{ "gemm.n", "0", SL_ERANGE, "gemm.n = 0, must be in [1, " },
+	{ "gemm.k", NULL, SL_EFORMAT, "gemm.k is missing" },
+	{ "gemm.m", "{}", SL_EFORMAT, "gemm.m must be an array, got an object" },
+	{ "gemm.gflops", "3.5", SL_EFORMAT, "gemm.gflops must be an array, got a number" },
+	{ "gemm.m", "[]", SL_EFORMAT, "gemm.m lists 0 points, must list 1 to 16" },
+	{ "gemm.gflops", "[1.5, 2.5]", SL_EFORMAT, "gemm.gflops lists 2 points, gemm.m 11" },
+	{ "gemm.m.2", "\"4\"", SL_EFORMAT, "gemm.m[2] must be an integer, got a string" },
+	{ "gemm.m.3", "4", SL_ERANGE, "gemm.m[3] = 4, must be more than 4 (increasing, from 1)" },
+	{ "gemm.m.0", "0", SL_ERANGE, "gemm.m[0] = 0, must be more than 0 (increasing, from 1)" },
+	{ "gemm.gflops.5", "null", SL_EFORMAT, "gemm.gflops[5] must be a positive number, got null" },
+	{ "gemm.gflops.1", "-2", SL_ERANGE, "gemm.gflops[1] = -2, must be a positive number" },
+	{ "copy_latency_us", "-0.5", SL_ERANGE, "copy_latency_us = -0.5, must be a positive number or null" },
+	{ "attn_decode_gbps", "true", SL_EFORMAT, "attn_decode_gbps must be a positive number or null, got true" },
+	{ "disk_write_gbps", NULL, SL_EFORMAT, "disk_write_gbps is missing" },
+	{ "dev_reserve_bytes", "-1", SL_ERANGE, "dev_reserve_bytes = -1, must be in [0, " },
+	{ "dev_reserve_bytes", "null", SL_EFORMAT, "dev_reserve_bytes must be an integer, got null" },
+	{ "machine", "7", SL_EFORMAT, "machine must be a string or null, got an integer" },
+	{ "build", "@300 x", SL_EFORMAT, "build is longer than 63 bytes" },
 	{ "format_version", "\"1\"", SL_EFORMAT, "format_version must be an integer, got a string" },
 };
 
@@ -357,6 +415,55 @@ START_TEST(test_files)
 }
 END_TEST
 
+/* A format 1 file, as the sluice before the cost model wrote it: the same
+ * fields but format 2's; it reads, those fields 0.  A format 2 field in a
+ * format 1 file means nothing and is not read. */
+START_TEST(test_format_1)
+{
+	make_tmpdir();
+	char path[128];
+	snprintf(path, sizeof path, "%s/v1.json", tmpdir);
+	sl_profile *p = malloc(sizeof *p), *q = malloc(sizeof *q);
+	full_profile(p);
+	ck_assert_int_eq(sl_profile_save_json(p, path), 0);
+	json_t *root = json_load_file(path, 0, NULL);
+	ck_assert_ptr_nonnull(root);
+	ck_assert_int_eq(json_integer_value(json_object_get(root, "format_version")), 2);
+	json_object_set_new(root, "format_version", json_integer(1));
+	static const char *const v2[] = { "build", "machine", "gemm", "copy_gbps", "copy_latency_us",
+					  "op_latency_us", "attn_decode_gbps", "attn_prefill_gflops",
+					  "cpu_attn_gbps", "disk_write_gbps", "dev_reserve_bytes" };
+	for (size_t i = 0; i < SL_ARRAY_LEN(v2); i++)
+		ck_assert_int_eq(json_object_del(root, v2[i]), 0);
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	memset(q, 0xa5, sizeof *q);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "a format 1 file: %s", sl_errmsg());
+	/* what format 1 holds reads back; the rest is 0 */
+	sl_profile *want = malloc(sizeof *want);
+	*want = *p;
+	memset(&want->gemm, 0, sizeof want->gemm);
+	want->copy_gbps = want->copy_latency_us = want->op_latency_us = 0;
+	want->attn_decode_gbps = want->attn_prefill_gflops = want->cpu_attn_gbps = want->disk_write_gbps = 0;
+	want->dev_reserve_bytes = 0;
+	want->build[0] = want->machine[0] = 0;
+	check_same(want, q);
+	for (int i = 0; i < SL_PROFILE_CURVE_MAX; i++)
+		ck_assert(q->gemm.m[i] == 0 && q->gemm.gflops[i] == 0);
+
+	/* format 2's fields, malformed, in a format 1 file: not read */
+	json_object_set_new(root, "gemm", json_string("fast"));
+	json_object_set_new(root, "copy_gbps", json_integer(-3));
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "a format 1 file: %s", sl_errmsg());
+	check_same(want, q);
+	json_decref(root);
+	free(want);
+	free(p);
+	free(q);
+	remove_tmpdir();
+}
+END_TEST
+
 static Suite *profile_suite(void)
 {
 	Suite *s = suite_create("profile");
@@ -364,6 +471,7 @@ static Suite *profile_suite(void)
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_loop_test(tc, test_malformed, 0, (int)SL_ARRAY_LEN(bad_cases));
 	tcase_add_test(tc, test_files);
+	tcase_add_test(tc, test_format_1);
 	suite_add_tcase(s, tc);
 	return s;
 }
