@@ -10,7 +10,7 @@
  *                    failure bookkeeping, read/write/wait, the statistics
  *   disk_uring.c     the io_uring engine (completion thread)
  *   disk_pool.c      the thread-pool engine (pread/pwrite)
- *   disk_probe.c     sl_disk_probe_read, the read bandwidth measurement
+ *   disk_probe.c     sl_disk_probe, the write and read bandwidth measurement
  *
  * Locking: s->mu guards the request table, the accounting and the engines'
  * queues; functions marked "mutex held" expect it held.

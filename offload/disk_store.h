@@ -191,4 +191,15 @@ void sl_disk_get_stats(sl_disk_store *s, sl_disk_stats *out);
  */
 int sl_disk_probe_read(const char *dir, uint64_t bytes, double *gbps, char *mode, size_t mode_len);
 
+/*
+ * The same, and the sequential O_DIRECT write rate of the pass that fills
+ * the file: requests of the engine's chunk (1 MiB: the I/O a KV cache or
+ * weights' store write reaches the device as, larger requests split into
+ * chunks), 64 outstanding, timed from the first to the completion of the
+ * last (no sync: the KV cache's writes are never synced).  write_gbps may
+ * be NULL.
+ */
+int sl_disk_probe(const char *dir, uint64_t bytes, double *read_gbps, double *write_gbps, char *mode,
+		  size_t mode_len);
+
 #endif

@@ -1256,11 +1256,12 @@ START_TEST(test_probe)
 {
 	char dir[512], mode[64] = "";
 	make_dir(dir, sizeof dir, tmp_root, "probe");
-	double g = 0;
-	ck_assert_msg(sl_disk_probe_read(dir, 8 * MIB, &g, mode, sizeof mode) == 0, "%s", sl_errmsg());
-	ck_assert_msg(g > 0, "a positive bandwidth");
+	double g = 0, w = 0;
+	ck_assert_msg(sl_disk_probe(dir, 8 * MIB, &g, &w, mode, sizeof mode) == 0, "%s", sl_errmsg());
+	ck_assert_msg(g > 0 && w > 0, "positive bandwidths: read %g, write %g", g, w);
 	ck_assert_str_eq(mode, have_uring ? "io_uring+O_DIRECT" : "threads+pread+O_DIRECT");
-	fprintf(stderr, "test_disk_store: probe in %s: %.2f GB/s (%s, 8 MiB)\n", dir, g, mode);
+	fprintf(stderr, "test_disk_store: probe in %s: read %.2f GB/s, write %.2f GB/s (%s, 8 MiB)\n", dir, g, w,
+		mode);
 	/* The probe leaves nothing behind. */
 	DIR *d = opendir(dir);
 	ck_assert(d);
