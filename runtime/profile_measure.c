@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "disk_store.h"
 #include "sl_common.h"
+#include "sl_config.h"
 #include "topology.h"
 
 #include <errno.h>
@@ -94,26 +95,81 @@ double sl_profile_mem_read_gbps(size_t bytes, int threads)
 
 /* ---- backends: GEMM and copies -------------------------------------------------- */
 
-/* FLOP/s of sl_gemm on b at (m, n, k): reps calls per sample, median of 3. */
-static int measure_gemm(sl_backend *b, int m, int n, int k, int reps, double *rate)
+/* A sample lasts about this long (quick: a tenth), so that the clock's
+ * resolution and a queue's start-up do not show in a short call's time. */
+#define SAMPLE_S 0.02
+
+typedef int (*issue_fn)(sl_backend *b, sl_queue *q, const void *arg);
+
+/*
+ * Seconds per call of issue(b, q, arg): a warm-up call (synced, timed to
+ * size the samples), then 3 samples of as many calls as fill target_s (1
+ * to max_calls), issued back to back and ended by one sync; the median.
+ */
+static int time_calls(sl_backend *b, sl_queue *q, issue_fn issue, const void *arg, double target_s, int max_calls,
+		      double *per_call)
 {
-	*rate = 0;
-	size_t xb = (size_t)m * k * sizeof(float), wb = (size_t)n * k * sizeof(sl_half),
-	       yb = (size_t)m * n * sizeof(float);
-	float *hx = malloc(xb);
+	*per_call = 0;
+	double t0 = sl_now();
+	SL_TRY(issue(b, q, arg));
+	SL_TRY(sl_queue_sync(b, q));
+	const double once = sl_now() - t0;
+	int calls = once > 0 ? (int)SL_MIN((double)max_calls, target_s / once) : max_calls;
+	calls = SL_MAX(calls, 1);
+	double r[3];
+	for (int s = 0; s < 3; s++) {
+		t0 = sl_now();
+		for (int i = 0; i < calls; i++)
+			SL_TRY(issue(b, q, arg));
+		SL_TRY(sl_queue_sync(b, q));
+		r[s] = (sl_now() - t0) / calls;
+	}
+	*per_call = median3(r);
+	return 0;
+}
+
+static int issue_gemm(sl_backend *b, sl_queue *q, const void *arg)
+{
+	return sl_gemm(b, q, arg);
+}
+
+/* Fill n floats of a device buffer with small values in [-1, 1] (through
+ * a host buffer: device memory may not be host memory). */
+static int fill_floats(sl_backend *b, sl_queue *q, float *d, size_t n, float scale)
+{
+	float *h = malloc(n * sizeof(float));
+	if (!h)
+		return sl_err(SL_ENOMEM, "profile: out of memory");
+	uint64_t st = 0x9e3779b97f4a7c15ull ^ n;
+	for (size_t i = 0; i < n; i++) {
+		st = st * 6364136223846793005ull + 1442695040888963407ull;
+		h[i] = (float)((int)(st >> 40) % 2001 - 1000) / 1000.f * scale;
+	}
+	int rc = sl_copy_h2d(b, q, d, h, n * sizeof(float));
+	if (rc == 0)
+		rc = sl_queue_sync(b, q);
+	free(h);
+	return rc;
+}
+
+/*
+ * FLOP/s of sl_gemm on b as the model calls it (fp32 x, fp16 w, an fp16
+ * bias) at rows ms[0..nm) (increasing), n, k, on q: time_calls for each.
+ */
+static int measure_gemms(sl_backend *b, sl_queue *q, const int *ms, int nm, int n, int k, double target_s,
+			 double *rate)
+{
+	const int mmax = ms[nm - 1];
+	const size_t xb = (size_t)mmax * k * sizeof(float), wb = (size_t)n * k * sizeof(sl_half),
+		     yb = (size_t)mmax * n * sizeof(float);
 	sl_half *hw = malloc(wb);
-	sl_buf x = { 0 }, w = { 0 }, y = { 0 };
-	sl_queue *q = NULL;
+	sl_buf x = { 0 }, w = { 0 }, y = { 0 }, bias = { 0 };
 	int rc = 0;
-	if (!hx || !hw) {
-		rc = sl_err(SL_ENOMEM, "profile: out of memory for a %dx%dx%d GEMM", m, n, k);
+	if (!hw) {
+		rc = sl_err(SL_ENOMEM, "profile: out of memory for a %dx%dx%d GEMM", mmax, n, k);
 		goto out;
 	}
-	uint64_t st = 0x9e3779b97f4a7c15ull;
-	for (size_t i = 0; i < (size_t)m * k; i++) {
-		st = st * 6364136223846793005ull + 1442695040888963407ull;
-		hx[i] = (float)((int)(st >> 40) % 2001 - 1000) / 1000.f;
-	}
+	uint64_t st = 0x2545f4914f6cdd1dull;
 	for (size_t i = 0; i < (size_t)n * k; i++) {
 		st = st * 6364136223846793005ull + 1442695040888963407ull;
 		hw[i] = sl_float_to_half((float)((int)(st >> 40) % 2001 - 1000) / 32000.f);
@@ -121,31 +177,38 @@ static int measure_gemm(sl_backend *b, int m, int n, int k, int reps, double *ra
 	if ((rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile GEMM x", &x)) < 0 ||
 	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, wb, "profile GEMM w", &w)) < 0 ||
 	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, yb, "profile GEMM y", &y)) < 0 ||
-	    (rc = sl_queue_create(b, &q)) < 0 || (rc = sl_copy_h2d(b, q, x.p, hx, xb)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, (size_t)n * sizeof(sl_half), "profile GEMM bias", &bias)) < 0 ||
+	    (rc = fill_floats(b, q, x.p, (size_t)mmax * k, 1.f)) < 0 ||
+	    (rc = sl_memset_dev(b, q, bias.p, 0x1c, (size_t)n * sizeof(sl_half))) < 0 ||
 	    (rc = sl_copy_h2d(b, q, w.p, hw, wb)) < 0 || (rc = sl_queue_sync(b, q)) < 0)
 		goto out;
-	const sl_gemm_args a = { .m = m, .n = n, .k = k, .x = x.p, .ldx = k, .w = w.p, .y = y.p, .ldy = n };
-	if ((rc = sl_gemm(b, q, &a)) < 0 || (rc = sl_queue_sync(b, q)) < 0) /* warm-up */
-		goto out;
-	double r[3];
-	for (int s = 0; s < 3; s++) {
-		double t0 = sl_now();
-		for (int i = 0; i < reps && rc == 0; i++)
-			rc = sl_gemm(b, q, &a);
-		if (rc < 0 || (rc = sl_queue_sync(b, q)) < 0)
+	for (int i = 0; i < nm; i++) {
+		const sl_gemm_args a = { .m = ms[i], .n = n, .k = k, .x = x.p, .ldx = k, .w = w.p, .bias = bias.p,
+					 .y = y.p, .ldy = n, .alpha = 1.f };
+		double t;
+		if ((rc = time_calls(b, q, issue_gemm, &a, target_s, 1 << 16, &t)) < 0)
 			goto out;
-		double dt = sl_now() - t0;
-		r[s] = dt > 0 ? 2.0 * m * n * k * reps / dt : 0;
+		rate[i] = t > 0 ? 2.0 * ms[i] * n * k / t : 0;
 	}
-	*rate = median3(r);
 out:
-	if (q)
-		sl_queue_free(b, q);
+	sl_buf_free(b, &bias);
 	sl_buf_free(b, &y);
 	sl_buf_free(b, &w);
 	sl_buf_free(b, &x);
 	free(hw);
-	free(hx);
+	return rc;
+}
+
+/* FLOP/s of sl_gemm on b at (m, n, k), on a queue of its own. */
+static int measure_gemm(sl_backend *b, int m, int n, int k, double target_s, double *rate)
+{
+	*rate = 0;
+	sl_queue *q = NULL;
+	int rc = sl_queue_create(b, &q);
+	if (rc == 0)
+		rc = measure_gemms(b, q, &m, 1, n, k, target_s, rate);
+	if (q)
+		sl_queue_free(b, q);
 	return rc;
 }
 
@@ -187,6 +250,139 @@ out:
 	return rc;
 }
 
+/* ---- latencies: a stream of tiny calls ------------------------------------------ */
+
+typedef struct copy_arg {
+	void *dst;
+	const void *src;
+	size_t n;
+} copy_arg;
+
+static int issue_copy(sl_backend *b, sl_queue *q, const void *arg)
+{
+	const copy_arg *c = arg;
+	return sl_copy_h2d(b, q, c->dst, c->src, c->n);
+}
+
+typedef struct ln_arg {
+	int n;
+	float *x;
+	const sl_half *g;
+} ln_arg;
+
+static int issue_layernorm(sl_backend *b, sl_queue *q, const void *arg)
+{
+	const ln_arg *l = arg;
+	return sl_layernorm(b, q, 1, l->n, l->x, l->n, l->g, l->g, 1e-5f, l->x, l->n);
+}
+
+#define LAT_COPY_BYTES 4096
+#define LAT_LN_N 64
+
+/* Microseconds per 4 KiB h2d copy and per 1-row layernorm, each in a
+ * stream of them on q ended by one sync. */
+static int measure_latencies(sl_backend *b, sl_queue *q, double target_s, double *copy_us, double *op_us)
+{
+	sl_buf h = { 0 }, d = { 0 }, g = { 0 }, x = { 0 };
+	int rc;
+	double t;
+	if ((rc = sl_buf_alloc(b, SL_MEM_HOST, LAT_COPY_BYTES, "profile latency", &h)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, LAT_COPY_BYTES, "profile latency", &d)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, LAT_LN_N * sizeof(sl_half), "profile latency", &g)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, LAT_LN_N * sizeof(float), "profile latency", &x)) < 0)
+		goto out;
+	memset(h.p, 0x3c, LAT_COPY_BYTES);
+	const copy_arg c = { .dst = d.p, .src = h.p, .n = LAT_COPY_BYTES };
+	if ((rc = time_calls(b, q, issue_copy, &c, target_s, 20000, &t)) < 0)
+		goto out;
+	*copy_us = t * 1e6;
+	if ((rc = sl_memset_dev(b, q, g.p, 0x3c, LAT_LN_N * sizeof(sl_half))) < 0 ||
+	    (rc = fill_floats(b, q, x.p, LAT_LN_N, 1.f)) < 0)
+		goto out;
+	const ln_arg l = { .n = LAT_LN_N, .x = x.p, .g = g.p };
+	if ((rc = time_calls(b, q, issue_layernorm, &l, target_s, 20000, &t)) < 0)
+		goto out;
+	*op_us = t * 1e6;
+out:
+	sl_buf_free(b, &x);
+	sl_buf_free(b, &g);
+	sl_buf_free(b, &d);
+	sl_buf_free(b, &h);
+	return rc;
+}
+
+/* ---- attention -------------------------------------------------------------------- */
+
+/* The shapes: an OPT-125m-like layer (12 heads of 64). */
+#define ATTN_NH 12
+#define ATTN_HD 64
+
+static int issue_decode(sl_backend *b, sl_queue *q, const void *arg)
+{
+	return sl_attn_decode(b, q, arg);
+}
+
+static int issue_prefill(sl_backend *b, sl_queue *q, const void *arg)
+{
+	return sl_attn_prefill(b, q, arg);
+}
+
+/*
+ * sl_attn_decode (prefill false: K and V bytes read per second, over cap
+ * cached fp16 tokens each, the new one included) or sl_attn_prefill (FLOP/s
+ * of a t = cap token causal prompt, 4 * nseq * nh * hd * t * (t + 1) / 2)
+ * on b for nseq sequences of ATTN_NH heads of ATTN_HD.
+ */
+static int measure_attn(sl_backend *b, sl_queue *q, bool prefill, int nseq, int cap, double target_s, double *rate)
+{
+	*rate = 0;
+	const int hidden = ATTN_NH * ATTN_HD, t = prefill ? cap : 1;
+	const size_t act = (size_t)nseq * t * hidden, cache = (size_t)nseq * cap * hidden;
+	int *host = calloc((size_t)nseq, sizeof(int));
+	sl_buf qb = { 0 }, kn = { 0 }, vn = { 0 }, out = { 0 }, kc = { 0 }, vc = { 0 };
+	int rc = 0;
+	if (!host) {
+		rc = sl_err(SL_ENOMEM, "profile: out of memory");
+		goto done;
+	}
+	if ((rc = sl_buf_alloc(b, SL_MEM_DEVICE, act * sizeof(float), "profile attention q", &qb)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, act * sizeof(float), "profile attention k", &kn)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, act * sizeof(float), "profile attention v", &vn)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, act * sizeof(float), "profile attention out", &out)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, cache * sizeof(sl_half), "profile K cache", &kc)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, cache * sizeof(sl_half), "profile V cache", &vc)) < 0 ||
+	    (rc = fill_floats(b, q, qb.p, act, 0.125f)) < 0 || (rc = fill_floats(b, q, kn.p, act, 1.f)) < 0 ||
+	    (rc = fill_floats(b, q, vn.p, act, 1.f)) < 0 ||
+	    /* fp16 0x3a3a (about 0.78) everywhere: finite, not subnormal */
+	    (rc = sl_memset_dev(b, q, kc.p, 0x3a, cache * sizeof(sl_half))) < 0 ||
+	    (rc = sl_memset_dev(b, q, vc.p, 0x3a, cache * sizeof(sl_half))) < 0 || (rc = sl_queue_sync(b, q)) < 0)
+		goto done;
+	for (int i = 0; i < nseq; i++)
+		host[i] = prefill ? 0 : cap - 1; /* prefill: no padding; decode: the new token in the last slot */
+	sl_attn_args a = { .nseq = nseq, .nh = ATTN_NH, .hd = ATTN_HD, .t = t, .cap = cap, .q = qb.p,
+			   .k_new = kn.p, .v_new = vn.p, .out = out.p, .k_cache = kc.p, .v_cache = vc.p };
+	if (prefill)
+		a.npad = host;
+	else
+		a.len = host;
+	double s;
+	if ((rc = time_calls(b, q, prefill ? issue_prefill : issue_decode, &a, target_s, 1 << 16, &s)) < 0 || !(s > 0))
+		goto done;
+	if (prefill)
+		*rate = 4.0 * nseq * hidden * ((double)t * (t + 1) / 2) / s / 1e9;
+	else
+		*rate = 2.0 * (double)(cache * sizeof(sl_half)) / s / 1e9;
+done:
+	sl_buf_free(b, &vc);
+	sl_buf_free(b, &kc);
+	sl_buf_free(b, &out);
+	sl_buf_free(b, &vn);
+	sl_buf_free(b, &kn);
+	sl_buf_free(b, &qb);
+	free(host);
+	return rc;
+}
+
 /* ---- the disk --------------------------------------------------------------------- */
 
 /* The probe runs on a thread bound to the I/O node: the engine's threads,
@@ -195,7 +391,7 @@ typedef struct probe_job {
 	const char *dir;
 	uint64_t bytes;
 	int node;
-	double gbps;
+	double gbps, write_gbps;
 	char mode[64];
 	int rc;
 	char err[600];
@@ -205,7 +401,7 @@ static void *probe_thread(void *arg)
 {
 	probe_job *j = arg;
 	sl_topo_bind_thread(j->node, "the disk probe's I/O threads");
-	j->rc = sl_disk_probe_read(j->dir, j->bytes, &j->gbps, j->mode, sizeof j->mode);
+	j->rc = sl_disk_probe(j->dir, j->bytes, &j->gbps, &j->write_gbps, j->mode, sizeof j->mode);
 	if (j->rc < 0)
 		snprintf(j->err, sizeof j->err, "%s", sl_errmsg()); /* the message is per thread */
 	return NULL;
@@ -305,12 +501,148 @@ static void record_gpu(const sl_device_info *g, sl_profile_gpu *d)
 	d->numa_node = g->numa_node;
 }
 
+/* ---- the cache's key ---------------------------------------------------------------- */
+
+/* The CPU's model name as /proc/cpuinfo gives it ("model name"), or
+ * "unknown". */
+static void cpu_model(char *buf, size_t cap)
+{
+	snprintf(buf, cap, "unknown");
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	if (!f)
+		return;
+	char line[512];
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, "model name", 10) != 0)
+			continue;
+		const char *v = strchr(line, ':');
+		if (!v)
+			continue;
+		v++;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		size_t n = strcspn(v, "\n");
+		snprintf(buf, cap, "%.*s", (int)SL_MIN(n, cap - 1), v);
+		break;
+	}
+	fclose(f);
+}
+
+/* What a cached profile must match: the backend measured, the threads, the
+ * build, the CPU and its PU count, the GPU. */
+static void machine_key(const char *backend, int threads, int pus, const char *gpu, char *buf, size_t cap)
+{
+	char cpu[256];
+	cpu_model(cpu, sizeof cpu);
+	snprintf(buf, cap, "backend=%s; threads=%d; build=%s; cpu=%s; pus=%d; gpu=%s", backend, threads, SL_VERSION,
+		 cpu, pus, gpu && gpu[0] ? gpu : "none");
+}
+
+/* ---- the profile ------------------------------------------------------------------- */
+
+static const int gemm_ms[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024 };
+#define QUICK_GEMM_POINTS 7 /* m up to 64 */
+_Static_assert(SL_ARRAY_LEN(gemm_ms) <= SL_PROFILE_CURVE_MAX, "the curve holds every point");
+
+static void say_curve(const sl_profile_opts *o, const sl_profile_curve *c, const char *backend)
+{
+	say(o, "gemm curve  sl_gemm on %s, n=k=%d, GFLOP/s at m =", backend, c->n);
+	for (int i = 0; i < c->npoints; i++)
+		say(o, " %d: %.1f%s", c->m[i], c->gflops[i], i + 1 < c->npoints ? "," : "\n");
+}
+
+/*
+ * The backend's compute: the GEMM curve (and the CPU's GEMM), attention
+ * (and the CPU's beside a GPU), the latencies, then the backend's own
+ * device memory, all on one queue.
+ */
+static int measure_compute(const sl_profile_opts *o, sl_profile *out, sl_backend *be, sl_backend *cpu,
+			   double target)
+{
+	/* one compute queue, as the model's: its workspaces (cuBLAS's, the
+	 * scratch) are what dev_reserve_bytes reports */
+	sl_queue *q = NULL;
+	int rc = sl_queue_create(be, &q);
+	if (rc < 0)
+		return rc;
+
+	/* the GEMM against its rows, on the profiled backend */
+	sl_profile_curve *c = &out->gemm;
+	c->npoints = o->quick ? QUICK_GEMM_POINTS : (int)SL_ARRAY_LEN(gemm_ms);
+	c->n = c->k = o->quick ? (out->have_gpu ? 1024 : 256) : (out->have_gpu ? 8192 : 2048);
+	memcpy(c->m, gemm_ms, (size_t)c->npoints * sizeof(int));
+	if ((rc = measure_gemms(be, q, c->m, c->npoints, c->n, c->k, target, c->gflops)) < 0)
+		goto out;
+	for (int i = 0; i < c->npoints; i++)
+		c->gflops[i] /= 1e9;
+	say_curve(o, c, out->backend);
+
+	out->cpu_gemm_m = o->quick ? 64 : 512;
+	out->cpu_gemm_n = out->cpu_gemm_k = o->quick ? 256 : 2048;
+	double r;
+	if (!out->have_gpu) { /* the curve's point */
+		int at = -1;
+		for (int i = 0; i < c->npoints; i++)
+			if (c->m[i] == out->cpu_gemm_m && c->n == out->cpu_gemm_n && c->k == out->cpu_gemm_k)
+				at = i;
+		SL_ASSERT(at >= 0);
+		out->cpu_gemm_gflops = c->gflops[at];
+	} else {
+		if ((rc = measure_gemm(cpu, out->cpu_gemm_m, out->cpu_gemm_n, out->cpu_gemm_k, target, &r)) < 0)
+			goto out;
+		out->cpu_gemm_gflops = r / 1e9;
+	}
+	say(o, "cpu gemm    %8.1f GFLOP/s  (sl_gemm, fp32 x fp16 weights, m=%d n=%d k=%d, %d threads, median of 3)\n",
+	    out->cpu_gemm_gflops, out->cpu_gemm_m, out->cpu_gemm_n, out->cpu_gemm_k, out->threads);
+
+	/* attention: decode over 16 sequences' 1024 cached tokens, prefill of
+	 * 4 sequences' 512-token prompts */
+	const int dseq = o->quick ? 4 : 16, dcap = o->quick ? 128 : 1024, pseq = 4, pt = o->quick ? 64 : 512;
+	if ((rc = measure_attn(be, q, false, dseq, dcap, target, &out->attn_decode_gbps)) < 0)
+		goto out;
+	say(o, "attn decode %8.2f GB/s     (sl_attn_decode on %s, K and V read: %d seqs x %d heads x %d over %d fp16 tokens)\n",
+	    out->attn_decode_gbps, out->backend, dseq, ATTN_NH, ATTN_HD, dcap);
+	if ((rc = measure_attn(be, q, true, pseq, pt, target, &out->attn_prefill_gflops)) < 0)
+		goto out;
+	say(o, "attn prefill %7.1f GFLOP/s  (sl_attn_prefill on %s: %d seqs x %d heads x %d, a %d-token prompt)\n",
+	    out->attn_prefill_gflops, out->backend, pseq, ATTN_NH, ATTN_HD, pt);
+	if (out->have_gpu) { /* cpu_cache_compute's attention: the CPU backend's */
+		sl_queue *cq = NULL;
+		if ((rc = sl_queue_create(cpu, &cq)) == 0)
+			rc = measure_attn(cpu, cq, false, dseq, dcap, target, &out->cpu_attn_gbps);
+		if (cq)
+			sl_queue_free(cpu, cq);
+		if (rc < 0)
+			goto out;
+		say(o, "cpu attn    %8.2f GB/s     (sl_attn_decode on the CPU backend, %d threads, the same shape)\n",
+		    out->cpu_attn_gbps, out->threads);
+	} else {
+		out->cpu_attn_gbps = out->attn_decode_gbps;
+	}
+
+	if ((rc = measure_latencies(be, q, target, &out->copy_latency_us, &out->op_latency_us)) < 0)
+		goto out;
+	say(o, "copy lat    %8.2f us       (a %d-byte sl_copy_h2d in a stream of them on one queue)\n",
+	    out->copy_latency_us, LAT_COPY_BYTES);
+	say(o, "op lat      %8.2f us       (a 1-row sl_layernorm, n=%d, in a stream of them on one queue)\n",
+	    out->op_latency_us, LAT_LN_N);
+	/* the backend's own device memory beside the caller's, after its
+	 * GEMMs and attention ran on this queue */
+	out->dev_reserve_bytes = be->dev_used - be->data_used;
+	say(o, "dev reserve %8.1f MiB      (%s's own device workspaces after the GEMMs and attention)\n",
+	    (double)out->dev_reserve_bytes / MIB, out->backend);
+out:
+	sl_queue_free(be, q);
+	return rc;
+}
+
 int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 {
 	memset(out, 0, sizeof *out);
 	const double t_start = sl_now();
 	out->quick = o->quick;
 	out->pinned_node = out->io_node = -1;
+	snprintf(out->build, sizeof out->build, "%s", SL_VERSION);
 	if (o->offload_dir) {
 		SL_TRY(sl_profile_check_offload_dir(o->offload_dir));
 		if (strlen(o->offload_dir) >= sizeof out->offload_dir)
@@ -344,7 +676,10 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 		out->pinned_node = out->topo.node[0].os_index;
 	out->io_node = sl_topo_io_node(out->have_gpu ? out->gpu.pci_bus_id : NULL);
 	out->threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+	machine_key(out->backend, out->threads, out->topo.pus, out->have_gpu ? out->gpu.name : NULL, out->machine,
+		    sizeof out->machine);
 	print_topology(o, out);
+	const double target = o->quick ? SAMPLE_S / 10 : SAMPLE_S;
 
 	const size_t mem_bytes = (o->quick ? 16 : 512) * MIB;
 	out->mem_bytes = mem_bytes;
@@ -352,14 +687,8 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 	say(o, "mem read    %8.2f GB/s     (%d threads summing %zu MiB, median of 3)\n", out->mem_read_gbps,
 	    out->threads, mem_bytes / MIB);
 
-	out->cpu_gemm_m = o->quick ? 64 : 512;
-	out->cpu_gemm_n = out->cpu_gemm_k = o->quick ? 256 : 2048;
-	double r;
-	if ((rc = measure_gemm(cpu, out->cpu_gemm_m, out->cpu_gemm_n, out->cpu_gemm_k, 1, &r)) < 0)
+	if ((rc = measure_compute(o, out, be, cpu, target)) < 0)
 		goto out;
-	out->cpu_gemm_gflops = r / 1e9;
-	say(o, "cpu gemm    %8.1f GFLOP/s  (sl_gemm, fp32 x fp16 weights, m=%d n=%d k=%d, %d threads, median of 3)\n",
-	    out->cpu_gemm_gflops, out->cpu_gemm_m, out->cpu_gemm_n, out->cpu_gemm_k, out->threads);
 
 	if (o->offload_dir) {
 		probe_job j = { .dir = o->offload_dir, .bytes = (o->quick ? 8 : 1024) * (uint64_t)MIB,
@@ -367,27 +696,33 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 		if ((rc = measure_disk(&j)) < 0)
 			goto out;
 		out->disk_read_gbps = j.gbps;
+		out->disk_write_gbps = j.write_gbps;
 		out->disk_bytes = j.bytes;
 		snprintf(out->disk_engine, sizeof out->disk_engine, "%s", j.mode);
+		say(o, "disk write  %8.2f GB/s     (%s, %llu MiB sequential in 1 MiB requests in %s)\n",
+		    out->disk_write_gbps, out->disk_engine, (unsigned long long)(out->disk_bytes / MIB),
+		    o->offload_dir);
 		say(o, "disk read   %8.2f GB/s     (%s, %llu MiB sequential in %s)\n", out->disk_read_gbps,
 		    out->disk_engine, (unsigned long long)(out->disk_bytes / MIB), o->offload_dir);
 	} else {
-		say(o, "disk read   not measured  (no --offload-dir)\n");
+		say(o, "disk        not measured  (no --offload-dir)\n");
 	}
 
+	/* copies: pinned host <-> GPU; on the CPU backend its copy queue's memcpy */
+	const size_t copy_bytes = (out->have_gpu ? (o->quick ? 16 : 256) : (o->quick ? 8 : 64)) * MIB;
+	out->copy_bytes = copy_bytes;
+	if ((rc = measure_copies(be, copy_bytes, &out->h2d_gbps, &out->d2h_gbps)) < 0)
+		goto out;
+	out->copy_gbps = out->h2d_gbps;
+	const char *how = out->have_gpu ? "pinned" : "the copy queue's memcpy";
+	say(o, "h2d         %8.2f GB/s     (%s, %zu MiB, median of 3)\n", out->h2d_gbps, how, copy_bytes / MIB);
+	say(o, "d2h         %8.2f GB/s     (%s, %zu MiB, median of 3)\n", out->d2h_gbps, how, copy_bytes / MIB);
+
 	if (out->have_gpu) {
-		const size_t copy_bytes = (o->quick ? 16 : 256) * MIB;
-		out->copy_bytes = copy_bytes;
-		if ((rc = measure_copies(be, copy_bytes, &out->h2d_gbps, &out->d2h_gbps)) < 0)
-			goto out;
-		say(o, "h2d         %8.2f GB/s     (pinned, %zu MiB, median of 3)\n", out->h2d_gbps,
-		    copy_bytes / MIB);
-		say(o, "d2h         %8.2f GB/s     (pinned, %zu MiB, median of 3)\n", out->d2h_gbps,
-		    copy_bytes / MIB);
+		double r;
 		out->gpu_gemm_m = o->quick ? 256 : 2048;
 		out->gpu_gemm_n = out->gpu_gemm_k = o->quick ? 1024 : 8192;
-		if ((rc = measure_gemm(be, out->gpu_gemm_m, out->gpu_gemm_n, out->gpu_gemm_k, o->quick ? 2 : 20,
-				       &r)) < 0)
+		if ((rc = measure_gemm(be, out->gpu_gemm_m, out->gpu_gemm_n, out->gpu_gemm_k, target, &r)) < 0)
 			goto out;
 		out->gpu_gemm_tflops = r / 1e12;
 		say(o, "gpu gemm    %8.1f TFLOP/s  (sl_gemm, fp16 tensor cores, m=%d n=%d k=%d, median of 3)\n",

@@ -326,13 +326,24 @@ else
 fi
 if grep -qE '^machine +[0-9]+ packages?, [0-9]+ cores, [0-9]+ PUs, [0-9]+ NUMA nodes?' "$tmp/prof.out" &&
 	grep -qE '^numa [0-9]+ +[0-9.]+ GiB, [0-9]+ cores' "$tmp/prof.out" &&
-	grep -qE '^(mem read|cpu gemm|disk read) ' "$tmp/prof.out"; then ok; else bad "profile output: $(cat "$tmp/prof.out")"; fi
+	(for l in 'mem read' 'gemm curve' 'cpu gemm' 'attn decode' 'attn prefill' 'copy lat' 'op lat' \
+		'dev reserve' 'disk write' 'disk read' 'h2d' 'd2h'; do grep -q "^$l " "$tmp/prof.out" || exit 1; done); then
+	ok
+else
+	bad "profile output: $(cat "$tmp/prof.out")"
+fi
 if python3 - "$tmp/p.json" <<'PY'; then ok; else bad "profile JSON"; fi
 import json, sys
 p = json.load(open(sys.argv[1]))
-assert p["format"] == "sluice-profile" and p["quick"] is True, p
-for k in ("mem_read_gbps", "cpu_gemm_gflops", "disk_read_gbps", "threads"):
+assert p["format"] == "sluice-profile" and p["format_version"] == 2 and p["quick"] is True, p
+for k in ("mem_read_gbps", "cpu_gemm_gflops", "disk_read_gbps", "threads", "copy_gbps", "copy_latency_us",
+          "op_latency_us", "attn_decode_gbps", "attn_prefill_gflops", "cpu_attn_gbps", "disk_write_gbps",
+          "h2d_gbps", "d2h_gbps"):
     assert isinstance(p[k], (int, float)) and p[k] > 0, (k, p[k])
+g = p["gemm"]
+assert g["m"] == sorted(g["m"]) and len(g["m"]) == len(g["gflops"]) >= 2 and min(g["gflops"]) > 0, g
+assert p["build"] and p["machine"].startswith("backend=" + p["backend"] + "; threads="), p["machine"]
+assert p["dev_reserve_bytes"] == 0 or p["gpu"] is not None, p["dev_reserve_bytes"]
 t = p["topology"]
 assert t["cores"] > 0 and t["pus"] >= t["cores"] and t["numa_node_count"] >= 1, t
 assert all(n["memory_bytes"] > 0 and n["pus"] >= 0 for n in t["numa_nodes"]), t
