@@ -735,3 +735,109 @@ out:
 	sl_backend_free(be);
 	return rc;
 }
+
+/* ---- the cached profile -------------------------------------------------------------- */
+
+/* mkdir -p dir (0700 for what it creates: a user's cache). */
+static int make_dirs(const char *dir)
+{
+	char buf[4096];
+	if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+		return sl_err(SL_EINVAL, "%s: path too long", dir);
+	for (char *p = buf + 1;; p++) {
+		if (*p != '/' && *p)
+			continue;
+		const char c = *p;
+		*p = 0;
+		if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+			return sl_err(SL_EIO, "cannot create the cache folder %s (%s)", buf, strerror(errno));
+		if (!c)
+			break;
+		*p = c;
+	}
+	struct stat st;
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+		return sl_err(SL_EIO, "the cache folder %s is not a folder", dir);
+	return 0;
+}
+
+/* $XDG_CACHE_HOME/sluice, else $HOME/.cache/sluice. */
+static int default_cache_dir(char *buf, size_t cap)
+{
+	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+	int n;
+	if (x && x[0] == '/') /* the spec: a relative one is ignored */
+		n = snprintf(buf, cap, "%s/sluice", x);
+	else if (h && h[0])
+		n = snprintf(buf, cap, "%s/.cache/sluice", h);
+	else
+		return sl_err(SL_ENOTFOUND, "no cache folder: neither XDG_CACHE_HOME nor HOME is set");
+	if (n < 0 || (size_t)n >= cap)
+		return sl_err(SL_EINVAL, "the cache folder's path is too long");
+	return 0;
+}
+
+/* What the profile of o on this machine would say: its backend (resolved:
+ * "auto" becomes cuda or cpu) and its machine key. */
+static int expected_key(const sl_profile_opts *o, char *backend, size_t bcap, char *key, size_t kcap)
+{
+	sl_backend *be;
+	SL_TRY(sl_backend_create(o->backend ? o->backend : "auto", o->threads, &be));
+	snprintf(backend, bcap, "%s", be->ops->name);
+	sl_device_info d = { 0 };
+	const bool gpu = strcmp(be->ops->name, "cpu") != 0;
+	if (gpu)
+		sl_backend_device_info(be, &d);
+	sl_backend_free(be);
+	sl_topo_info topo;
+	sl_topo_get(&topo);
+	const int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+	machine_key(backend, threads, topo.pus, gpu ? d.name : NULL, key, kcap);
+	return 0;
+}
+
+int sl_profile_obtain(const sl_profile_opts *o, const char *cache_dir, sl_profile *out, bool *measured)
+{
+	if (measured)
+		*measured = false;
+	char backend[16], key[sizeof out->machine];
+	SL_TRY(expected_key(o, backend, sizeof backend, key, sizeof key));
+
+	/* the cache's file: where it cannot be named, measure and say so */
+	char dir[4096], path[4200];
+	int crc = 0;
+	if (cache_dir) {
+		snprintf(dir, sizeof dir, "%s", cache_dir);
+		crc = make_dirs(dir);
+	} else if (o->offload_dir) {
+		snprintf(dir, sizeof dir, "%s", o->offload_dir); /* sl_profile_run checks it */
+	} else if ((crc = default_cache_dir(dir, sizeof dir)) == 0) {
+		crc = make_dirs(dir);
+	}
+	if (crc == 0 && snprintf(path, sizeof path, "%s/sluice-profile-%s.json", dir, backend) >= (int)sizeof path)
+		crc = sl_err(SL_EINVAL, "%s: the cache folder's path is too long", dir);
+
+	if (crc == 0) {
+		sl_profile *c = malloc(sizeof *c);
+		if (!c)
+			return sl_err(SL_ENOMEM, "out of memory");
+		const bool hit = sl_profile_load(path, c) == 0 && !strcmp(c->machine, key) &&
+				 !strcmp(c->backend, backend) && c->quick == o->quick &&
+				 !strcmp(c->offload_dir, o->offload_dir ? o->offload_dir : "");
+		if (hit)
+			*out = *c;
+		free(c);
+		if (hit)
+			return 0;
+	}
+	SL_TRY(sl_profile_run(o, out));
+	if (measured)
+		*measured = true;
+	if (crc == 0)
+		crc = sl_profile_save_json(out, path);
+	if (crc < 0) {
+		sl_err_prefix(crc, "the profile was not cached");
+		return SL_PROFILE_NOT_CACHED;
+	}
+	return 0;
+}

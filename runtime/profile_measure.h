@@ -41,4 +41,24 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out);
 /* Before measuring: that dir is a folder sluice can write in. */
 int sl_profile_check_offload_dir(const char *dir);
 
+/* sl_profile_obtain's return when it measured but could not write the
+ * cache: the profile is good, sl_errmsg() says why it was not kept. */
+#define SL_PROFILE_NOT_CACHED 1
+
+/*
+ * A profile of this machine and build, measured once and cached: reads
+ * cache_dir/sluice-profile-<backend>.json and reuses it where its machine
+ * key (backend, threads, build, the CPU's model name and PU count, the
+ * GPU's name), its offload directory and its quick flag match o's; else
+ * measures (sl_profile_run, with o; o->quick only in tests) and saves it
+ * there atomically.  cache_dir NULL: o->offload_dir if given, else
+ * $XDG_CACHE_HOME/sluice (~/.cache/sluice); a cache folder other than the
+ * offload directory is created if missing.
+ * *measured (may be NULL) says which.  A cached file that cannot be read
+ * or belongs to another machine or build is measured again, not an error.
+ * Returns 0, SL_PROFILE_NOT_CACHED (measured; the cache could not be
+ * written: the caller may say so), or sl_profile_run's errors.
+ */
+int sl_profile_obtain(const sl_profile_opts *o, const char *cache_dir, sl_profile *out, bool *measured);
+
 #endif

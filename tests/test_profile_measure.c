@@ -1,6 +1,7 @@
 /*
  * test_profile_measure.c - measuring a profile (runtime/profile_measure.h)
- * on the CPU backend, quick sizes.
+ * on the CPU backend, quick sizes, and the cached profile that
+ * sl_profile_obtain keeps per machine and build.
  *
  * What a user (the cost model, `sluice policy`) relies on:
  *  - a measured profile holds every format 2 rate: the GEMM curve at
@@ -9,7 +10,13 @@
  *    the backend's reserve (0 on the CPU backend), the build and the
  *    machine key; on the CPU backend the CPU's rates are the backend's
  *    (cpu_attn_gbps = attn_decode_gbps, cpu_gemm_gflops = the curve's
- *    point, copy_gbps = h2d_gbps, d2h measured).
+ *    point, copy_gbps = h2d_gbps, d2h measured);
+ *  - sl_profile_obtain measures once and then reuses the file while the
+ *    machine key matches: the second call does not measure and does not
+ *    rewrite the file; another thread count, a file of another machine,
+ *    a foreign or unreadable file are measured again (not an error); a
+ *    cache that cannot be written still gives the profile, with a flag;
+ *    without a folder it goes to $XDG_CACHE_HOME/sluice, created.
  */
 #include "profile_measure.h"
 #include "sl_common.h"
@@ -21,6 +28,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmpdir[64];
@@ -104,12 +112,137 @@ START_TEST(test_measure)
 }
 END_TEST
 
+/* ---- the cache ---------------------------------------------------------------------- */
+
+static ino_t inode_of(const char *path)
+{
+	struct stat st;
+	ck_assert_msg(stat(path, &st) == 0, "%s exists", path);
+	return st.st_ino;
+}
+
+/* sl_profile_obtain, *measured flipped first: the call must set it */
+static int obtain(const sl_profile_opts *o, const char *dir, sl_profile *p, bool *measured)
+{
+	*measured = !*measured;
+	return sl_profile_obtain(o, dir, p, measured);
+}
+
+START_TEST(test_cache)
+{
+	make_tmpdir();
+	char dir[128], path[192];
+	snprintf(dir, sizeof dir, "%s/cache/sub", tmpdir); /* created */
+	snprintf(path, sizeof path, "%s/sluice-profile-cpu.json", dir);
+	sl_profile *a = malloc(sizeof *a), *b = malloc(sizeof *b), *f = malloc(sizeof *f);
+	sl_profile_opts o = quick_opts(2, NULL);
+	bool m = false;
+
+	ck_assert_msg(obtain(&o, dir, a, &m) == 0, "%s", sl_errmsg());
+	ck_assert_msg(m, "the first call measures");
+	ck_assert_msg(sl_profile_load(path, f) == 0, "the cache holds it: %s", sl_errmsg());
+	ck_assert_mem_eq(f->machine, a->machine, sizeof a->machine);
+	ck_assert(f->seconds == a->seconds);
+	const ino_t ino = inode_of(path);
+
+	/* the same machine and build: reused, the file untouched */
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0, "%s", sl_errmsg());
+	ck_assert_msg(!m, "the second call does not measure");
+	ck_assert_msg(b->seconds == a->seconds && b->gemm.gflops[3] == a->gemm.gflops[3] &&
+			      b->attn_decode_gbps == a->attn_decode_gbps,
+		      "the cached profile");
+	ck_assert_msg(inode_of(path) == ino, "the cache was not rewritten");
+
+	/* another key (threads): measured again, and cached in its place */
+	o.threads = 1;
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0, "%s", sl_errmsg());
+	ck_assert_msg(m, "another thread count measures");
+	ck_assert_msg(strstr(b->machine, "threads=1;"), "%s", b->machine);
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && !m, "then reused");
+
+	/* a file of another machine (its key edited): measured again */
+	json_t *j = json_load_file(path, 0, NULL);
+	ck_assert_ptr_nonnull(j);
+	json_object_set_new(j, "machine", json_string("backend=cpu; threads=1; build=" SL_VERSION
+						      "; cpu=Another CPU; pus=2; gpu=none"));
+	ck_assert_int_eq(json_dump_file(j, path, JSON_INDENT(2)), 0);
+	json_decref(j);
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && m, "another machine's profile is measured again");
+	ck_assert_msg(sl_profile_load(path, f) == 0 && !strcmp(f->machine, b->machine), "and replaced");
+
+	/* another build's file: measured again */
+	j = json_load_file(path, 0, NULL);
+	char key[sizeof b->machine + 16];
+	snprintf(key, sizeof key, "%s", b->machine);
+	char *bv = strstr(key, "build=");
+	ck_assert_ptr_nonnull(bv);
+	memcpy(bv, "build=9", 7); /* another version */
+	json_object_set_new(j, "machine", json_string(key));
+	ck_assert_int_eq(json_dump_file(j, path, JSON_INDENT(2)), 0);
+	json_decref(j);
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && m, "another build's profile is measured again");
+
+	/* a full profile is not a quick one (nor the reverse) */
+	j = json_load_file(path, 0, NULL);
+	json_object_set_new(j, "quick", json_false());
+	ck_assert_int_eq(json_dump_file(j, path, JSON_INDENT(2)), 0);
+	json_decref(j);
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && m, "a full profile in the cache is not a quick one");
+
+	/* not a profile, or not JSON: measured again, not an error */
+	FILE *fp = fopen(path, "w");
+	fputs("{ \"format\": \"sluice-profile\", oops", fp);
+	fclose(fp);
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && m, "a broken cache file: %s", sl_errmsg());
+	ck_assert_msg(sl_profile_load(path, f) == 0, "replaced by a good one: %s", sl_errmsg());
+
+	/* a cache that cannot be written: the profile all the same, flagged */
+	if (geteuid() != 0) {
+		ck_assert_int_eq(unlink(path), 0);
+		ck_assert_int_eq(chmod(dir, 0500), 0);
+		const int rc = obtain(&o, dir, b, &m);
+		ck_assert_msg(rc == SL_PROFILE_NOT_CACHED && m, "rc %d: %s", rc, sl_errmsg());
+		ck_assert_msg(strstr(sl_errmsg(), "the profile was not cached") && strstr(sl_errmsg(), dir),
+			      "the message '%s' says so", sl_errmsg());
+		ck_assert(b->gemm.npoints == 7 && b->attn_decode_gbps > 0);
+		ck_assert_int_eq(chmod(dir, 0700), 0);
+	}
+
+	/* no folder: $XDG_CACHE_HOME/sluice, created */
+	char xdg[128], xpath[192];
+	snprintf(xdg, sizeof xdg, "%s/xdg/cache", tmpdir);
+	snprintf(xpath, sizeof xpath, "%s/sluice/sluice-profile-cpu.json", xdg);
+	setenv("XDG_CACHE_HOME", xdg, 1);
+	ck_assert_msg(obtain(&o, NULL, b, &m) == 0 && m, "%s", sl_errmsg());
+	ck_assert_msg(sl_profile_load(xpath, f) == 0, "cached in %s: %s", xpath, sl_errmsg());
+	ck_assert_msg(obtain(&o, NULL, b, &m) == 0 && !m, "and reused");
+
+	/* an offload directory is the cache's folder; its profile has the disk */
+	char off[128], opath[192];
+	snprintf(off, sizeof off, "%s/off", tmpdir);
+	ck_assert_int_eq(mkdir(off, 0700), 0);
+	snprintf(opath, sizeof opath, "%s/sluice-profile-cpu.json", off);
+	o.offload_dir = off;
+	ck_assert_msg(obtain(&o, NULL, b, &m) == 0 && m, "%s", sl_errmsg());
+	ck_assert_msg(b->disk_write_gbps > 0, "the disk measured");
+	ck_assert_msg(sl_profile_load(opath, f) == 0 && f->disk_write_gbps == b->disk_write_gbps, "cached in %s",
+		      off);
+	ck_assert_msg(obtain(&o, NULL, b, &m) == 0 && !m, "and reused");
+	unsetenv("XDG_CACHE_HOME");
+	free(a);
+	free(b);
+	free(f);
+	remove_tmpdir();
+}
+END_TEST
+
 static Suite *profile_measure_suite(void)
 {
 	Suite *s = suite_create("profile_measure");
 	TCase *tc = tcase_create("profile_measure");
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_measure);
+	tcase_add_test(tc, test_cache);
 	suite_add_tcase(s, tc);
 	return s;
 }
