@@ -384,6 +384,15 @@ static int load_member(sl_policy *tmp, const char *src, const char *key, json_t 
 				      src, json_integer_value(v), SL_POLICY_VERSION);
 		return 0;
 	}
+	/* what `sluice policy` predicted for the policy: read by people and
+	 * tools, ignored here */
+	if (!strcmp(key, "predicted")) {
+		if (!json_is_object(v))
+			return sl_err(SL_EFORMAT,
+				      "%s: predicted must be an object (what sluice policy predicted), got %s",
+				      src, describe(vb, v));
+		return 0;
+	}
 	const pfield *f = find_field(key);
 	if (!f) {
 		const char *s = closest(key, true);
@@ -485,16 +494,24 @@ done:
 	return rc;
 }
 
-int sl_policy_write_json(const sl_policy *p, FILE *f)
+/* The file's text; predicted (NULL: none) the JSON text of its "predicted" object. */
+static int write_json(const sl_policy *p, const char *predicted, FILE *f)
 {
-	SL_ASSERT(p && f);
 	char vb[40];
 	fprintf(f, "{\n  \"version\": %d", SL_POLICY_VERSION);
 	for (size_t i = 0; i < NFIELDS; i++)
 		fprintf(f, ",\n  \"%s\": %s", fields[i].name,
 			fmt_value(vb, &fields[i], fget(p, &fields[i])));
+	if (predicted)
+		fprintf(f, ",\n  \"predicted\": %s", predicted);
 	fputs("\n}\n", f);
 	return ferror(f) ? sl_err(SL_EIO, "cannot write the policy JSON") : 0;
+}
+
+int sl_policy_write_json(const sl_policy *p, FILE *f)
+{
+	SL_ASSERT(p && f);
+	return write_json(p, NULL, f);
 }
 
 /* fsync the directory holding path, so the rename is durable (best effort). */
@@ -514,8 +531,21 @@ static void sync_parent(const char *path)
 
 int sl_policy_save(const char *path, const sl_policy *p)
 {
+	return sl_policy_save_predicted(path, p, NULL);
+}
+
+int sl_policy_save_predicted(const char *path, const sl_policy *p, const char *predicted)
+{
 	SL_ASSERT(path && p);
 	SL_TRY(sl_policy_validate(p, path));
+	if (predicted) {
+		json_t *v = json_loads(predicted, JSON_REJECT_DUPLICATES, NULL);
+		bool obj = json_is_object(v);
+		json_decref(v);
+		if (!obj)
+			return sl_err(SL_EINVAL, "%s: the predicted object to write is not a JSON object",
+				      path);
+	}
 	size_t n = strlen(path);
 	char *tmp = malloc(n + 5);
 	if (!tmp)
@@ -539,7 +569,7 @@ int sl_policy_save(const char *path, const sl_policy *p)
 		close(fd);
 		goto fail;
 	}
-	sl_policy_write_json(p, f);
+	write_json(p, predicted, f);
 	bool bad = fflush(f) != 0 || ferror(f);
 	int err = errno;
 	if (!bad && fsync(fd)) {
@@ -793,5 +823,19 @@ void sl_policy_doc_markdown(FILE *f)
 	ex.hh_ratio = 0.2;
 	SL_ASSERT(sl_policy_validate(&ex, "example") == 0);
 	sl_policy_write_json(&ex, f);
-	fputs("```\n", f);
+	fputs("```\n\n"
+	      "## The prediction\n\n"
+	      "A file `sluice policy` writes also holds a `\"predicted\"` object after the fields: what\n"
+	      "the cost model predicts for this policy on the workload and machine it was chosen\n"
+	      "for. Loading a policy accepts it (it must be an object) and ignores it; edit the\n"
+	      "fields and the prediction no longer describes the file.\n\n"
+	      "| member | meaning |\n"
+	      "|---|---|\n"
+	      "| `throughput_tok_s` | predicted tokens per second: sequences x `gen_len` over the whole run (FlexGen's metric) |\n"
+	      "| `prefill_s`, `decode_s` | predicted seconds of the prefill and of every decode step together |\n"
+	      "| `prefill_bottleneck`, `decode_bottleneck` | the resource busiest in each phase: `compute`, `cpu_attention`, `h2d`, `d2h`, `disk_read` or `disk_write` |\n"
+	      "| `peak_bytes` | `{\"device\", \"host\", \"disk\"}`: the run plan's peak bytes in each tier (the device's with the backend's own workspace) |\n"
+	      "| `prompt_len`, `gen_len` | the workload it was predicted for: tokens of the longest prompt, new tokens per sequence |\n"
+	      "| `profile` | `{\"source\", \"backend\", \"build\"}`: the hardware profile's file (`\"measured\"`: measured for this run; `\"cached\"`: the cached one), the backend it measured, the sluice build that measured it |\n",
+	      f);
 }

@@ -80,6 +80,14 @@ int sl_policy_load(const char *path, sl_policy *p);
  */
 int sl_policy_save(const char *path, const sl_policy *p);
 
+/*
+ * sl_policy_save with a "predicted" member after the fields: predicted is
+ * the text of one JSON object (what `sluice policy` predicts for the
+ * policy; docs/policy.md), SL_EINVAL when it is not.  sl_policy_load
+ * accepts a "predicted" object and ignores it.  NULL: as sl_policy_save.
+ */
+int sl_policy_save_predicted(const char *path, const sl_policy *p, const char *predicted);
+
 /* The JSON text sl_policy_save writes, to f (does not validate). */
 int sl_policy_write_json(const sl_policy *p, FILE *f);
 

@@ -1051,6 +1051,70 @@ START_TEST(print_and_usage)
 }
 END_TEST
 
+/* "predicted" (what sluice policy predicted): an object is accepted and
+ * ignored; anything else is a one-line error naming the file and the field;
+ * sl_policy_save_predicted writes it after the fields, atomically. */
+START_TEST(load_predicted)
+{
+	sl_policy p, want;
+	sl_policy_default(&want);
+	want.gpu_batch_size = 4;
+	want.w_gpu_percent = 50;
+	sl_policy_default(&p);
+	ck_assert_int_eq(load_text("pred.json",
+				   "{\"gpu_batch_size\": 4, \"predicted\": {\"throughput_tok_s\": 12.5,"
+				   " \"peak_bytes\": {\"device\": 1}, \"x\": [1, null]},"
+				   " \"w_gpu_percent\": 50}",
+				   &p),
+			 0);
+	ck_same(&p, &want);
+	sl_policy_default(&p);
+	ck_assert_int_eq(load_text("pred_empty.json", "{\"predicted\": {}}", &p), 0);
+	sl_policy def;
+	sl_policy_default(&def);
+	ck_same(&p, &def);
+	BAD_LOAD("pred_num.json", "{\"predicted\": 3}", SL_EFORMAT, "predicted must be an object",
+		 "got");
+	BAD_LOAD("pred_arr.json", "{\"predicted\": [1]}", SL_EFORMAT, "predicted must be an object");
+	BAD_LOAD("pred_null.json", "{\"predicted\": null}", SL_EFORMAT, "predicted must be an object");
+	BAD_LOAD("pred_str.json", "{\"predicted\": \"fast\"}", SL_EFORMAT,
+		 "predicted must be an object");
+	BAD_LOAD("pred_twice.json", "{\"predicted\": {}, \"predicted\": {}}", SL_EFORMAT,
+		 "predicted");
+
+	/* written after the fields, read back as the same policy */
+	char path[512], tmp[520];
+	tpath(path, "pred_save.json");
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	ck_assert_int_eq(sl_policy_save_predicted(path, &want,
+						  "{\"throughput_tok_s\": 99.5, \"prefill_bottleneck\": \"compute\"}"),
+			 0);
+	ck_assert(!exists(tmp));
+	json_t *root = json_load_file(path, 0, NULL);
+	ck_assert(root);
+	json_t *pr = json_object_get(root, "predicted");
+	ck_assert(json_is_object(pr));
+	ck_assert(json_real_value(json_object_get(pr, "throughput_tok_s")) == 99.5);
+	ck_assert_str_eq(json_string_value(json_object_get(pr, "prefill_bottleneck")), "compute");
+	ck_assert_int_eq(json_integer_value(json_object_get(root, "gpu_batch_size")), 4);
+	json_decref(root);
+	ck_assert_int_eq(sl_policy_load(path, &p), 0);
+	ck_same(&p, &want);
+	/* not an object: refused, nothing written */
+	tpath(path, "pred_bad_save.json");
+	ck_assert_int_eq(sl_policy_save_predicted(path, &want, "[1, 2]"), SL_EINVAL);
+	ck_one_line();
+	ck_assert(!exists(path));
+	ck_assert_int_eq(sl_policy_save_predicted(path, &want, "{\"a\": "), SL_EINVAL);
+	ck_assert(!exists(path));
+	/* NULL: as sl_policy_save */
+	ck_assert_int_eq(sl_policy_save_predicted(path, &want, NULL), 0);
+	root = json_load_file(path, 0, NULL);
+	ck_assert(root && !json_object_get(root, "predicted"));
+	json_decref(root);
+}
+END_TEST
+
 START_TEST(doc_markdown)
 {
 	char *s = capture(do_doc, NULL);
@@ -1082,6 +1146,12 @@ START_TEST(doc_markdown)
 		ck_assert_msg(rc == 0, "doc example %d: %s", examples, sl_errmsg());
 	}
 	ck_assert_int_ge(examples, 2);
+	/* the prediction's members are documented */
+	static const char *const pred[] = { "`\"predicted\"`", "`throughput_tok_s`", "`prefill_s`",
+					    "`decode_s`", "`prefill_bottleneck`",
+					    "`decode_bottleneck`", "`peak_bytes`", "`profile`" };
+	for (size_t i = 0; i < SL_ARRAY_LEN(pred); i++)
+		ck_assert_msg(strstr(s, pred[i]), "doc lacks %s", pred[i]);
 	if (doc_path) {
 		char *file = read_text(doc_path);
 		ck_assert_msg(file, "cannot read %s", doc_path);
@@ -1135,6 +1205,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, set_every_field);
 	tcase_add_test(tc, set_names);
 	tcase_add_test(tc, print_and_usage);
+	tcase_add_test(tc, load_predicted);
 	tcase_add_test(tc, doc_markdown);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
