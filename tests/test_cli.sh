@@ -667,14 +667,14 @@ done
 
 # ---- --help: every option each command takes, and the exit status; the
 # README's usage and option tables say the same
-for c in generate score bench profile; do
+for c in generate score bench profile policy; do
 	"$sluice" $c --help >"$tmp/help.$c" || bad "$c --help"
 done
 for c in generate score bench; do
 	if grep -q -- "--cpu-cache-compute" "$tmp/help.$c" && grep -q -- "--offload-dir DIR .*KV cache" "$tmp/help.$c" &&
 		grep -q "^Exit status:" "$tmp/help.$c"; then ok; else bad "$c --help"; fi
 done
-if python3 - "$(dirname "$0")/../README.md" "$tmp"/help.{generate,score,bench,profile} <<'PY'; then ok; else bad "README usage and options differ from --help"; fi
+if python3 - "$(dirname "$0")/../README.md" "$tmp"/help.{generate,score,bench,profile,policy} <<'PY'; then ok; else bad "README usage and options differ from --help"; fi
 import re, sys
 readme = open(sys.argv[1]).read()
 usage = re.search(r"## Usage\n\n```sh\n(.*?)```", readme, re.S).group(1)
@@ -691,6 +691,213 @@ tables = " ".join(l for l in readme.split("\n") if l.startswith("| `-"))
 in_help = set().union(*(opts(h) for h in helps.values())) - {"--help"}
 assert opts(tables) == in_help, (opts(tables) ^ in_help)
 PY
+# ---- sluice policy: the search writes a policy file with its prediction;
+# the file runs in generate, score and bench; --evaluate predicts a given
+# policy; every bad input is one line, exit 2 and no file (issue 13)
+"$sluice" profile --quick --backend cpu --json "$tmp/pprof.json" >/dev/null || bad "profile for policy"
+pol=(policy --dummy opt-125m --backend cpu --profile "$tmp/pprof.json")
+if "$sluice" "${pol[@]}" --prompt-len 16 --gen-len 4 --fix gpu_batch_size=2 --fix num_gpu_batches=1 \
+	--top 3 --json --out "$tmp/pol.json" >"$tmp/pol.stdout" 2>"$tmp/pol.stderr"; then
+	if python3 - "$tmp/pol.json" "$tmp/pol.stdout" "$tmp/pprof.json" "$tmp/pol.stderr" <<'PY'; then ok; else bad "policy: the file, --json and the summary"; fi
+import json, sys
+f = json.load(open(sys.argv[1]))
+j = json.load(open(sys.argv[2]))
+prof = json.load(open(sys.argv[3]))
+err = open(sys.argv[4]).read()
+pred = f["predicted"]
+# --fix pins the fields; the rest are the search's
+assert f["gpu_batch_size"] == 2 and f["num_gpu_batches"] == 1, f
+assert set(pred) == {"throughput_tok_s", "prefill_s", "decode_s", "prefill_bottleneck",
+                     "decode_bottleneck", "peak_bytes", "prompt_len", "gen_len", "profile"}, pred
+res = {"compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write"}
+assert pred["prefill_bottleneck"] in res and pred["decode_bottleneck"] in res, pred
+assert pred["throughput_tok_s"] > 0 and pred["prefill_s"] > 0 and pred["decode_s"] > 0, pred
+# FlexGen's metric: sequences x gen_len over prefill + decode
+tps = 2 * 4 / (pred["prefill_s"] + pred["decode_s"])
+assert abs(pred["throughput_tok_s"] / tps - 1) < 1e-6, (pred, tps)
+assert pred["prompt_len"] == 16 and pred["gen_len"] == 4, pred
+assert set(pred["peak_bytes"]) == {"device", "host", "disk"} and pred["peak_bytes"]["device"] > 0, pred
+assert pred["profile"]["source"] == sys.argv[3] and pred["profile"]["backend"] == "cpu", pred
+# --json: the same choice and prediction, and the top 3, best first
+pol = {k: v for k, v in f.items() if k != "predicted"}
+assert j["policy"] == pol and j["predicted"] == pred, (j, f)
+assert j["out"] == sys.argv[1] and j["evaluated"] >= len(j["top"]) == 3, j
+t = [x["throughput_tok_s"] for x in j["top"]]
+assert t == sorted(t, reverse=True) and t[0] == pred["throughput_tok_s"], t
+assert all(x["policy"]["gpu_batch_size"] == 2 for x in j["top"]), j["top"]
+mem = [int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal:")][0]
+assert j["budget_bytes"] == {"device": mem, "host": mem, "disk": 0}, (j["budget_bytes"], mem)
+# the summary: the policy, tok/s, each phase's bottleneck, peaks against budgets, the table
+assert "predicted %.2f tok/s" % pred["throughput_tok_s"] in err, err
+assert "bound by " + pred["prefill_bottleneck"] in err and "bound by " + pred["decode_bottleneck"] in err, err
+assert "peak     device " in err and "disk 0 of none (no --offload-dir)" in err, err
+assert "the 3 best of" in err and len([l for l in err.split("\n") if l[:2] in ("1 ", "2 ", "3 ")]) == 3, err
+PY
+	if [ ! -e "$tmp/pol.json.tmp" ]; then ok; else bad "policy: .tmp left behind"; fi
+	# the written policy runs in generate, score and bench
+	printf '{"input_ids": [5, 6, 7, 8]}\n{"input_ids": [9, 10]}\n' >"$tmp/polp.jsonl"
+	printf '{"input_ids": [5, 6, 7], "continuation_ids": [8, 9]}\n' >"$tmp/pols.jsonl"
+	if "$sluice" generate --dummy opt-125m --backend cpu --quiet --policy "$tmp/pol.json" \
+		--prompts "$tmp/polp.jsonl" --max-new-tokens 2 --out "$tmp/polg.out" &&
+		[ "$(wc -l <"$tmp/polg.out")" -eq 2 ]; then ok; else bad "generate --policy (written by policy)"; fi
+	if "$sluice" score --dummy opt-125m --backend cpu --quiet --policy "$tmp/pol.json" \
+		--input "$tmp/pols.jsonl" --out "$tmp/pols.out" &&
+		[ "$(wc -l <"$tmp/pols.out")" -eq 1 ]; then ok; else bad "score --policy (written by policy)"; fi
+	if "$sluice" bench --dummy opt-125m --backend cpu --policy "$tmp/pol.json" --prompt-len 16 \
+		--gen-len 2 --json >"$tmp/polb.out" &&
+		python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['throughput_tok_s'] > 0" "$tmp/polb.out"; then ok; else bad "bench --policy (written by policy)"; fi
+	# --evaluate: the same prediction for the same workload, every resource's
+	# busy time, and whether it fits: not fitting is an answer (exit 0)
+	ev=("${pol[@]}" --prompt-len 16 --gen-len 4 --evaluate "$tmp/pol.json")
+	if "$sluice" "${ev[@]}" --json >"$tmp/ev.json" &&
+		"$sluice" "${ev[@]}" --json --gpu-mem 1M >"$tmp/ev-small.json" &&
+		"$sluice" "${ev[@]}" --gpu-mem 1M >"$tmp/ev-small.txt" &&
+		python3 - "$tmp/pol.json" "$tmp/ev.json" "$tmp/ev-small.json" "$tmp/ev-small.txt" <<'PY'; then ok; else bad "policy --evaluate"; fi
+import json, sys
+pred = json.load(open(sys.argv[1]))["predicted"]
+e = json.load(open(sys.argv[2]))
+s = json.load(open(sys.argv[3]))
+txt = open(sys.argv[4]).read()
+assert e["fits"] is True and e["over"] is None, e
+assert abs(e["throughput_tok_s"] / pred["throughput_tok_s"] - 1) < 1e-9, (e, pred)
+assert e["peak_bytes"] == pred["peak_bytes"], (e, pred)
+res = {"compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write"}
+for ph in ("prefill", "decode"):
+    p = e["phases"][ph]
+    assert set(p["busy_s"]) == res and p["bottleneck"] == pred[ph + "_bottleneck"], p
+    assert abs(p["seconds"] - e[ph + "_s"]) < 1e-12 and p["seconds"] > 0, p
+assert s["fits"] is False and s["over"]["tier"] == "device", s
+assert s["over"]["bytes"] == s["peak_bytes"]["device"] - 1024 * 1024 == e["peak_bytes"]["device"] - 1024 * 1024, s
+assert "fits     NO: device" in txt and "busy seconds" in txt, txt
+PY
+else
+	bad "policy failed: $(cat "$tmp/pol.stderr")"
+fi
+# --prompts: P the longest prompt, G the largest max_new_tokens (--gen-len
+# for lines without one); --offload-dir: the disk budget its free space
+printf '{"input_ids": [5, 6, 7, 8, 9], "max_new_tokens": 3}\n{"input_ids": [%s]}\n{"input_ids": [4], "max_new_tokens": 7}\n' \
+	"$(seq -s, 1 12)" >"$tmp/polw.jsonl"
+mkdir -p "$tmp/poldisk"
+if "$sluice" "${pol[@]}" --prompts "$tmp/polw.jsonl" --gen-len 5 --offload-dir "$tmp/poldisk" --json \
+	--out "$tmp/polw.json" >"$tmp/polw.stdout" 2>"$tmp/stderr" &&
+	python3 - "$tmp/polw.stdout" "$tmp/poldisk" <<'PY'; then ok; else bad "policy --prompts, --offload-dir: $(cat "$tmp/stderr")"; fi
+import json, os, sys
+j = json.load(open(sys.argv[1]))
+assert j["predicted"]["prompt_len"] == 12 and j["predicted"]["gen_len"] == 7, j["predicted"]
+st = os.statvfs(sys.argv[2])
+# (other writers may share the file system: within 5%)
+assert abs(j["budget_bytes"]["disk"] / (st.f_bavail * st.f_frsize) - 1) < 0.05, j["budget_bytes"]
+PY
+if "$sluice" "${pol[@]}" --prompt-len 16 --gen-len 4 --offload-dir "$tmp/poldisk" --disk-mem 3G --json \
+	--out "$tmp/pold.json" >"$tmp/pold.stdout" 2>"$tmp/stderr" &&
+	python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['budget_bytes']['disk'] == 3 << 30" "$tmp/pold.stdout"
+then ok; else bad "policy --disk-mem: $(cat "$tmp/stderr")"; fi
+# H2O as the user allows: --hh-ratio H fixes it (H heavy, H recent);
+# --min-kv-budget F: any budget of at least F of the prompt
+if "$sluice" "${pol[@]}" --prompt-len 64 --gen-len 8 --hh-ratio 0.1 --out "$tmp/polh.json" 2>"$tmp/stderr" &&
+	"$sluice" "${pol[@]}" --prompt-len 64 --gen-len 8 --min-kv-budget 0.3 --out "$tmp/polm.json" 2>>"$tmp/stderr" &&
+	"$sluice" "${pol[@]}" --prompt-len 64 --gen-len 8 --out "$tmp/polx.json" 2>>"$tmp/stderr" &&
+	python3 - "$tmp/polh.json" "$tmp/polm.json" "$tmp/polx.json" <<'PY'; then ok; else bad "policy H2O modes: $(cat "$tmp/stderr")"; fi
+import json, sys
+h, m, x = (json.load(open(p)) for p in sys.argv[1:])
+rr = lambda p: p["hh_ratio"] if p["recent_ratio"] < 0 else p["recent_ratio"]
+assert h["hh_ratio"] == 0.1 and rr(h) == 0.1, h
+assert m["hh_ratio"] > 0 and m["hh_ratio"] + rr(m) >= 0.3 - 1e-12, m
+assert x["hh_ratio"] == 0 and x["recent_ratio"] <= 0, x
+PY
+# bad input: one line, exit 2, no policy file (nor its .tmp)
+pexp() { # NAME NEEDLE -- args...
+	local name=$1 needle=$2
+	shift 3
+	rm -f "$tmp/pbad.json"
+	expect_exit "policy: $name" 2 "$needle" -- "$@"
+	if [ -e "$tmp/pbad.json" ] || [ -e "$tmp/pbad.json.tmp" ]; then bad "policy: $name: file left behind"; else ok; fi
+}
+pw=("${pol[@]}" --prompt-len 16 --gen-len 4)
+pexp "nothing fits" "--gpu-mem" -- "${pw[@]}" --gpu-mem 1K --out "$tmp/pbad.json"
+pexp "prompt beyond positions" "exceeds the model's 2048 positions" -- \
+	"${pol[@]}" --prompt-len 2040 --gen-len 16 --out "$tmp/pbad.json"
+python3 -c "import json;print(json.dumps({'input_ids':[5]*60, 'max_new_tokens': 8}))" >"$tmp/pollong.jsonl"
+pexp "a job's prompt beyond positions" "pollong.jsonl:1: prompt of 60 tokens plus 8 new tokens exceeds the model's 64 positions" -- \
+	policy --model "$fx/opt-pre" --backend cpu --profile "$tmp/pprof.json" --prompts "$tmp/pollong.jsonl" --out "$tmp/pbad.json"
+pexp "missing profile" "$tmp/nope.json: no such profile file" -- "${pol[@]}" --prompt-len 16 --gen-len 4 \
+	--out "$tmp/pbad.json" --profile "$tmp/nope.json"
+pexp "foreign profile" "not a sluice profile" -- "${pw[@]}" --out "$tmp/pbad.json" --profile "$tmp/pol.json"
+: >"$tmp/calempty.jsonl"
+pexp "empty calibration" "calempty.jsonl: no prompts" -- "${pw[@]}" --out "$tmp/pbad.json" \
+	--calibration "$tmp/calempty.jsonl" --max-ppl-increase 0.05
+printf '{"input_ids": [5, 6], "continuation_ids": [7]}\n{"input_ids": [5,\n' >"$tmp/calbad.jsonl"
+pexp "malformed calibration" "calbad.jsonl:2: not valid JSON" -- "${pw[@]}" --out "$tmp/pbad.json" \
+	--calibration "$tmp/calbad.jsonl" --max-ppl-increase 0.05
+printf '{"input_ids": [5, 6]}\n' >"$tmp/calnocont.jsonl"
+pexp "calibration without continuations" 'missing "continuation"' -- "${pw[@]}" --out "$tmp/pbad.json" \
+	--calibration "$tmp/calnocont.jsonl" --max-ppl-increase 0.05
+pexp "--fix unknown field" "--fix gpu_batch_sise" -- "${pw[@]}" --out "$tmp/pbad.json" --fix gpu_batch_sise=4
+pexp "--fix out of range" "gpu_batch_size = 0, must be in [1, 65536]" -- "${pw[@]}" --out "$tmp/pbad.json" \
+	--fix gpu_batch_size=0
+pexp "--fix without a value" "--fix takes FIELD=VALUE" -- "${pw[@]}" --out "$tmp/pbad.json" --fix overlap
+pexp "missing --out" "--out POLICY.json is required" -- "${pw[@]}"
+pexp "--out in a missing folder" "$tmp/nodir/p.json: its folder $tmp/nodir does not exist" -- \
+	"${pw[@]}" --out "$tmp/nodir/p.json"
+pexp "--out a folder" "is a folder" -- "${pw[@]}" --out "$tmp"
+pexp "no workload" "--prompt-len P and --gen-len G" -- "${pol[@]}" --out "$tmp/pbad.json"
+pexp "two H2O modes" "exclude each other" -- "${pw[@]}" --out "$tmp/pbad.json" --hh-ratio 0.1 --min-kv-budget 0.2
+pexp "--hh-ratio above 0.5" "--hh-ratio must be a number above 0 and at most 0.5" -- "${pw[@]}" \
+	--out "$tmp/pbad.json" --hh-ratio 0.6
+pexp "calibration without its bound" "go together" -- "${pw[@]}" --out "$tmp/pbad.json" \
+	--calibration "$tmp/calbad.jsonl"
+pexp "--disk-mem without --offload-dir" "--disk-mem needs --offload-dir" -- "${pw[@]}" --out "$tmp/pbad.json" \
+	--disk-mem 1G
+pexp "--evaluate with --out" "drop --out" -- "${pw[@]}" --evaluate "$tmp/pol.json" --out "$tmp/pbad.json"
+pexp "--evaluate a missing policy" "$tmp/nopol.json: no such policy file" -- "${pw[@]}" --evaluate "$tmp/nopol.json"
+pexp "profile of another backend" "measured the cpu backend, and --backend asks for cuda" -- \
+	policy --dummy opt-125m --backend cuda --profile "$tmp/pprof.json" --prompt-len 16 --gen-len 4 --out "$tmp/pbad.json"
+# --calibration: the ladder's perplexities are sluice score's at each H2O
+# budget (half heavy, half recent); the smallest within the bound is used
+python3 - "$tmp/cal.jsonl" <<'PY'
+import random, sys
+r = random.Random(3)
+with open(sys.argv[1], "w") as f:
+    for i in range(5):
+        f.write('{"input_ids": %s, "continuation_ids": %s}\n' % (
+            [r.randrange(4, 512) for _ in range(40)], [r.randrange(4, 512) for _ in range(12)]))
+PY
+if "$sluice" policy --model "$fx/opt-pre" --backend cpu --profile "$tmp/pprof.json" --prompt-len 40 --gen-len 12 \
+	--calibration "$tmp/cal.jsonl" --max-ppl-increase 0.02 --json --out "$tmp/polc.json" \
+	>"$tmp/polc.stdout" 2>"$tmp/polc.stderr"; then
+	for b in 0.5 0.4 0.3 0.2 0.1 0.05; do
+		h=$(python3 -c "print($b / 2)")
+		"$sluice" score --model "$fx/opt-pre" --backend cpu --quiet --input "$tmp/cal.jsonl" \
+			--out "$tmp/cal-$b.out" --hh-ratio "$h" --recent-ratio "$h" || bad "score at $b"
+	done
+	"$sluice" score --model "$fx/opt-pre" --backend cpu --quiet --input "$tmp/cal.jsonl" --out "$tmp/cal-0.out" ||
+		bad "score dense"
+	if python3 - "$tmp" "$tmp/polc.stdout" "$tmp/polc.json" "$tmp/polc.stderr" <<'PY'; then ok; else bad "policy --calibration"; fi
+import json, math, sys
+tmp = sys.argv[1]
+j = json.load(open(sys.argv[2]))
+f = json.load(open(sys.argv[3]))
+err = open(sys.argv[4]).read()
+def ppl(b):
+    lines = [json.loads(l) for l in open("%s/cal-%s.out" % (tmp, b))]
+    return math.exp(-sum(x["sum_logprob"] for x in lines) / sum(len(x["logprobs"]) for x in lines))
+budgets = [0, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05]
+want = [ppl(b) for b in budgets]
+lad = j["calibration"]["ladder"]
+assert [x["budget"] for x in lad] == [None] + budgets[1:], lad
+for x, w in zip(lad, want):
+    assert abs(x["perplexity"] / w - 1) < 1e-6, (lad, want)
+    assert abs(x["increase"] - (w / want[0] - 1)) < 1e-6, (lad, want)
+ok = [b for b, w in zip(budgets[1:], want[1:]) if w <= want[0] * 1.02]
+chosen = min(ok) if ok else None
+assert j["calibration"]["chosen_budget"] == chosen, (j["calibration"], want)
+assert f["hh_ratio"] == (chosen / 2 if chosen else 0), (f, chosen)
+assert "calibration " in err and "dense" in err and "<- chosen" in err, err
+assert len(set(round(w, 6) for w in want)) > 1, "every budget scored the same: H2O did not act"
+PY
+else
+	bad "policy --calibration failed: $(cat "$tmp/polc.stderr")"
+fi
 # ---- numerics: H2O budgets of 0, non-finite values, vocabularies ---------
 # (issue 11: items 3, 4, 5, 7)
 # st_copy SRC DST [TENSOR INDEX VALUE]...: a copy of checkpoint folder SRC

@@ -163,5 +163,6 @@ int cmd_score(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_policy(int argc, char **argv);
 
 #endif

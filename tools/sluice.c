@@ -21,6 +21,7 @@ static const char main_help[] =
 	"  score      log-probabilities of continuations\n"
 	"  bench      throughput on synthetic prompts\n"
 	"  profile    the machine's topology and rates, for the cost model\n"
+	"  policy     the policy with the most predicted tokens/s under the budgets\n"
 	"  convert    write, list or remove the weights' disk stores of an offload folder\n"
 	"  version    print the version and the backends built in\n"
 	"'sluice <command> --help' describes each command.\n" EXIT_HELP;
@@ -63,6 +64,8 @@ int main(int argc, char **argv)
 		return cmd_score(argc, argv);
 	if (!strcmp(cmd, "profile"))
 		return cmd_profile(argc, argv);
+	if (!strcmp(cmd, "policy"))
+		return cmd_policy(argc, argv); /* tools/cmd_policy.c */
 	if (!strcmp(cmd, "convert"))
 		return cmd_convert(argc, argv); /* tools/cmd_convert.c */
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
