@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -439,6 +440,8 @@ static int get_profile(const policy_cli *o, profile_src *ps)
 	}
 	sl_profile_opts po = { .backend = o->co.backend, .offload_dir = o->co.offload_dir,
 			       .threads = o->co.threads };
+	if (o->co.threads > 0)
+		omp_set_num_threads(o->co.threads);
 	computing = true; /* a failure now is the machine's */
 	int rc = sl_profile_run(&po, &ps->p);
 	computing = false;
