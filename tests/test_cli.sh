@@ -894,6 +894,25 @@ assert j["calibration"]["chosen_budget"] == chosen, (j["calibration"], want)
 assert f["hh_ratio"] == (chosen / 2 if chosen else 0), (f, chosen)
 assert "calibration " in err and "dense" in err and "<- chosen" in err, err
 assert len(set(round(w, 6) for w in want)) > 1, "every budget scored the same: H2O did not act"
+assert j["calibration"]["placement"]["w_gpu_percent"] == 100, j["calibration"]
+PY
+	# under a device budget one byte short of a block of the texts with
+	# everything on the device, the calibration runs offloaded, within the
+	# budget, and measures the same ladder
+	printf '{"gpu_batch_size": 5}\n' >"$tmp/cal5.json"
+	dev=$("$sluice" policy --model "$fx/opt-pre" --backend cpu --profile "$tmp/pprof.json" --prompt-len 40 \
+		--gen-len 12 --evaluate "$tmp/cal5.json" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['peak_bytes']['device'])")
+	if "$sluice" policy --model "$fx/opt-pre" --backend cpu --profile "$tmp/pprof.json" --prompt-len 40 --gen-len 12 \
+		--gpu-mem $((dev - 1)) --calibration "$tmp/cal.jsonl" --max-ppl-increase 0.02 --json \
+		--out "$tmp/polc2.json" >"$tmp/polc2.stdout" 2>"$tmp/stderr" &&
+		python3 - "$tmp/polc.stdout" "$tmp/polc2.stdout" "$tmp/stderr" <<'PY'; then ok; else bad "policy --calibration under a budget: $(cat "$tmp/stderr")"; fi
+import json, sys
+a = json.load(open(sys.argv[1]))["calibration"]
+b = json.load(open(sys.argv[2]))["calibration"]
+pl = b["placement"]
+assert pl["gpu_batch_size"] == 5 and (pl["w_gpu_percent"] < 100 or pl["cache_gpu_percent"] < 100), pl
+assert [x["perplexity"] for x in a["ladder"]] == [x["perplexity"] for x in b["ladder"]], (a, b)
+assert "placed as 5 x 1 sequences" in open(sys.argv[3]).read()
 PY
 else
 	bad "policy --calibration failed: $(cat "$tmp/polc.stderr")"

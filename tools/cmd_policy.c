@@ -56,9 +56,10 @@ static const char policy_help[] =
 	"                       (half heavy, half recent; 0 < F <= 1)\n"
 	"  --calibration FILE   score FILE's texts (JSON Lines as sluice score reads) dense and\n"
 	"                       at H2O cache budgets of 50, 40, 30, 20, 10 and 5% of the prompt\n"
-	"                       (half heavy, half recent), on the model with everything in the\n"
-	"                       device tier; search with the smallest whose perplexity is at\n"
-	"                       most dense x (1 + X); prints the ladder\n"
+	"                       (half heavy, half recent), placed as the best dense policy for\n"
+	"                       its texts under the budgets (none fits: all in the device\n"
+	"                       tier, no caps); search with the smallest budget whose\n"
+	"                       perplexity is at most dense x (1 + X); prints the ladder\n"
 	"  --max-ppl-increase X  that bound X, 0 or more (e.g. 0.05: 5%); with --calibration\n"
 	"                       (without any of these three: a dense KV cache)\n"
 	"  --fix FIELD=VALUE    pin a policy field (repeatable); the search chooses the rest\n"
@@ -96,6 +97,8 @@ typedef struct ladder {
 	double ppl[NLADDER];
 	int chosen; /* index into ladder_budget */
 	long tokens;
+	bool capped;    /* scored under the budgets, placed as pol */
+	sl_policy pol;
 } ladder;
 
 static double parse_ratio(const char *opt, const char *s, double hi)
@@ -273,6 +276,18 @@ static int load_tokenizer(const common_opts *co, sl_tokenizer **tok)
 
 /* ---- the calibration ----------------------------------------------------- */
 
+typedef struct profile_src {
+	sl_profile p;
+	const char *source; /* the file, or "measured" */
+} profile_src;
+
+typedef struct ctx {
+	const policy_cli *o;
+	sl_opt_config cfg;
+	profile_src prof;
+	sl_search_params sp;
+} ctx;
+
 /* The calibration texts: read and checked before anything runs. */
 static int read_calibration(const char *path, const sl_opt_config *cfg, const sl_tokenizer *tok,
 			    sl_prompts *ps)
@@ -295,27 +310,32 @@ static int read_calibration(const char *path, const sl_opt_config *cfg, const sl
 
 /* Perplexity of every continuation in ps together under an H2O budget of
  * `budget` of the prompt (0: dense): exp(-sum of log-probs / tokens). */
-static int score_at(sl_backend *be, const policy_cli *o, const sl_prompts *ps, double budget,
-		    double *ppl, long *tokens)
+enum { CALIB_BLOCK = 8 }; /* sequences scored at once */
+
+/* The calibration texts' shapes. */
+static void calib_shape(const sl_prompts *ps, int *nb, int *max_prompt, int *max_cont)
 {
-	enum { BLOCK = 8 };
-	int max_len = 1, max_prompt = 1, max_cont = 1;
+	*max_prompt = *max_cont = 1;
 	for (int i = 0; i < ps->n; i++) {
-		max_len = SL_MAX(max_len, ps->p[i].n + ps->p[i].ncont);
-		max_prompt = SL_MAX(max_prompt, ps->p[i].n);
-		max_cont = SL_MAX(max_cont, ps->p[i].ncont);
+		*max_prompt = SL_MAX(*max_prompt, ps->p[i].n);
+		*max_cont = SL_MAX(*max_cont, ps->p[i].ncont);
 	}
-	const int nb = SL_MIN(BLOCK, ps->n);
-	sl_plan_params pp = sl_plan_defaults();
-	pp.kv_f32 = o->co.kv_f32;
+	*nb = SL_MIN(CALIB_BLOCK, ps->n);
+}
+
+static int score_at(sl_backend *be, const policy_cli *o, const sl_plan_params *base,
+		    const sl_prompts *ps, double budget, double *ppl, long *tokens)
+{
+	int nb, max_prompt, max_cont;
+	calib_shape(ps, &nb, &max_prompt, &max_cont);
+	const int max_len = max_prompt + max_cont;
+	sl_plan_params pp = *base;
 	pp.hh = pp.rr = budget / 2;
-	pp.max_seq = nb;
-	pp.max_prompt = max_prompt;
-	pp.max_len = max_len;
-	const sl_model_params mp = { .dir = o->co.model_dir, .dummy = o->co.dummy, .plan = &pp };
+	const sl_model_params mp = { .dir = o->co.model_dir, .dummy = o->co.dummy,
+				     .offload_dir = o->co.offload_dir, .plan = &pp };
 	sl_model *m = NULL;
 	sl_scorer *sc = NULL;
-	sl_score_seq seqs[BLOCK];
+	sl_score_seq seqs[CALIB_BLOCK];
 	double *lp = malloc(sizeof(double) * (size_t)nb * max_cont);
 	int rc = lp ? 0 : sl_err(SL_ENOMEM, "out of memory");
 	if (rc == 0)
@@ -348,19 +368,58 @@ static int score_at(sl_backend *be, const policy_cli *o, const sl_prompts *ps, d
 	return rc;
 }
 
+/*
+ * Where the calibration runs the model: the best dense policy for the
+ * texts' shapes (a block of them, prompt plus continuation) under the
+ * budgets, which its H2O rungs fit too (their caches are smaller); where
+ * none fits, everything in the device tier without caps.  *capped: the
+ * budgets apply.
+ */
+static sl_plan_params calib_plan(const ctx *x, const sl_prompts *ps, bool *capped, sl_policy *pol)
+{
+	int nb, max_prompt, max_cont;
+	calib_shape(ps, &nb, &max_prompt, &max_cont);
+	char gbs[32];
+	snprintf(gbs, sizeof gbs, "gpu_batch_size=%d", nb);
+	sl_search_params csp = x->sp;
+	csp.prompt_len = max_prompt;
+	csp.gen_len = max_cont;
+	csp.rows_per_seq = max_prompt + max_cont;
+	csp.h2o = SL_H2O_DENSE;
+	csp.nfix = 2;
+	csp.fix[0] = gbs;
+	csp.fix[1] = "num_gpu_batches=1";
+	sl_choice ch;
+	int n = 0;
+	long ev = 0;
+	*capped = sl_search(&x->cfg, &x->prof.p, &csp, &ch, 1, &n, &ev) == 0 && n == 1;
+	if (*capped) {
+		*pol = ch.pol;
+		return sl_search_plan_params(&ch.pol, &csp);
+	}
+	sl_err_clear();
+	sl_plan_params pp = sl_plan_defaults();
+	pp.kv_f32 = x->sp.kv_f32;
+	pp.max_seq = nb;
+	pp.max_prompt = max_prompt;
+	pp.max_len = max_prompt + max_cont;
+	return pp;
+}
+
 /* Score the texts at every rung; keep the smallest budget whose
  * perplexity is within max_ppl of dense. */
-static int calibrate(const policy_cli *o, const sl_prompts *ps, ladder *ld)
+static int calibrate(const ctx *x, const sl_prompts *ps, ladder *ld)
 {
-	/* a quality measurement, not a run under the budgets: everything in
-	 * the device tier, no caps */
+	const policy_cli *o = x->o;
+	const sl_plan_params base = calib_plan(x, ps, &ld->capped, &ld->pol);
 	common_opts co = o->co;
-	co.gpu_mem = co.cpu_mem = 0;
+	if (!ld->capped)
+		co.gpu_mem = co.cpu_mem = 0;
 	sl_backend *be = NULL;
 	int rc = make_backend(&co, &be);
 	ld->chosen = 0;
 	for (int i = 0; rc == 0 && i < NLADDER; i++) {
-		rc = score_at(be, o, ps, ladder_budget[i], &ld->ppl[i], &ld->tokens);
+		rc = score_at(be, o, &base, ps, ladder_budget[i], &ld->ppl[i], &ld->tokens);
 		if (rc == 0 && i > 0 && isfinite(ld->ppl[i]) && isfinite(ld->ppl[0]) &&
 		    ld->ppl[i] <= ld->ppl[0] * (1 + o->max_ppl))
 			ld->chosen = i; /* the ladder descends: the last within the bound */
@@ -371,10 +430,18 @@ static int calibrate(const policy_cli *o, const sl_prompts *ps, ladder *ld)
 	return rc;
 }
 
+static void policy_line(const sl_policy *p, FILE *f);
+
 static void print_ladder(const policy_cli *o, const ladder *ld)
 {
-	fprintf(stderr, "calibration %s: %ld tokens scored; perplexity within %g%% of dense:\n", o->calib,
-		ld->tokens, o->max_ppl * 100);
+	fprintf(stderr, "calibration %s: %ld tokens scored, ", o->calib, ld->tokens);
+	if (ld->capped) {
+		fputs("placed as ", stderr);
+		policy_line(&ld->pol, stderr); /* ends the line */
+	} else {
+		fputs("in the device tier without caps (no dense policy fits the budgets)\n", stderr);
+	}
+	fprintf(stderr, "  perplexity within %g%% of dense:\n", o->max_ppl * 100);
 	fprintf(stderr, "  %-8s %12s %10s\n", "budget", "perplexity", "increase");
 	for (int i = 0; i < NLADDER; i++) {
 		char b[16];
@@ -386,6 +453,8 @@ static void print_ladder(const policy_cli *o, const ladder *ld)
 			(ld->ppl[i] / ld->ppl[0] - 1) * 100, i == ld->chosen ? "  <- chosen" : "");
 	}
 }
+
+static json_t *policy_json(const sl_policy *p);
 
 static json_t *ladder_json(const policy_cli *o, const ladder *ld, sl_jerr *e)
 {
@@ -403,6 +472,7 @@ static json_t *ladder_json(const policy_cli *o, const ladder *ld, sl_jerr *e)
 	}
 	sl_jset(j, "ladder", arr, e);
 	sl_jset(j, "chosen_budget", ld->chosen ? json_real(ladder_budget[ld->chosen]) : json_null(), e);
+	sl_jset(j, "placement", ld->capped ? policy_json(&ld->pol) : json_null(), e);
 	return j;
 }
 
@@ -422,11 +492,6 @@ static int disk_free(const char *dir, size_t *out)
 	*out = (size_t)sv.f_bavail * (size_t)sv.f_frsize;
 	return 0;
 }
-
-typedef struct profile_src {
-	sl_profile p;
-	const char *source; /* the file, or "measured" */
-} profile_src;
 
 static int get_profile(const policy_cli *o, profile_src *ps)
 {
@@ -631,13 +696,6 @@ static int print_json(json_t *j, sl_jerr *e)
 }
 
 /* ---- the two modes ------------------------------------------------------- */
-
-typedef struct ctx {
-	const policy_cli *o;
-	sl_opt_config cfg;
-	profile_src prof;
-	sl_search_params sp;
-} ctx;
 
 static void print_header(const ctx *x, FILE *f)
 {
@@ -869,6 +927,9 @@ int cmd_policy(int argc, char **argv)
 	sl_search_params *sp = &x.sp;
 	sp->prompt_len = plen;
 	sp->gen_len = glen;
+	/* the rows generate and score reserve (bench needs fewer): a policy
+	 * that fits here runs in all three */
+	sp->rows_per_seq = plen + glen;
 	sp->kv_f32 = o.co.kv_f32;
 	const bool cuda = !strcmp(x.prof.p.backend, "cuda");
 	sp->budget.device = o.co.gpu_mem ? o.co.gpu_mem
@@ -893,7 +954,7 @@ int cmd_policy(int argc, char **argv)
 		sp->h2o_ratio = o.min_kv;
 	} else if (o.calib) {
 		computing = true; /* the model runs: a failure now is the job's */
-		rc = calibrate(&o, &calib, &ld);
+		rc = calibrate(&x, &calib, &ld);
 		computing = false;
 		if (rc < 0)
 			die(rc);
