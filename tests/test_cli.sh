@@ -896,6 +896,13 @@ assert "calibration " in err and "dense" in err and "<- chosen" in err, err
 assert len(set(round(w, 6) for w in want)) > 1, "every budget scored the same: H2O did not act"
 assert j["calibration"]["placement"]["w_gpu_percent"] == 100, j["calibration"]
 PY
+	# texts of other shapes: a long prompt with a short continuation and a
+	# short prompt with a long one, each within the 64 positions
+	printf '{"input_ids": [%s], "continuation_ids": [5, 6, 7, 8]}\n{"input_ids": [5, 6, 7], "continuation_ids": [%s]}\n' \
+		"$(seq -s, 10 59)" "$(seq -s, 100 139)" >"$tmp/calmix.jsonl"
+	if "$sluice" policy --model "$fx/opt-pre" --backend cpu --profile "$tmp/pprof.json" --prompt-len 40 --gen-len 12 \
+		--calibration "$tmp/calmix.jsonl" --max-ppl-increase 0.02 --out "$tmp/polcm.json" 2>"$tmp/stderr" &&
+		grep -q "calibration .*calmix.jsonl: 44 tokens scored" "$tmp/stderr"; then ok; else bad "policy --calibration of mixed shapes: $(cat "$tmp/stderr")"; fi
 	# under a device budget one byte short of a block of the texts with
 	# everything on the device, the calibration runs offloaded, within the
 	# budget, and measures the same ladder

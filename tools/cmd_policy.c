@@ -308,27 +308,28 @@ static int read_calibration(const char *path, const sl_opt_config *cfg, const sl
 	return 0;
 }
 
-/* Perplexity of every continuation in ps together under an H2O budget of
- * `budget` of the prompt (0: dense): exp(-sum of log-probs / tokens). */
 enum { CALIB_BLOCK = 8 }; /* sequences scored at once */
 
-/* The calibration texts' shapes. */
-static void calib_shape(const sl_prompts *ps, int *nb, int *max_prompt, int *max_cont)
+/* The calibration texts' shapes: sequences at once, the longest prompt,
+ * the longest continuation, the most tokens of one text. */
+static void calib_shape(const sl_prompts *ps, int *nb, int *max_prompt, int *max_cont, int *max_len)
 {
-	*max_prompt = *max_cont = 1;
+	*max_prompt = *max_cont = *max_len = 1;
 	for (int i = 0; i < ps->n; i++) {
 		*max_prompt = SL_MAX(*max_prompt, ps->p[i].n);
 		*max_cont = SL_MAX(*max_cont, ps->p[i].ncont);
+		*max_len = SL_MAX(*max_len, ps->p[i].n + ps->p[i].ncont);
 	}
 	*nb = SL_MIN(CALIB_BLOCK, ps->n);
 }
 
+/* Perplexity of every continuation in ps together under an H2O budget of
+ * `budget` of the prompt (0: dense): exp(-sum of log-probs / tokens). */
 static int score_at(sl_backend *be, const policy_cli *o, const sl_plan_params *base,
 		    const sl_prompts *ps, double budget, double *ppl, long *tokens)
 {
-	int nb, max_prompt, max_cont;
-	calib_shape(ps, &nb, &max_prompt, &max_cont);
-	const int max_len = max_prompt + max_cont;
+	int nb, max_prompt, max_cont, max_len;
+	calib_shape(ps, &nb, &max_prompt, &max_cont, &max_len);
 	sl_plan_params pp = *base;
 	pp.hh = pp.rr = budget / 2;
 	const sl_model_params mp = { .dir = o->co.model_dir, .dummy = o->co.dummy,
@@ -377,14 +378,14 @@ static int score_at(sl_backend *be, const policy_cli *o, const sl_plan_params *b
  */
 static sl_plan_params calib_plan(const ctx *x, const sl_prompts *ps, bool *capped, sl_policy *pol)
 {
-	int nb, max_prompt, max_cont;
-	calib_shape(ps, &nb, &max_prompt, &max_cont);
+	int nb, max_prompt, max_cont, max_len;
+	calib_shape(ps, &nb, &max_prompt, &max_cont, &max_len);
 	char gbs[32];
 	snprintf(gbs, sizeof gbs, "gpu_batch_size=%d", nb);
 	sl_search_params csp = x->sp;
 	csp.prompt_len = max_prompt;
-	csp.gen_len = max_cont;
-	csp.rows_per_seq = max_prompt + max_cont;
+	csp.gen_len = max_len - max_prompt; /* at least 1: every text has a continuation */
+	csp.rows_per_seq = max_len;
 	csp.h2o = SL_H2O_DENSE;
 	csp.nfix = 2;
 	csp.fix[0] = gbs;
@@ -402,7 +403,7 @@ static sl_plan_params calib_plan(const ctx *x, const sl_prompts *ps, bool *cappe
 	pp.kv_f32 = x->sp.kv_f32;
 	pp.max_seq = nb;
 	pp.max_prompt = max_prompt;
-	pp.max_len = max_prompt + max_cont;
+	pp.max_len = max_len;
 	return pp;
 }
 
