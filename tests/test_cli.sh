@@ -792,6 +792,17 @@ if "$sluice" "${pol[@]}" --prompt-len 16 --gen-len 4 --offload-dir "$tmp/poldisk
 	--out "$tmp/pold.json" >"$tmp/pold.stdout" 2>"$tmp/stderr" &&
 	python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['budget_bytes']['disk'] == 3 << 30" "$tmp/pold.stdout"
 then ok; else bad "policy --disk-mem: $(cat "$tmp/stderr")"; fi
+# without --profile: measured once, cached in $XDG_CACHE_HOME/sluice, then reused
+for i in 1 2; do
+	XDG_CACHE_HOME="$tmp/xdg" "$sluice" policy --dummy opt-125m --backend cpu --prompt-len 16 --gen-len 4 \
+		--out "$tmp/polpc$i.json" 2>"$tmp/stderr" || bad "policy without --profile: $(cat "$tmp/stderr")"
+done
+if python3 - "$tmp/polpc1.json" "$tmp/polpc2.json" <<'PY' && [ -f "$tmp/xdg/sluice/sluice-profile-cpu.json" ]; then ok; else bad "policy: the profile measured, then cached"; fi
+import json, sys
+a, b = (json.load(open(p))["predicted"]["profile"] for p in sys.argv[1:])
+assert a["source"] == "measured" and b["source"] == "cached", (a, b)
+assert a["backend"] == b["backend"] == "cpu" and a["build"] == b["build"] and a["build"], (a, b)
+PY
 # H2O as the user allows: --hh-ratio H fixes it (H heavy, H recent);
 # --min-kv-budget F: any budget of at least F of the prompt
 if "$sluice" "${pol[@]}" --prompt-len 64 --gen-len 8 --hh-ratio 0.1 --out "$tmp/polh.json" 2>"$tmp/stderr" &&

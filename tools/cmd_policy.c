@@ -50,7 +50,8 @@ static const char policy_help[] =
 	"  --threads N          CPU threads, 1 to the cores available (default: all cores)\n"
 	"  --kv-dtype f16|f32   KV cache precision (default f16)\n"
 	"  --profile FILE       the machine's rates (sluice profile --json FILE); default:\n"
-	"                       measured now (a few seconds)\n"
+	"                       measured once (a few seconds) and cached in --offload-dir or\n"
+	"                       $XDG_CACHE_HOME/sluice while the machine and build match\n"
 	"  --hh-ratio H         allow H2O at H heavy hitters and H recent (0 < H <= 0.5)\n"
 	"  --min-kv-budget F    allow H2O at any cache budget of at least F of the prompt\n"
 	"                       (half heavy, half recent; 0 < F <= 1)\n"
@@ -278,7 +279,7 @@ static int load_tokenizer(const common_opts *co, sl_tokenizer **tok)
 
 typedef struct profile_src {
 	sl_profile p;
-	const char *source; /* the file, or "measured" */
+	const char *source; /* the file, "measured" or "cached" */
 } profile_src;
 
 typedef struct ctx {
@@ -508,10 +509,17 @@ static int get_profile(const policy_cli *o, profile_src *ps)
 			       .threads = o->co.threads };
 	if (o->co.threads > 0)
 		omp_set_num_threads(o->co.threads);
+	/* measured once per machine and build, cached in the offload folder
+	 * (or $XDG_CACHE_HOME/sluice) */
+	bool measured = false;
 	computing = true; /* a failure now is the machine's */
-	int rc = sl_profile_run(&po, &ps->p);
+	int rc = sl_profile_obtain(&po, NULL, &ps->p, &measured);
 	computing = false;
-	ps->source = "measured";
+	if (rc == SL_PROFILE_NOT_CACHED) {
+		fprintf(stderr, "sluice policy: the profile was measured but not cached: %s\n", sl_errmsg());
+		rc = 0;
+	}
+	ps->source = measured ? "measured" : "cached";
 	return rc;
 }
 
