@@ -170,9 +170,13 @@ int sl_plan_make(const sl_opt_config *c, const sl_plan_params *p, bool dev_is_ho
 size_t sl_plan_min_device_bytes(const sl_opt_config *c, const sl_plan_params *p)
 {
 	const size_t es = p->kv_f32 ? 4 : 2;
-	/* two staging slots of a whole layer, each page aligned with room for
-	 * the disk part's alignment */
-	const size_t stage = (sl_weights_layer_bytes(c) + 2 * 4096) & ~(size_t)4095;
+	/* the globals and two staging slots (of half layers with sep_layer),
+	 * every layer's weights streamed from the host or from the disk,
+	 * whichever stages in less */
+	sl_weight_place wp = { .gpu_percent = 0, .cpu_percent = 100, .halves = p->sep_layer };
+	const size_t from_host = sl_weights_device_bytes(c, &wp);
+	wp.cpu_percent = 0;
+	const size_t weights = SL_MIN(from_host, sl_weights_device_bytes(c, &wp));
 	const bool h2o = p->hh > 0 || p->rr > 0;
 	int cap = p->max_len;
 	size_t extra = 0;
@@ -183,7 +187,7 @@ size_t sl_plan_min_device_bytes(const sl_opt_config *c, const sl_plan_params *p)
 	}
 	sl_kv_sizes kz;
 	sl_kv_tier_sizes(c, p->max_seq, p->micro, cap, es, h2o, 0, 100, true, &kz);
-	return sl_weights_global_bytes(c) + 2 * stage + kz.device + extra +
+	return weights + kz.device + extra +
 	       sl_plan_ws_bytes(c, p->max_seq, rows, p->micro, p->act_host);
 }
 

@@ -97,7 +97,8 @@ int sl_plan_check_job(const sl_plan *pl, int nseq, int max_prompt, int max_len);
 
 /* The least device memory the workload of p runs in under any placement
  * of weights and cache: every decoder layer's weights off the device (two
- * staging slots of a whole layer), the cache off it (its staging), the
+ * staging slots of a whole layer, of half a layer with sep_layer, from the
+ * host or the disk, whichever is less), the cache off it (its staging), the
  * activations where p puts them.  For saying what budget would work. */
 size_t sl_plan_min_device_bytes(const sl_opt_config *c, const sl_plan_params *p);
 

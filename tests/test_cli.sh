@@ -792,6 +792,20 @@ if "$sluice" "${pol[@]}" --prompt-len 16 --gen-len 4 --offload-dir "$tmp/poldisk
 	--out "$tmp/pold.json" >"$tmp/pold.stdout" 2>"$tmp/stderr" &&
 	python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['budget_bytes']['disk'] == 3 << 30" "$tmp/pold.stdout"
 then ok; else bad "policy --disk-mem: $(cat "$tmp/stderr")"; fi
+# a policy run with --gpu-mem at its predicted device peak is admitted
+# (the weights streamed by half layers, as sep_layer stages them), and its
+# device peak is the predicted one
+printf '{"input_ids": [5, 6, 7, 8]}\n{"input_ids": [9, 10]}\n' >"$tmp/polp.jsonl"
+if "$sluice" "${pol[@]}" --prompt-len 4 --gen-len 2 --fix gpu_batch_size=2 --fix num_gpu_batches=1 --fix sep_layer=true \
+	--fix w_gpu_percent=0 --fix w_cpu_percent=100 --out "$tmp/polsep.json" 2>"$tmp/stderr"; then
+	dev=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['predicted']['peak_bytes']['device'])" "$tmp/polsep.json")
+	if "$sluice" generate --dummy opt-125m --backend cpu --quiet --policy "$tmp/polsep.json" --gpu-mem "$dev" \
+		--prompts "$tmp/polp.jsonl" --max-new-tokens 2 --out "$tmp/polsep.out" --stats "$tmp/polsep.stats" 2>"$tmp/stderr" &&
+		python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['peak_bytes']['device'] == $dev" "$tmp/polsep.stats"
+	then ok; else bad "a policy at its predicted device peak: $(cat "$tmp/stderr")"; fi
+else
+	bad "policy with sep_layer fixed: $(cat "$tmp/stderr")"
+fi
 # without --profile: measured once, cached in $XDG_CACHE_HOME/sluice, then reused
 for i in 1 2; do
 	XDG_CACHE_HOME="$tmp/xdg" "$sluice" policy --dummy opt-125m --backend cpu --prompt-len 16 --gen-len 4 \

@@ -112,6 +112,48 @@ START_TEST(test_shape)
 }
 END_TEST
 
+/* sl_plan_min_device_bytes, the least device memory a workload runs in
+ * under any placement of weights and cache (what the command line admits
+ * a job's --gpu-mem against), is at most every placement's device total,
+ * with its schedule's switches: so a policy whose plan fits a budget is
+ * never refused by that check. */
+START_TEST(test_min_device)
+{
+	static const char *const models[] = { "opt-125m", "opt-1.3b" };
+	static const double w[][2] = { { 0, 100 }, { 0, 0 }, { 10, 90 }, { 50, 30 }, { 100, 0 } };
+	static const double kv[][2] = { { 0, 100 }, { 0, 0 }, { 100, 0 }, { 50, 50 } };
+	for (size_t mi = 0; mi < 2; mi++) {
+		sl_opt_config c;
+		ck_assert_int_eq(sl_opt_config_named(models[mi], &c), 0);
+		for (int sw = 0; sw < 16; sw++) {
+			sl_plan_params p = sl_plan_defaults();
+			p.max_seq = 24;
+			p.micro = 8;
+			p.max_prompt = 40;
+			p.max_len = 48;
+			p.sep_layer = sw & 1;
+			p.overlap = sw & 2;
+			p.cpu_cache_compute = sw & 4;
+			p.hh = p.rr = sw & 8 ? 0.0125 : 0;
+			const size_t least = sl_plan_min_device_bytes(&c, &p);
+			for (size_t wi = 0; wi < SL_ARRAY_LEN(w); wi++)
+				for (size_t ki = 0; ki < SL_ARRAY_LEN(kv); ki++) {
+					p.w_gpu = w[wi][0];
+					p.w_cpu = w[wi][1];
+					p.cache_gpu = kv[ki][0];
+					p.cache_cpu = kv[ki][1];
+					sl_plan pl;
+					ck_assert_int_eq(sl_plan_make(&c, &p, false, &pl), 0);
+					ck_assert_msg(least <= pl.total.device,
+						      "%s switches %d weights %g/%g cache %g/%g: least %zu > plan %zu",
+						      models[mi], sw, w[wi][0], w[wi][1], kv[ki][0], kv[ki][1],
+						      least, pl.total.device);
+				}
+		}
+	}
+}
+END_TEST
+
 /* A model opened under a plan with a workload refuses a larger job, and
  * makes its workspace for the plan, not for the job. */
 START_TEST(test_workload_held)
@@ -179,6 +221,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_of_policy);
 	tcase_add_test(tc, test_bounds);
 	tcase_add_test(tc, test_shape);
+	tcase_add_test(tc, test_min_device);
 	tcase_add_test(tc, test_workload_held);
 	tcase_add_test(tc, test_open_regrow);
 	suite_add_tcase(s, tc);
