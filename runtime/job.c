@@ -653,6 +653,12 @@ static int write_stats(const json_t *j, const char *path)
 	return ok ? 0 : sl_err(SL_EIO, "%s: cannot write the statistics: %s", path, strerror(e));
 }
 
+/* A prediction, or null where there is none. */
+static json_t *pred_real(const sl_job_stats *st, double v)
+{
+	return st->predicted && isfinite(v) ? json_real(v) : json_null();
+}
+
 int sl_job_report(const sl_job_stats *st, const sl_job_opts *o, const char *command, bool quiet,
 		  const char *backend)
 {
@@ -681,6 +687,9 @@ int sl_job_report(const sl_job_stats *st, const sl_job_opts *o, const char *comm
 	sl_jset_real(j, "prefill_s", st->prefill_s, &e);
 	sl_jset_real(j, "decode_s", st->decode_s, &e);
 	sl_jset_real(j, "throughput_tok_s", tput, &e);
+	sl_jset(j, "predicted_throughput_tok_s", pred_real(st, st->pred_tok_s), &e);
+	sl_jset(j, "predicted_prefill_s", pred_real(st, st->pred_prefill_s), &e);
+	sl_jset(j, "predicted_decode_s", pred_real(st, st->pred_decode_s), &e);
 	sl_jset_real(j, "compute_s", f->compute_s, &e);
 	sl_jset_real(j, "io_s", f->io_s, &e);
 	sl_jset_real(j, "stall_s", f->stall_s, &e);

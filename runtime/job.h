@@ -33,6 +33,10 @@ typedef struct sl_job_stats {
 	long tokens;
 	double wall_s, prefill_s, decode_s;
 	sl_offload_stats off; /* of prefill + decode */
+	/* the cost model's prediction of the blocks run, set by the caller
+	 * (predicted false: none, written as null) */
+	bool predicted;
+	double pred_tok_s, pred_prefill_s, pred_decode_s;
 } sl_job_stats;
 
 /* Generation; ps lines in input order; out opened by the caller. */

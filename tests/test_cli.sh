@@ -1221,5 +1221,94 @@ else
 	bad "--cpu-gemm openblas: $(cat "$tmp/inv-ob.err")"
 fi
 
+# ---- the cost model's prediction beside the measurement (issue 13):
+# --profile FILE gives bench's table and --json, and the --stats of generate
+# and score, the predicted times of the run; null without a profile
+"$sluice" profile --quick --backend cpu --json "$tmp/ca-prof.json" >/dev/null || bad "profile --quick --json"
+ca=(--dummy opt-125m --backend cpu)
+cab=(bench "${ca[@]}" --prompt-len 16 --gen-len 4 --batch 2)
+"$sluice" "${cab[@]}" --profile "$tmp/ca-prof.json" --json >"$tmp/ca-b1.json" || bad "bench --profile --json failed"
+"$sluice" "${cab[@]}" --json >"$tmp/ca-b0.json" || bad "bench --json failed"
+"$sluice" "${cab[@]}" --profile "$tmp/ca-prof.json" >"$tmp/ca-b1.txt" || bad "bench --profile failed"
+if python3 - "$tmp/ca-b1.json" "$tmp/ca-b0.json" "$tmp/ca-prof.json" <<'PY'; then ok; else bad "bench predicted_*: $(cat "$tmp/ca-b1.json" "$tmp/ca-b0.json")"; fi
+import json, sys
+p, n = (json.load(open(f)) for f in sys.argv[1:3])
+res = ("compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write")
+for k in ("predicted_throughput_tok_s", "predicted_prefill_s", "predicted_decode_s"):
+    assert isinstance(p[k], float) and p[k] > 0, (k, p[k])
+    assert n[k] is None, (k, n[k])
+# the prediction is of the run measured: its tokens over its two phases
+want = p["batch"] * p["gen_len"] / (p["predicted_prefill_s"] + p["predicted_decode_s"])
+assert abs(p["predicted_throughput_tok_s"] - want) <= 1e-6 * want, (p, want)
+assert p["predicted_prefill_bottleneck"] in res and p["predicted_decode_bottleneck"] in res, p
+assert n["predicted_prefill_bottleneck"] is None and n["predicted_decode_bottleneck"] is None, n
+assert p["profile"] == sys.argv[3] and n["profile"] is None, (p["profile"], n["profile"])
+assert (p["gpu_batch_size"], p["num_gpu_batches"]) == (2, 1), p
+PY
+if grep -qE "^  predicted  +[0-9.]+ tokens/s  \(measured / predicted [0-9.]+; prefill [0-9.]+ s, bound by [a-z0-9_]+; decode [0-9.]+ s, bound by [a-z0-9_]+; profile " \
+	"$tmp/ca-b1.txt"; then ok; else bad "bench table lacks the predicted line: $(cat "$tmp/ca-b1.txt")"; fi
+"$sluice" "${cab[@]}" >"$tmp/ca-b0.txt" || bad "bench failed"
+if grep -q "throughput" "$tmp/ca-b0.txt" && ! grep -q "predicted" "$tmp/ca-b0.txt"; then ok; else bad "bench table without a profile: $(cat "$tmp/ca-b0.txt")"; fi
+# a job: 5 prompts of 3, 6, 9, 5, 8 tokens, 2 to 6 new tokens (score: as many
+# continuation tokens); in blocks of 2 its blocks are (2 sequences, longest
+# prompt 6, 3 new), (2, 9, 5) and (1, 8, 6): the --stats prediction is the
+# sum of bench's predictions of those three shapes, over the blocks run
+python3 - "$tmp/ca-gen.jsonl" "$tmp/ca-score.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as g, open(sys.argv[2], "w") as s:
+    for i in range(5):
+        ids = [10 + 7 * i + k for k in range(3 + (3 * i) % 7)]
+        g.write(json.dumps({"id": i, "input_ids": ids, "max_new_tokens": 2 + i}) + "\n")
+        s.write(json.dumps({"id": i, "input_ids": ids, "continuation_ids": [40 + k for k in range(2 + i)]}) + "\n")
+PY
+for shape in "2 6 3" "2 9 5" "1 8 6"; do
+	set -- $shape
+	"$sluice" bench "${ca[@]}" --batch "$1" --prompt-len "$2" --gen-len "$3" --profile "$tmp/ca-prof.json" --json \
+		>"$tmp/ca-blk-$1-$2-$3.json" || bad "bench of block shape $shape failed"
+done
+for c in generate score; do
+	if [ $c = generate ]; then in=(--prompts "$tmp/ca-gen.jsonl"); else in=(--input "$tmp/ca-score.jsonl"); fi
+	cj=($c "${ca[@]}" "${in[@]}" --quiet --batch-size 2)
+	"$sluice" "${cj[@]}" --profile "$tmp/ca-prof.json" --out "$tmp/ca-$c.out" --stats "$tmp/ca-$c.st" ||
+		bad "$c --profile failed"
+	"$sluice" "${cj[@]}" --out "$tmp/ca-$c.ref" --stats "$tmp/ca-$c.st0" || bad "$c without a profile failed"
+	"$sluice" "${cj[@]}" --profile "$tmp/ca-prof.json" --shard 1/2 --out "$tmp/ca-$c.sh" --stats "$tmp/ca-$c.sh.st" ||
+		bad "$c --shard 1/2 --profile failed"
+	SLUICE_TEST_FAIL_AFTER_BLOCKS=1 "$sluice" "${cj[@]}" --out "$tmp/ca-$c.res" 2>/dev/null && bad "$c: no fault injected"
+	"$sluice" "${cj[@]}" --profile "$tmp/ca-prof.json" --resume --out "$tmp/ca-$c.res" --stats "$tmp/ca-$c.res.st" ||
+		bad "$c --resume --profile failed"
+	if python3 - "$tmp" "$c" <<'PY'; then ok; else bad "$c --stats predictions: $(cat "$tmp/ca-$c.st")"; fi
+import json, os, sys
+tmp, c = sys.argv[1:3]
+ld = lambda f: json.load(open(os.path.join(tmp, f)))
+blk = [ld("ca-blk-%s.json" % s) for s in ("2-6-3", "2-9-5", "1-8-6")]
+out = [json.loads(l) for l in open(os.path.join(tmp, "ca-%s.out" % c))]
+assert [o["id"] for o in out] == list(range(5)), out
+assert open(os.path.join(tmp, "ca-%s.res" % c)).read() == open(os.path.join(tmp, "ca-%s.out" % c)).read()
+def check(st, blocks):
+    pf = sum(b["predicted_prefill_s"] for b in blocks)
+    dc = sum(b["predicted_decode_s"] for b in blocks)
+    tok = sum(b["batch"] * b["gen_len"] for b in blocks)
+    close = lambda x, y: abs(x - y) <= 1e-9 * max(abs(y), 1e-300)
+    assert close(st["predicted_prefill_s"], pf) and close(st["predicted_decode_s"], dc), (st, pf, dc)
+    assert close(st["predicted_throughput_tok_s"], tok / (pf + dc)), (st, tok / (pf + dc))
+check(ld("ca-%s.st" % c), blk)
+check(ld("ca-%s.sh.st" % c), blk[1:2])   # the shard's one block
+check(ld("ca-%s.res.st" % c), blk[1:])   # the blocks after the resumed one
+st0 = ld("ca-%s.st0" % c)
+for k in ("predicted_throughput_tok_s", "predicted_prefill_s", "predicted_decode_s"):
+    assert st0[k] is None, (k, st0)
+PY
+done
+# a missing, malformed or other backend's profile: one line, exit 2, no output
+expect_exit "--profile missing" 2 "$tmp/nope.json" -- generate "${ca[@]}" --prompts "$tmp/ca-gen.jsonl" \
+	--profile "$tmp/nope.json" --out "$tmp/ca-x1.out"
+printf '{"format": "sluice-profile"\n' >"$tmp/ca-bad.json"
+expect_exit "--profile malformed" 2 "ca-bad.json" -- bench "${ca[@]}" --profile "$tmp/ca-bad.json"
+sed 's/"backend": "cpu"/"backend": "cuda"/' "$tmp/ca-prof.json" >"$tmp/ca-cuda.json"
+expect_exit "--profile of another backend" 2 "ca-cuda.json: a profile of the cuda backend; this run is on cpu" -- \
+	score "${ca[@]}" --input "$tmp/ca-score.jsonl" --profile "$tmp/ca-cuda.json" --out "$tmp/ca-x3.out" --stats "$tmp/ca-x3.st"
+if [ -e "$tmp/ca-x1.out" ] || [ -e "$tmp/ca-x3.out" ] || [ -e "$tmp/ca-x3.out.partial" ]; then bad "output left behind"; else ok; fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -8,6 +8,7 @@
 #define SL_CLI_H
 
 #include "backend.h"
+#include "cost.h"
 #include "job.h"
 #include "model.h"
 #include "policy.h"
@@ -51,12 +52,16 @@ typedef struct common_opts {
 	sl_policy policy;
 	bool policy_given; /* a policy file or flag: its batch is the block size */
 	const char *offload_dir;
+	/* --profile FILE: the hardware profile the predictions and --policy
+	 * auto's search read (loaded as the option is parsed) */
+	const char *profile_path;
+	sl_profile profile;
 } common_opts;
 
 enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,
        OPT_PROMPT_LEN, OPT_GEN_LEN, OPT_QUIET, OPT_SEED, OPT_KV_DTYPE, OPT_POLICY, OPT_PERCENT,
        OPT_GBS, OPT_NGB, OPT_OFFLOAD_DIR, OPT_CPU_MEM, OPT_NO_OVERLAP, OPT_CPU_CACHE_COMPUTE,
-       OPT_HH_RATIO, OPT_RECENT_RATIO, OPT_CPU_GEMM };
+       OPT_HH_RATIO, OPT_RECENT_RATIO, OPT_CPU_GEMM, OPT_PROFILE };
 
 #define COMMON_LONG_OPTS                                                                   \
 	{ "model", required_argument, 0, 'm' }, { "dummy", required_argument, 0, OPT_DUMMY }, \
@@ -74,7 +79,8 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 		{ "no-overlap", no_argument, 0, OPT_NO_OVERLAP },                              \
 		{ "cpu-cache-compute", no_argument, 0, OPT_CPU_CACHE_COMPUTE },                \
 		{ "hh-ratio", required_argument, 0, OPT_HH_RATIO },                            \
-		{ "recent-ratio", required_argument, 0, OPT_RECENT_RATIO }
+		{ "recent-ratio", required_argument, 0, OPT_RECENT_RATIO },                    \
+		{ "profile", required_argument, 0, OPT_PROFILE }
 
 #define COMMON_HELP                                                                          \
 	"  --model DIR          Hugging Face OPT checkpoint (config.json + safetensors)\n"  \
@@ -99,7 +105,9 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 	"  --cpu-cache-compute  decode attention over the host-tier KV cache where it\n"   \
 	"                       lives, on the CPU, without copying the cache\n"            \
 	"  --hh-ratio H         H2O: keep floor(H x prompt) heavy-hitter tokens (0: off)\n" \
-	"  --recent-ratio R     H2O: and floor(R x prompt) recent ones (default: H)\n"
+	"  --recent-ratio R     H2O: and floor(R x prompt) recent ones (default: H)\n"      \
+	"  --profile FILE       a hardware profile (sluice profile --json): the run's\n"    \
+	"                       predicted times beside the measured ones\n"
 
 void common_init(common_opts *o);
 bool common_opt(const char *cmd, int c, common_opts *o);
@@ -113,6 +121,16 @@ int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_plan_p
 void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
 		 const sl_plan_params *pp);
 void fmt_bytes(size_t n, char *buf, size_t len);
+
+/* ---- predictions (cli_auto.c) ------------------------------------------ */
+
+/* The profile for this run on the backend named backend: --profile's
+ * (checked to be that backend's; *have false when none). */
+int cli_profile(const common_opts *o, const char *backend, sl_profile *prof, bool *have);
+/* The prediction of a job of pp's workload (pp->max_seq sequences,
+ * prompt_len, gen_len) under prof. */
+int predict_run(const sl_opt_config *cfg, const sl_plan_params *pp, bool dev_is_host,
+		const sl_profile *prof, int prompt_len, int gen_len, sl_cost *out);
 
 /* ---- generate and score (cli_job.c) ----------------------------------- */
 

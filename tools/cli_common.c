@@ -155,6 +155,13 @@ bool common_opt(const char *cmd, int c, common_opts *o)
 		o->policy_given = true;
 		return true;
 	}
+	case OPT_PROFILE: {
+		int rc = sl_profile_load(optarg, &o->profile);
+		if (rc < 0)
+			die(rc);
+		o->profile_path = optarg;
+		return true;
+	}
 	case OPT_PERCENT: {
 		/* six numbers: this argument and the five after it */
 		const char *v[6] = { optarg };

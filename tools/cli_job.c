@@ -4,6 +4,7 @@
  * interruption or a failure leaves in the output.
  */
 #include "cli.h"
+#include "cost.h"
 #include "jsonl.h"
 
 #include <signal.h>
@@ -87,6 +88,72 @@ static int fit_prompts(sl_prompts *ps, const char *in, int max_pos, bool truncat
 	return 0;
 }
 
+/* A line's new tokens: generate's max_new_tokens, score's continuation. */
+static int line_gen(const job_cli *j, const sl_prompt *p, bool score)
+{
+	return score ? p->ncont : (p->max_new ? p->max_new : j->jo.max_new);
+}
+
+/* The prediction of a block of ns sequences whose longest prompt is mp
+ * tokens and whose longest generation g (within the model's positions). */
+static int block_cost(const job_cli *j, const sl_opt_config *cfg, bool dev_is_host,
+		      const sl_profile *prof, int ns, int mp, int g, sl_cost *c)
+{
+	g = SL_MAX(1, SL_MIN(g, cfg->max_pos - mp));
+	const sl_plan_params pp = job_plan(&j->co, ns, ns * (mp + g), mp + g, mp);
+	return predict_run(cfg, &pp, dev_is_host, prof, mp, g, c);
+}
+
+/*
+ * The cost model's prediction of the blocks the job ran (this shard's,
+ * after the resumed ones): each block predicted with its own sequences,
+ * longest prompt and most new tokens (block_cost), and summed; the
+ * throughput is the predicted tokens (each block's sequences x its new
+ * tokens) over the predicted seconds.  Consecutive blocks of one shape are
+ * predicted once.
+ */
+static int predict_job(const job_cli *j, const sl_opt_config *cfg, bool dev_is_host,
+		       const sl_profile *prof, const sl_prompts *ps, bool score, sl_job_stats *st)
+{
+	const sl_job_opts *o = &j->jo;
+	const int batch = o->batch;
+	int skip = st->resumed_lines, kns = -1, kp = -1, kg = -1;
+	double prefill = 0, decode = 0, tokens = 0;
+	sl_cost c = { 0 };
+	for (int b = 0; b * batch < ps->n; b++) {
+		if (o->shard_n > 1 && b % o->shard_n != o->shard_k)
+			continue;
+		const int first = b * batch, count = SL_MIN(batch, ps->n - first);
+		if (skip > 0) { /* resumed blocks are whole */
+			skip -= count;
+			continue;
+		}
+		int ns = 0, mp = 0, g = 0;
+		for (int i = first; i < first + count; i++) {
+			const sl_prompt *p = &ps->p[i];
+			if (p->error)
+				continue;
+			ns++;
+			mp = SL_MAX(mp, p->n);
+			g = SL_MAX(g, line_gen(j, p, score));
+		}
+		if (!ns)
+			continue;
+		if (ns != kns || mp != kp || g != kg) {
+			SL_TRY(block_cost(j, cfg, dev_is_host, prof, ns, mp, g, &c));
+			kns = ns, kp = mp, kg = g;
+		}
+		prefill += c.prefill.seconds;
+		decode += c.decode.seconds;
+		tokens += (double)ns * c.gen_len;
+	}
+	st->predicted = true;
+	st->pred_prefill_s = prefill;
+	st->pred_decode_s = decode;
+	st->pred_tok_s = prefill + decode > 0 ? tokens / (prefill + decode) : 0;
+	return 0;
+}
+
 int run_job(const char *cmd, job_cli *j, bool score)
 {
 	if (!j->in || !j->out)
@@ -149,18 +216,30 @@ int run_job(const char *cmd, job_cli *j, bool score)
 		sl_tokenizer_free(tok);
 		return 0;
 	}
-	int max_len = 1, max_prompt = 1;
+	int max_len = 1, max_prompt = 1, max_gen = 1;
 	for (int i = 0; i < ps.n; i++) {
 		const sl_prompt *p = &ps.p[i];
 		if (p->error)
 			continue;
-		int extra = score ? p->ncont : (p->max_new ? p->max_new : j->jo.max_new);
+		int extra = line_gen(j, p, score);
 		max_len = SL_MAX(max_len, p->n + extra);
 		max_prompt = SL_MAX(max_prompt, p->n);
+		max_gen = SL_MAX(max_gen, extra);
 	}
+	if ((rc = make_backend(&j->co, &be)) < 0)
+		goto fail;
+	/* a profile at hand predicts the run (never measured for it) */
+	sl_profile prof;
+	bool have_prof = false;
+	if (j->stats && (rc = cli_profile(&j->co, be->ops->name, &prof, &have_prof)) < 0)
+		goto fail;
 	const int nseq = SL_MIN(j->jo.batch, ps.n);
 	const sl_plan_params pp = job_plan(&j->co, nseq, nseq * max_len, max_len, max_prompt);
 	if ((rc = check_budget(&j->co, &cfg, &pp)) < 0)
+		goto fail;
+	sl_cost pc; /* the largest block's shape, before compute */
+	if (have_prof && (rc = block_cost(j, &cfg, be->ops->dev_is_host, &prof, nseq, max_prompt,
+					  max_gen, &pc)) < 0)
 		goto fail;
 	if ((rc = open_model(&j->co, &cfg, &pp, &be, &m)) < 0) {
 		budget_hint(rc, &j->co, &cfg, be, &pp);
@@ -173,6 +252,10 @@ int run_job(const char *cmd, job_cli *j, bool score)
 		budget_hint(rc, &j->co, &cfg, be, &pp);
 		goto fail;
 	}
+	/* the shapes were predicted before compute: a failure here leaves
+	 * the prediction out (null), never the job's output */
+	if (have_prof && predict_job(j, &cfg, be->ops->dev_is_host, &prof, &ps, score, &st) < 0)
+		st.predicted = false;
 	sl_output_close(out, false);
 	out = NULL;
 	rc = sl_job_report(&st, &j->jo, cmd, j->quiet, be->ops->name);

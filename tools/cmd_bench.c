@@ -3,12 +3,14 @@
  * short warm-up, with the offload breakdown; a table or one JSON object.
  */
 #include "cli.h"
+#include "cost.h"
 #include "cpu/cpu_backend.h"
 #include "generate.h"
 #include "profile_measure.h"
 #include "sl_config.h"
 #include "sl_json.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,9 @@ static const char bench_help[] =
 	"  --batch B            default 8; 'max': the largest batch the budgets hold\n"
 	"                       (--gpu-mem, --cpu-mem), found by allocating, then run\n"
 	"  --seed S             prompt ids (default 1)\n"
-	"  --json               one JSON object on stdout instead of the table\n" EXIT_HELP;
+	"  --json               one JSON object on stdout instead of the table\n"
+	"With a profile (--profile) the cost model's prediction of\n"
+	"the same run is printed beside the measurement.\n" EXIT_HELP;
 
 /* A JSON string of any bytes (a path, a truncated name): ill-formed
  * UTF-8 repaired, never a NULL that drops the field. */
@@ -139,11 +143,19 @@ static int max_batch(const bench_opts *o, const sl_opt_config *c, bool dev_is_ho
 	return lo;
 }
 
+/* The prediction of the run (a profile at hand) or none. */
+typedef struct bench_pred {
+	bool have;
+	sl_profile prof;
+	sl_cost cost;
+} bench_pred;
+
 /* The backend and the model under the budgets, after the checks that need
- * no weights; --batch max resolved to the largest batch that fits.  bcfg
- * and pp are what budget_hint needs later. */
+ * no weights; --batch max resolved to the largest batch that fits, the
+ * run predicted where a profile is at hand.
+ * bcfg and pp are what budget_hint needs later. */
 static void bench_open(bench_opts *o, sl_opt_config *bcfg, sl_plan_params *pp, sl_backend **be,
-		       sl_model **m)
+		       sl_model **m, bench_pred *pr)
 {
 	const common_opts *co = &o->co;
 	const int plen = o->plen, glen = o->glen;
@@ -173,6 +185,12 @@ static void bench_open(bench_opts *o, sl_opt_config *bcfg, sl_plan_params *pp, s
 	}
 	*pp = bench_plan(o, o->batch);
 	if (!o->batch_max && (rc = check_budget(co, bcfg, pp)) < 0)
+		die(rc);
+	/* the prediction first: it is arithmetic, and a profile that does not
+	 * suit is found before anything loads */
+	if ((rc = cli_profile(co, (*be)->ops->name, &pr->prof, &pr->have)) < 0 ||
+	    (pr->have && (rc = predict_run(bcfg, pp, (*be)->ops->dev_is_host, &pr->prof, plen, glen,
+					   &pr->cost)) < 0))
 		die(rc);
 	if ((rc = open_model(co, bcfg, pp, be, m)) < 0) {
 		budget_hint(rc, co, bcfg, *be, pp);
@@ -310,9 +328,15 @@ static void bench_measure(const bench_opts *o, sl_backend *be, sl_model *m,
 	free(npad);
 }
 
+/* A predicted number, or null (no profile; a rate the profile lacks). */
+static json_t *json_pred(const sl_cost *pc, double v)
+{
+	return pc && isfinite(v) ? json_real(v) : json_null();
+}
+
 /* The run as one JSON object on stdout. */
 static void bench_print_json(const bench_opts *o, const sl_backend *be, const sl_model *m,
-			     const bench_result *r)
+			     const bench_result *r, const bench_pred *pr)
 {
 	const common_opts *co = &o->co;
 	const sl_opt_config *cfg = &m->cfg;
@@ -329,6 +353,10 @@ static void bench_print_json(const bench_opts *o, const sl_backend *be, const sl
 	sl_jset(j, "prompt_len", json_integer(o->plen), &e);
 	sl_jset(j, "gen_len", json_integer(o->glen), &e);
 	sl_jset(j, "batch", json_integer(o->batch), &e);
+	/* the micro-batches the run plan made of the batch */
+	const int gs = m->plan.gs > 0 ? m->plan.gs : o->batch;
+	sl_jset(j, "gpu_batch_size", json_integer(gs), &e);
+	sl_jset(j, "num_gpu_batches", json_integer((o->batch + gs - 1) / gs), &e);
 	const sl_policy *pp = &co->policy;
 	sl_jset_real(j, "w_gpu_percent", pp->w_gpu_percent, &e);
 	sl_jset_real(j, "w_cpu_percent", pp->w_cpu_percent, &e);
@@ -345,6 +373,16 @@ static void bench_print_json(const bench_opts *o, const sl_backend *be, const sl
 	sl_jset_real(j, "decode_s", r->decode_s, &e);
 	sl_jset_real(j, "wall_s", r->wall, &e);
 	sl_jset_real(j, "throughput_tok_s", r->tput, &e);
+	const sl_cost *pc = pr->have ? &pr->cost : NULL;
+	sl_jset(j, "predicted_throughput_tok_s", json_pred(pc, pc ? pc->tok_s : 0), &e);
+	sl_jset(j, "predicted_prefill_s", json_pred(pc, pc ? pc->prefill.seconds : 0), &e);
+	sl_jset(j, "predicted_decode_s", json_pred(pc, pc ? pc->decode.seconds : 0), &e);
+	sl_jset(j, "predicted_prefill_bottleneck",
+		pc ? json_string(sl_res_name[pc->prefill.bottleneck]) : json_null(), &e);
+	sl_jset(j, "predicted_decode_bottleneck",
+		pc ? json_string(sl_res_name[pc->decode.bottleneck]) : json_null(), &e);
+	sl_jset(j, "profile", !pc ? json_null() : co->profile_path ? json_text(co->profile_path)
+								: json_string("cached"), &e);
 	sl_jset_real(j, "compute_s", f->compute_s, &e);
 	sl_jset_real(j, "io_s", f->io_s, &e);
 	sl_jset_real(j, "stall_s", f->stall_s, &e);
@@ -387,7 +425,7 @@ static void bench_print_json(const bench_opts *o, const sl_backend *be, const sl
 /* The run as a table on stdout; the offload breakdown when anything is
  * off the device. */
 static void bench_print_table(const bench_opts *o, const sl_backend *be, const sl_model *m,
-			      const bench_result *r)
+			      const bench_result *r, const bench_pred *pr)
 {
 	const common_opts *co = &o->co;
 	const sl_opt_config *cfg = &m->cfg;
@@ -409,6 +447,13 @@ static void bench_print_table(const bench_opts *o, const sl_backend *be, const s
 		printf("  CPU kernels     %s%s%s; GEMM: sluice's own (batch invariant)\n", kernels,
 		       kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "");
 	printf("  throughput      %10.2f tokens/s\n", r->tput);
+	if (pr->have) {
+		const sl_cost *pc = &pr->cost;
+		printf("  predicted       %10.2f tokens/s  (measured / predicted %.2f; prefill %.3f s, bound by %s; decode %.3f s, bound by %s; profile %s)\n",
+		       pc->tok_s, pc->tok_s > 0 ? r->tput / pc->tok_s : 0, pc->prefill.seconds,
+		       sl_res_name[pc->prefill.bottleneck], pc->decode.seconds,
+		       sl_res_name[pc->decode.bottleneck], co->profile_path ? co->profile_path : "cached");
+	}
 	printf("  prefill         %10.3f s   (GEMM %.1f GFLOP/s)\n", r->prefill_s, r->pf_gflops);
 	printf("  decode          %10.3f s   (%d step%s; weights streamed at %.2f GB/s, %.2f GB/s within the GEMMs)\n",
 	       r->decode_s, glen - 1, glen - 1 == 1 ? "" : "s", r->dc_gbps, r->dc_gemm_gbps);
@@ -448,13 +493,14 @@ int cmd_bench(int argc, char **argv)
 	sl_plan_params pp;
 	sl_backend *be = NULL;
 	sl_model *m = NULL;
-	bench_open(&o, &bcfg, &pp, &be, &m);
+	bench_pred pr;
+	bench_open(&o, &bcfg, &pp, &be, &m, &pr);
 	bench_result r;
 	bench_measure(&o, be, m, &bcfg, &pp, &r);
 	if (o.json)
-		bench_print_json(&o, be, m, &r);
+		bench_print_json(&o, be, m, &r, &pr);
 	else
-		bench_print_table(&o, be, m, &r);
+		bench_print_table(&o, be, m, &r, &pr);
 	sl_model_free(m);
 	sl_backend_free(be);
 	return 0;
