@@ -1310,5 +1310,77 @@ expect_exit "--profile of another backend" 2 "ca-cuda.json: a profile of the cud
 	score "${ca[@]}" --input "$tmp/ca-score.jsonl" --profile "$tmp/ca-cuda.json" --out "$tmp/ca-x3.out" --stats "$tmp/ca-x3.st"
 if [ -e "$tmp/ca-x1.out" ] || [ -e "$tmp/ca-x3.out" ] || [ -e "$tmp/ca-x3.out.partial" ]; then bad "output left behind"; else ok; fi
 
+# ---- --policy auto (issue 13): the search with the job's shapes and
+# budgets first, its choice in one line on stderr, then the job run whole
+# under it; nothing fitting is the search's one line, exit 2
+if "$sluice" "${cab[@]}" --policy auto --profile "$tmp/ca-prof.json" --json >"$tmp/ca-ba.json" 2>"$tmp/ca-ba.err" &&
+	python3 - "$tmp/ca-ba.json" "$tmp/ca-ba.err" <<'PY'; then ok; else bad "bench --policy auto: $(cat "$tmp/ca-ba.err" "$tmp/ca-ba.json")"; fi
+import json, re, sys
+b = json.load(open(sys.argv[1]))
+err = open(sys.argv[2]).read().splitlines()
+assert len(err) == 1, err
+m = re.fullmatch(r"sluice: policy auto: --gpu-batch-size (\d+) --num-gpu-batches (\d+) --percent (\S+) (\S+) (\S+) (\S+) (\S+) (\S+)(.*): predicted ([0-9.e+]+) tok/s \(prompt 16, gen 4; .*\)", err[0])
+assert m, err[0]
+gbs, ngb = int(m.group(1)), int(m.group(2))
+# --batch caps the block; the run is the choice
+assert b["batch"] == gbs * ngb <= 2, (b["batch"], gbs, ngb)
+assert (b["gpu_batch_size"], b["num_gpu_batches"]) == (gbs, ngb), b
+pct = [float(m.group(i)) for i in range(3, 9)]
+assert pct == [b[k] for k in ("w_gpu_percent", "w_cpu_percent", "cache_gpu_percent", "cache_cpu_percent",
+                              "act_gpu_percent", "act_cpu_percent")], (pct, b)
+assert b["overlap"] == ("--no-overlap" not in m.group(9)), b
+assert b["cpu_cache_compute"] == ("--cpu-cache-compute" in m.group(9)), b
+assert b["predicted_throughput_tok_s"] > 0, b
+PY
+for c in generate score; do
+	if [ $c = generate ]; then in=(--prompts "$tmp/ca-gen.jsonl"); else in=(--input "$tmp/ca-score.jsonl"); fi
+	"$sluice" $c "${ca[@]}" "${in[@]}" --policy auto --profile "$tmp/ca-prof.json" --out "$tmp/ca-$c.auto" \
+		--stats "$tmp/ca-$c.auto.st" 2>"$tmp/ca-$c.err" || bad "$c --policy auto failed: $(cat "$tmp/ca-$c.err")"
+	if grep -qE "^sluice: policy auto: --gpu-batch-size [0-9]+ --num-gpu-batches [0-9]+ --percent .*: predicted [0-9.e+]+ tok/s \(prompt 9, gen 6; " \
+		"$tmp/ca-$c.err"; then ok; else bad "$c --policy auto: no choice line: $(cat "$tmp/ca-$c.err")"; fi
+	if python3 - "$tmp/ca-$c.auto" "$tmp/ca-$c.ref" "$tmp/ca-$c.auto.st" <<'PY'; then ok; else bad "$c --policy auto output or stats: $(cat "$tmp/ca-$c.auto.st")"; fi
+import json, sys
+out, ref = ([json.loads(l) for l in open(f)] for f in sys.argv[1:3])
+assert [o["id"] for o in out] == list(range(5)), out
+for o, r in zip(out, ref):
+    if "output_ids" in r:
+        assert len(o["output_ids"]) == len(r["output_ids"]), (o, r)
+    else:
+        assert len(o["logprobs"]) == len(r["logprobs"]), (o, r)
+st = json.load(open(sys.argv[3]))
+assert st["done"] == 5 and st["predicted_throughput_tok_s"] > 0, st
+PY
+done
+# policy flags pin their fields; --quiet says nothing
+"$sluice" generate "${ca[@]}" --prompts "$tmp/ca-gen.jsonl" --policy auto --profile "$tmp/ca-prof.json" \
+	--percent 0 100 0 100 100 0 --no-overlap --out "$tmp/ca-pin.out" 2>"$tmp/ca-pin.err" || bad "--policy auto --percent failed"
+if grep -qE "^sluice: policy auto: .*--percent 0 100 0 100 100 0 --no-overlap" "$tmp/ca-pin.err"; then ok; else bad "--policy auto did not keep the pinned fields: $(cat "$tmp/ca-pin.err")"; fi
+"$sluice" score "${ca[@]}" --input "$tmp/ca-score.jsonl" --policy auto --profile "$tmp/ca-prof.json" --quiet \
+	--out "$tmp/ca-q.out" 2>"$tmp/ca-q.err" || bad "--policy auto --quiet failed"
+if [ -s "$tmp/ca-q.err" ]; then bad "--policy auto --quiet wrote: $(cat "$tmp/ca-q.err")"; else ok; fi
+# --hh-ratio fixes the H2O budget the search keeps
+"$sluice" "${cab[@]}" --policy auto --hh-ratio 0.25 --profile "$tmp/ca-prof.json" --json >"$tmp/ca-hh.json" \
+	2>"$tmp/ca-hh.err" || bad "--policy auto --hh-ratio failed: $(cat "$tmp/ca-hh.err")"
+if grep -qE "^sluice: policy auto: .* --hh-ratio 0.25 --recent-ratio 0.25" "$tmp/ca-hh.err" &&
+	python3 -c "import json,sys; b=json.load(open(sys.argv[1])); assert b['hh_ratio'] == 0.25, b" "$tmp/ca-hh.json"; then
+	ok
+else
+	bad "--policy auto --hh-ratio: $(cat "$tmp/ca-hh.err")"
+fi
+# without --profile it measures one first, and predicts with it
+"$sluice" generate "${ca[@]}" --prompts "$tmp/ca-gen.jsonl" --policy auto --out "$tmp/ca-m.out" --stats "$tmp/ca-m.st" \
+	2>"$tmp/ca-m.err" || bad "--policy auto without a profile failed: $(cat "$tmp/ca-m.err")"
+if grep -qE "^sluice: policy auto: .*; profile measured\)$" "$tmp/ca-m.err" &&
+	python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['predicted_decode_s'] > 0 and s['done'] == 5, s" "$tmp/ca-m.st"; then
+	ok
+else
+	bad "--policy auto without a profile: $(cat "$tmp/ca-m.err")"
+fi
+expect_exit "--policy auto: nothing fits" 2 "smallest" -- generate "${ca[@]}" --prompts "$tmp/ca-gen.jsonl" --quiet \
+	--policy auto --profile "$tmp/ca-prof.json" --gpu-mem 1K --out "$tmp/ca-x2.out"
+if [ -e "$tmp/ca-x2.out" ] || [ -e "$tmp/ca-x2.out.partial" ]; then bad "output left behind"; else ok; fi
+expect_exit "--policy auto with --batch max" 2 "--policy auto chooses the batch" -- bench "${ca[@]}" \
+	--policy auto --batch max --gpu-mem 1G
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

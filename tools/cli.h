@@ -12,6 +12,7 @@
 #include "job.h"
 #include "model.h"
 #include "policy.h"
+#include "search.h"
 
 #include <getopt.h>
 #include <stdbool.h>
@@ -56,6 +57,12 @@ typedef struct common_opts {
 	 * auto's search read (loaded as the option is parsed) */
 	const char *profile_path;
 	sl_profile profile;
+	/* --policy auto: the search chooses the policy for the job's shapes;
+	 * the policy flags given pin their fields ("field=value") */
+	bool policy_auto;
+	int nfix;
+	char fix[SL_SEARCH_MAX_FIX][48];
+	bool hh_given; /* --hh-ratio: the search keeps it (SL_H2O_FIXED) */
 } common_opts;
 
 enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,
@@ -96,6 +103,9 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 	"  --cpu-mem BYTES      cap on pinned host memory, above 0 (e.g. 64G)\n"            \
 	"  --policy FILE        placement and batching policy (JSON; docs/policy.md);\n"   \
 	"                       flags after it override its fields\n"                       \
+	"  --policy auto        the policy search chooses one for this job's shapes and\n"  \
+	"                       budgets, says it on stderr and runs it; policy flags\n"      \
+	"                       pin their fields\n"                                          \
 	"  --percent WG WC CG CC AG AC  FlexGen's six placement percentages (weights,\n"  \
 	"                       cache, activations on GPU and CPU; the rest on disk)\n"     \
 	"  --gpu-batch-size N, --num-gpu-batches N  the policy's block: N x N prompts\n"   \
@@ -107,7 +117,8 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 	"  --hh-ratio H         H2O: keep floor(H x prompt) heavy-hitter tokens (0: off)\n" \
 	"  --recent-ratio R     H2O: and floor(R x prompt) recent ones (default: H)\n"      \
 	"  --profile FILE       a hardware profile (sluice profile --json): the run's\n"    \
-	"                       predicted times beside the measured ones\n"
+	"                       predicted times beside the measured ones, and --policy\n"   \
+	"                       auto's search (which measures one where none is given)\n"
 
 void common_init(common_opts *o);
 bool common_opt(const char *cmd, int c, common_opts *o);
@@ -121,12 +132,27 @@ int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_plan_p
 void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
 		 const sl_plan_params *pp);
 void fmt_bytes(size_t n, char *buf, size_t len);
+/* The machine's memory (/proc/meminfo MemTotal; 0 when unknown): the
+ * budget a search assumes where none is given. */
+size_t default_mem_budget(void);
+/* Free bytes in the file system holding dir (statvfs; 0 when unknown). */
+size_t dir_free_bytes(const char *dir);
 
-/* ---- predictions (cli_auto.c) ------------------------------------------ */
+/* ---- predictions and --policy auto (cli_auto.c) ------------------------ */
 
 /* The profile for this run on the backend named backend: --profile's
- * (checked to be that backend's; *have false when none). */
-int cli_profile(const common_opts *o, const char *backend, sl_profile *prof, bool *have);
+ * (checked to be that backend's); else, when measure, one obtained for
+ * this machine (cached); else the cached one, if any (*have false when
+ * none).  Never measures unless measure. */
+int cli_profile(const common_opts *o, const char *backend, bool measure, sl_profile *prof,
+		bool *have);
+/* --policy auto: search with the job's shapes (its longest prompt and
+ * gen_len new tokens, at most max_batch sequences a block) and the
+ * options' budgets, under the profile cli_profile gives (measured when
+ * none), left in *prof; o->policy becomes the choice (policy_given), the
+ * choice is said on stderr unless quiet. */
+int policy_auto(common_opts *o, const sl_opt_config *cfg, const char *backend, int prompt_len,
+		int gen_len, int max_batch, bool quiet, sl_profile *prof);
 /* The prediction of a job of pp's workload (pp->max_seq sequences,
  * prompt_len, gen_len) under prof. */
 int predict_run(const sl_opt_config *cfg, const sl_plan_params *pp, bool dev_is_host,

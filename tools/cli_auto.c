@@ -1,15 +1,18 @@
 /*
  * cli_auto.c - the cost model on the command line: the profile a run
- * predicts with, and the prediction of a run (bench, and the --stats of
- * generate and score).
+ * predicts with, the prediction of a run (bench, and the --stats of
+ * generate and score), and --policy auto (the search before the run).
  */
 #include "cli.h"
 #include "cost.h"
+#include "profile_measure.h"
+#include "search.h"
 
 #include <stdio.h>
 #include <string.h>
 
-int cli_profile(const common_opts *o, const char *backend, sl_profile *prof, bool *have)
+int cli_profile(const common_opts *o, const char *backend, bool measure, sl_profile *prof,
+		bool *have)
 {
 	*have = false;
 	if (o->profile_path) {
@@ -19,7 +22,15 @@ int cli_profile(const common_opts *o, const char *backend, sl_profile *prof, boo
 				      o->profile_path, o->profile.backend, backend, backend);
 		*prof = o->profile;
 		*have = true;
+		return 0;
 	}
+	if (!measure)
+		return 0;
+	const sl_profile_opts po = { .backend = backend, .offload_dir = o->offload_dir,
+				     .threads = o->threads };
+	fprintf(stderr, "sluice: measuring this machine's profile for --policy auto (seconds; --profile FILE skips it)\n");
+	SL_TRY(sl_profile_run(&po, prof));
+	*have = true;
 	return 0;
 }
 
@@ -29,4 +40,66 @@ int predict_run(const sl_opt_config *cfg, const sl_plan_params *pp, bool dev_is_
 	sl_plan pl;
 	SL_TRY(sl_plan_make(cfg, pp, dev_is_host, &pl));
 	return sl_cost_eval(cfg, &pl, prof, prompt_len, gen_len, out);
+}
+
+/* The policy as the flags that give it, e.g. "--gpu-batch-size 8
+ * --num-gpu-batches 2 --percent 0 100 100 0 100 0". */
+static void policy_flags(const sl_policy *p, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "--gpu-batch-size %d --num-gpu-batches %d --percent %g %g %g %g %g %g",
+			 p->gpu_batch_size, p->num_gpu_batches, p->w_gpu_percent, p->w_cpu_percent,
+			 p->cache_gpu_percent, p->cache_cpu_percent, p->act_gpu_percent,
+			 p->act_cpu_percent);
+	if (n > 0 && (size_t)n < len && !p->overlap)
+		n += snprintf(buf + n, len - (size_t)n, " --no-overlap");
+	if (n > 0 && (size_t)n < len && p->cpu_cache_compute)
+		n += snprintf(buf + n, len - (size_t)n, " --cpu-cache-compute");
+	if (n > 0 && (size_t)n < len && p->hh_ratio > 0)
+		n += snprintf(buf + n, len - (size_t)n, " --hh-ratio %g --recent-ratio %g", p->hh_ratio,
+			      sl_policy_recent_ratio(p));
+	if (n > 0 && (size_t)n < len && !p->sep_layer)
+		snprintf(buf + n, len - (size_t)n, " (sep_layer false)");
+}
+
+int policy_auto(common_opts *o, const sl_opt_config *cfg, const char *backend, int prompt_len,
+		int gen_len, int max_batch, bool quiet, sl_profile *prof)
+{
+	bool have;
+	SL_TRY(cli_profile(o, backend, true, prof, &have));
+	const bool cpu = !strcmp(backend, "cpu");
+	const size_t mem = default_mem_budget();
+	sl_search_params sp = { .prompt_len = prompt_len, .gen_len = gen_len, .kv_f32 = o->kv_f32,
+				.max_batch = max_batch };
+	/* budgets: those given; else on the CPU backend the machine's memory
+	 * for its device tier, on CUDA the GPU's (the search's default); the
+	 * host the machine's memory; the disk the offload folder's free space */
+	sp.budget.device = o->gpu_mem ? o->gpu_mem : cpu ? mem : 0;
+	sp.budget.host = o->cpu_mem ? o->cpu_mem : mem;
+	sp.disk = o->offload_dir != NULL;
+	sp.budget.disk = sp.disk ? dir_free_bytes(o->offload_dir) : 0;
+	if (sp.disk && !sp.budget.disk)
+		return sl_err(SL_EINVAL, "--offload-dir %s: no free space (or not a folder)", o->offload_dir);
+	if (o->hh_given) {
+		sp.h2o = SL_H2O_FIXED;
+		sp.h2o_ratio = o->policy.hh_ratio;
+	}
+	sp.nfix = o->nfix;
+	for (int i = 0; i < o->nfix; i++)
+		sp.fix[i] = o->fix[i];
+	sl_choice best;
+	int nbest = 0;
+	long evaluated = 0;
+	SL_TRY(sl_search(cfg, prof, &sp, &best, 1, &nbest, &evaluated));
+	if (nbest < 1)
+		return sl_err(SL_EBUDGET, "--policy auto: no policy fits the budgets");
+	o->policy = best.pol;
+	o->policy_given = true;
+	if (!quiet) {
+		char flags[256];
+		policy_flags(&best.pol, flags, sizeof flags);
+		fprintf(stderr, "sluice: policy auto: %s: predicted %.3g tok/s (prompt %d, gen %d; %ld candidates; profile %s)\n",
+			flags, best.cost.tok_s, prompt_len, gen_len, evaluated,
+			o->profile_path ? o->profile_path : "measured");
+	}
+	return 0;
 }

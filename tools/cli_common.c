@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 /*
  * The exit status, one rule for every command (README "Exit status" and
@@ -134,6 +135,14 @@ void common_init(common_opts *o)
 	sl_policy_default(&o->policy);
 }
 
+/* A policy flag pins its field for --policy auto's search. */
+static void add_fix(const char *cmd, common_opts *o, const char *field, const char *value)
+{
+	if (o->nfix == SL_SEARCH_MAX_FIX)
+		usage_error(cmd, "more than %s policy flags", "32");
+	snprintf(o->fix[o->nfix++], sizeof o->fix[0], "%s=%.24s", field, value);
+}
+
 bool common_opt(const char *cmd, int c, common_opts *o)
 {
 	switch (c) {
@@ -149,10 +158,16 @@ bool common_opt(const char *cmd, int c, common_opts *o)
 	case OPT_GPU_MEM: o->gpu_mem = parse_budget(cmd, "--gpu-mem", optarg); return true;
 	case OPT_CPU_MEM: o->cpu_mem = parse_budget(cmd, "--cpu-mem", optarg); return true;
 	case OPT_POLICY: {
+		if (!strcmp(optarg, "auto")) {
+			o->policy_auto = true;
+			return true;
+		}
 		int rc = sl_policy_load(optarg, &o->policy);
 		if (rc < 0)
 			die(rc);
 		o->policy_given = true;
+		o->policy_auto = false;
+		o->nfix = 0;
 		return true;
 	}
 	case OPT_PROFILE: {
@@ -173,6 +188,11 @@ bool common_opt(const char *cmd, int c, common_opts *o)
 		if (sl_policy_set_percent(&o->policy, v) < 0)
 			usage_error(cmd, "%s", sl_errmsg());
 		o->policy_given = true;
+		static const char *const name[6] = { "w_gpu_percent",     "w_cpu_percent",
+						     "cache_gpu_percent", "cache_cpu_percent",
+						     "act_gpu_percent",   "act_cpu_percent" };
+		for (int i = 0; i < 6; i++)
+			add_fix(cmd, o, name[i], v[i]);
 		return true;
 	}
 	case OPT_GBS:
@@ -185,9 +205,20 @@ bool common_opt(const char *cmd, int c, common_opts *o)
 				  optarg) < 0)
 			usage_error(cmd, "%s", sl_errmsg());
 		o->policy_given = true;
+		if (c == OPT_HH_RATIO)
+			o->hh_given = true;
+		else
+			add_fix(cmd, o, c == OPT_GBS ? "gpu_batch_size"
+				       : c == OPT_NGB ? "num_gpu_batches" : "recent_ratio", optarg);
 		return true;
-	case OPT_NO_OVERLAP: o->policy.overlap = false; return true;
-	case OPT_CPU_CACHE_COMPUTE: o->policy.cpu_cache_compute = true; return true;
+	case OPT_NO_OVERLAP:
+		o->policy.overlap = false;
+		add_fix(cmd, o, "overlap", "false");
+		return true;
+	case OPT_CPU_CACHE_COMPUTE:
+		o->policy.cpu_cache_compute = true;
+		add_fix(cmd, o, "cpu_cache_compute", "true");
+		return true;
 	case OPT_OFFLOAD_DIR: o->offload_dir = optarg; return true;
 	case OPT_KV_DTYPE:
 		if (strcmp(optarg, "f16") && strcmp(optarg, "f32"))
@@ -335,4 +366,25 @@ void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const s
 	fmt_bytes(sl_plan_min_device_bytes(cfg, pp), want, sizeof want);
 	sl_err(rc, "%s; the smallest device budget for this job is --gpu-mem %s with every layer's weights and the KV cache off the device (--percent 0 100 0 100 100 0, or on disk with --offload-dir)",
 	       msg, want);
+}
+
+size_t default_mem_budget(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kib = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "MemTotal: %llu kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (size_t)kib * 1024;
+}
+
+size_t dir_free_bytes(const char *dir)
+{
+	struct statvfs sv;
+	if (statvfs(dir, &sv) != 0)
+		return 0;
+	return (size_t)sv.f_bavail * sv.f_frsize;
 }

@@ -228,11 +228,22 @@ int run_job(const char *cmd, job_cli *j, bool score)
 	}
 	if ((rc = make_backend(&j->co, &be)) < 0)
 		goto fail;
-	/* a profile at hand predicts the run (never measured for it) */
+	/* a profile at hand predicts the run (never measured for it; --policy
+	 * auto's search measures one where none is at hand) */
 	sl_profile prof;
 	bool have_prof = false;
-	if (j->stats && (rc = cli_profile(&j->co, be->ops->name, &prof, &have_prof)) < 0)
+	if (j->co.policy_auto) {
+		/* the block: the search's choice, at most the input's lines
+		 * (and --batch-size where given) */
+		int cap = j->batch_given ? SL_MIN(j->jo.batch, ps.n) : ps.n;
+		if ((rc = policy_auto(&j->co, &cfg, be->ops->name, max_prompt, max_gen, SL_MAX(cap, 1),
+				      j->quiet, &prof)) < 0)
+			goto fail;
+		j->jo.batch = (int)sl_policy_batch(&j->co.policy);
+		have_prof = true;
+	} else if (j->stats && (rc = cli_profile(&j->co, be->ops->name, false, &prof, &have_prof)) < 0) {
 		goto fail;
+	}
 	const int nseq = SL_MIN(j->jo.batch, ps.n);
 	const sl_plan_params pp = job_plan(&j->co, nseq, nseq * max_len, max_len, max_prompt);
 	if ((rc = check_budget(&j->co, &cfg, &pp)) < 0)

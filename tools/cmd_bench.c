@@ -27,7 +27,7 @@ static const char bench_help[] =
 	"                       (--gpu-mem, --cpu-mem), found by allocating, then run\n"
 	"  --seed S             prompt ids (default 1)\n"
 	"  --json               one JSON object on stdout instead of the table\n"
-	"With a profile (--profile) the cost model's prediction of\n"
+	"With a profile (--profile; --policy auto's) the cost model's prediction of\n"
 	"the same run is printed beside the measurement.\n" EXIT_HELP;
 
 /* A JSON string of any bytes (a path, a truncated name): ill-formed
@@ -58,7 +58,7 @@ static int bench_next(sl_model *m, int nseq, int32_t *next, int step)
 typedef struct bench_opts {
 	common_opts co;
 	int plen, glen, batch, seed;
-	bool batch_max, json;
+	bool batch_max, json, batch_given;
 } bench_opts;
 
 /* The options; false when --help was asked for (and printed). */
@@ -104,6 +104,9 @@ static bool bench_parse(int argc, char **argv, bench_opts *o)
 		usage_error("bench", "unexpected argument '%s'", argv[optind]);
 	if (co->policy_given && !batch_given)
 		o->batch = (int)sl_policy_batch(&co->policy);
+	if (co->policy_auto && o->batch_max)
+		usage_error("bench", "%s", "--policy auto chooses the batch: leave out --batch max (--batch N caps it)");
+	o->batch_given = batch_given;
 	check_model_opts("bench", co);
 	return true;
 }
@@ -151,13 +154,13 @@ typedef struct bench_pred {
 } bench_pred;
 
 /* The backend and the model under the budgets, after the checks that need
- * no weights; --batch max resolved to the largest batch that fits, the
- * run predicted where a profile is at hand.
+ * no weights; --policy auto's search run, --batch max resolved to the
+ * largest batch that fits, the run predicted where a profile is at hand.
  * bcfg and pp are what budget_hint needs later. */
 static void bench_open(bench_opts *o, sl_opt_config *bcfg, sl_plan_params *pp, sl_backend **be,
 		       sl_model **m, bench_pred *pr)
 {
-	const common_opts *co = &o->co;
+	common_opts *co = &o->co;
 	const int plen = o->plen, glen = o->glen;
 	*be = NULL;
 	*m = NULL;
@@ -171,6 +174,14 @@ static void bench_open(bench_opts *o, sl_opt_config *bcfg, sl_plan_params *pp, s
 			   plen, glen, bcfg->max_pos));
 	if ((rc = make_backend(co, be)) < 0)
 		die(rc);
+	pr->have = false;
+	if (co->policy_auto) {
+		if ((rc = policy_auto(co, bcfg, (*be)->ops->name, plen, glen,
+				      o->batch_given ? o->batch : 0, false, &pr->prof)) < 0)
+			die(rc);
+		o->batch = (int)sl_policy_batch(&co->policy);
+		pr->have = true;
+	}
 	if (o->batch_max) {
 		o->batch = max_batch(o, bcfg, (*be)->ops->dev_is_host);
 		if (o->batch == 0) {
@@ -188,9 +199,10 @@ static void bench_open(bench_opts *o, sl_opt_config *bcfg, sl_plan_params *pp, s
 		die(rc);
 	/* the prediction first: it is arithmetic, and a profile that does not
 	 * suit is found before anything loads */
-	if ((rc = cli_profile(co, (*be)->ops->name, &pr->prof, &pr->have)) < 0 ||
-	    (pr->have && (rc = predict_run(bcfg, pp, (*be)->ops->dev_is_host, &pr->prof, plen, glen,
-					   &pr->cost)) < 0))
+	if (!pr->have && (rc = cli_profile(co, (*be)->ops->name, false, &pr->prof, &pr->have)) < 0)
+		die(rc);
+	if (pr->have && (rc = predict_run(bcfg, pp, (*be)->ops->dev_is_host, &pr->prof, plen, glen,
+					  &pr->cost)) < 0)
 		die(rc);
 	if ((rc = open_model(co, bcfg, pp, be, m)) < 0) {
 		budget_hint(rc, co, bcfg, *be, pp);
