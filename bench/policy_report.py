@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""The report of bench/policy_validate.sh: predicted against measured.
+
+usage: policy_report.py RESULTS.jsonl OUT_PREFIX [--machine S] [--cmd S] [--wall SECONDS]
+
+Reads the rows the script wrote (one "profile" row, then bench --json
+objects of kind "grid", "auto" and "flexgen") and writes OUT_PREFIX.md: the
+machine and the command, the grid's table (policy, budget, predicted and
+measured tokens/s, error), the median and 90th percentile of the absolute
+error, and the search's regret; and the log-log scatter of predicted
+against measured tokens/s with y = x as OUT_PREFIX.svg and OUT_PREFIX.png.
+The plot needs matplotlib (python3 -m venv build-venv &&
+build-venv/bin/pip install matplotlib; run with build-venv/bin/python);
+without it a plain SVG is written and no PNG.
+
+Error of a run: |predicted - measured| / measured (tokens/s).  The 90th
+percentile is the nearest-rank one.
+"""
+import argparse
+import json
+import math
+import os
+
+ap = argparse.ArgumentParser()
+ap.add_argument("results")
+ap.add_argument("out")
+ap.add_argument("--machine", default="?")
+ap.add_argument("--cmd", default="?")
+ap.add_argument("--wall", default="?")
+a = ap.parse_args()
+rows = [json.loads(l) for l in open(a.results) if l.strip()]
+prof = next((r for r in rows if r.get("kind") == "profile"), None)
+runs = [r for r in rows if r.get("kind") in ("grid", "auto", "flexgen")]
+grid = [r for r in runs if r["kind"] == "grid"]
+
+
+def err(r):
+    p, m = r.get("predicted_throughput_tok_s"), r["throughput_tok_s"]
+    return abs(p - m) / m if p is not None and m > 0 else None
+
+
+def pct(xs, q):
+    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
+    s = sorted(xs)
+    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+
+
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def flags(r):
+    """The policy of a run as the flags that give it."""
+    f = (f"{r.get('gpu_batch_size', '?')}x{r.get('num_gpu_batches', '?')}; --percent "
+         + " ".join(f"{r[k]:g}" for k in ("w_gpu_percent", "w_cpu_percent", "cache_gpu_percent",
+                                            "cache_cpu_percent", "act_gpu_percent", "act_cpu_percent")))
+    if not r["overlap"]:
+        f += " --no-overlap"
+    if not r["sep_layer"]:
+        f += " sep_layer off"
+    if r["cpu_cache_compute"]:
+        f += " --cpu-cache-compute"
+    if r["hh_ratio"] > 0:
+        f += f" H2O {r['hh_ratio'] + r['recent_ratio']:.0%}"
+    return f
+
+
+def budget_bytes(s):
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    return float(s[:-1]) * mult[s[-1]] if s and s[-1] in mult else float(s)
+
+
+md = []
+md.append("# The cost model against measurement (CPU backend)\n")
+md.append(f"- machine: {a.machine}")
+md.append(f"- command: `{a.cmd}`; wall time {a.wall} s")
+if prof:
+    rates = ", ".join(f"{k} {prof[k]:.3g}" for k in ("mem_read_gbps", "cpu_gemm_gflops", "copy_gbps",
+                                                      "attn_decode_gbps", "disk_read_gbps", "disk_write_gbps")
+                      if isinstance(prof.get(k), (int, float)))
+    md.append(f"- profile (measured once at the start, used for every prediction): backend "
+              f"{prof.get('backend')}, {prof.get('threads')} threads, build {prof.get('build', '?')}; {rates}")
+md.append("- each run: `sluice bench --json --profile P` (one run each, after bench's warm-up); "
+          "error = |predicted - measured| / measured tokens/s\n")
+
+errs = [e for e in (err(r) for r in grid) if e is not None]
+if errs:
+    md.append(f"**Grid: {len(errs)} runs; median absolute error {median(errs):.1%}, 90th percentile "
+              f"{pct(errs, 90):.1%}** (targets: 10% and 20%).\n")
+    for model in sorted({r["model"] for r in grid}):
+        e = [err(r) for r in grid if r["model"] == model and err(r) is not None]
+        md.append(f"- {model}: {len(e)} runs, median {median(e):.1%}, 90th percentile {pct(e, 90):.1%}")
+    md.append("")
+md.append("| model | workload | policy | placement | --gpu-mem | predicted tok/s | measured tok/s | error | "
+          "predicted prefill s / decode s | measured prefill s / decode s | bottleneck (prefill, decode) |")
+md.append("|---|---|---|---|---|---:|---:|---:|---|---|---|")
+for r in grid:
+    e = err(r)
+    p = r.get("predicted_throughput_tok_s")
+    md.append(f"| {r['model']} | {r['workload']} | {r['policy']} | {flags(r)} | {r['budget']} | "
+              f"{p if p is None else f'{p:.2f}'} | {r['throughput_tok_s']:.2f} | "
+              f"{'-' if e is None else f'{e:.1%}'} | "
+              f"{r.get('predicted_prefill_s') or 0:.2f} / {r.get('predicted_decode_s') or 0:.2f} | "
+              f"{r['prefill_s']:.2f} / {r['decode_s']:.2f} | "
+              f"{r.get('predicted_prefill_bottleneck')}, {r.get('predicted_decode_bottleneck')} |")
+
+# search quality
+md.append("\n## Search quality\n")
+md.append("For each model, workload and device budget: the search's choice (`--policy auto`, blocks "
+          "capped at the grid's), measured; the best measured dense grid policy that fits the budget "
+          "(admitted at it or a smaller one); the default policy (everything on the device); a "
+          "FlexGen-style policy (the most weights on the device that fit, in 10% steps, the rest of "
+          "the weights, the cache and the activations on the host, cpu_cache_compute, several "
+          "micro-batches).  Regret = 1 - choice / best grid (negative: the choice beat the grid).\n")
+md.append("| model | workload | --gpu-mem | search's choice | predicted | measured | best grid (dense, fits) | "
+          "regret | default | FlexGen-style |")
+md.append("|---|---|---|---|---:|---:|---|---:|---|---|")
+regrets = []
+for r in [r for r in runs if r["kind"] == "auto"]:
+    key = (r["model"], r["workload"])
+    b = budget_bytes(r["budget"])
+    fits = [g for g in grid if (g["model"], g["workload"]) == key and g["hh_ratio"] == 0
+            and budget_bytes(g["budget"]) <= b]
+    best = max(fits, key=lambda g: g["throughput_tok_s"], default=None)
+    dev = next((g for g in grid if (g["model"], g["workload"]) == key and g["policy"] == "dev"), None)
+    dflt = ("does not fit" if dev is None or budget_bytes(dev["budget"]) > b
+            else f"{dev['throughput_tok_s']:.2f}")
+    fg = next((f for f in runs if f["kind"] == "flexgen" and (f["model"], f["workload"]) == key
+               and f["budget"] == r["budget"]), None)
+    fgs = "does not fit" if fg is None else f"{fg['throughput_tok_s']:.2f} ({fg['policy']})"
+    reg = None
+    if best:
+        reg = 1 - r["throughput_tok_s"] / best["throughput_tok_s"]
+        regrets.append(reg)
+    p = r.get("predicted_throughput_tok_s")
+    best_s = "-" if not best else f"{best['policy']} {best['throughput_tok_s']:.2f}"
+    md.append(f"| {r['model']} | {r['workload']} | {r['budget']} | {flags(r)} | "
+              f"{p if p is None else f'{p:.2f}'} | {r['throughput_tok_s']:.2f} | "
+              f"{best_s} | "
+              f"{'-' if reg is None else f'{reg:+.1%}'} | {dflt} | {fgs} |")
+if regrets:
+    md.append(f"\nRegret: median {median(regrets):+.1%}, worst {max(regrets):+.1%} over {len(regrets)} "
+              f"(model, workload, budget) (target: at most 5%).")
+
+# the scatter
+svg = a.out + ".svg"
+pts = [(r["model"], r["workload"], r["kind"], r["predicted_throughput_tok_s"], r["throughput_tok_s"])
+       for r in runs if r.get("predicted_throughput_tok_s") and r["throughput_tok_s"] > 0]
+plotnote = "no run had a prediction: no plot"
+if pts:
+    lo = min(min(p[3], p[4]) for p in pts) / 1.3
+    hi = max(max(p[3], p[4]) for p in pts) * 1.3
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6.4, 6))
+        colors = {"opt-125m": "tab:blue", "opt-1.3b": "tab:red"}
+        markers = {}
+        for m, wl, kind, p, y in pts:
+            mk = markers.setdefault(wl, "os^v"[len(markers) % 4])
+            if kind != "grid":
+                mk = "*" if kind == "auto" else "P"
+            ax.scatter(p, y, c=colors.get(m, "tab:gray"), marker=mk, s=28 if kind == "grid" else 90,
+                       edgecolors="k" if kind != "grid" else "none", linewidths=0.6,
+                       label=f"{m} {wl}" if kind == "grid" else f"{m} {'search' if kind == 'auto' else 'FlexGen-style'}")
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
+        for f in (0.8, 1.2):
+            ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.7)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        from matplotlib.ticker import FuncFormatter
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel("predicted tokens/s (cost model)")
+        ax.set_ylabel("measured tokens/s (sluice bench)")
+        ax.set_title("sluice: predicted against measured (dotted: ±20%)", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        h, l = ax.get_legend_handles_labels()
+        seen = {}
+        for hh, ll in zip(h, l):
+            seen.setdefault(ll, hh)
+        ax.legend(seen.values(), seen.keys(), fontsize=7)
+        fig.tight_layout()
+        fig.savefig(svg)
+        fig.savefig(a.out + ".png", dpi=110)
+        plotnote = (f"![predicted against measured]({os.path.basename(svg)}) "
+                    f"(also `{os.path.basename(a.out)}.png`; matplotlib)")
+    except ImportError:
+        W = H = 480
+        M = 50
+        X = lambda v: M + (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) * (W - 2 * M)
+        Y = lambda v: H - M - (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) * (H - 2 * M)
+        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="10">',
+                 f'<rect x="{M}" y="{M}" width="{W - 2 * M}" height="{H - 2 * M}" fill="none" stroke="#999"/>',
+                 f'<line x1="{X(lo):.1f}" y1="{Y(lo):.1f}" x2="{X(hi):.1f}" y2="{Y(hi):.1f}" stroke="black" stroke-dasharray="5,3"/>',
+                 f'<text x="{W / 2}" y="{H - 12}" text-anchor="middle">predicted tokens/s (log)</text>',
+                 f'<text x="14" y="{H / 2}" transform="rotate(-90 14 {H / 2})" text-anchor="middle">measured tokens/s (log)</text>']
+        for v in sorted({round(math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * i / 4), 1) for i in range(5)}):
+            parts.append(f'<text x="{X(v):.1f}" y="{H - M + 14}" text-anchor="middle">{v:g}</text>')
+            parts.append(f'<text x="{M - 4}" y="{Y(v):.1f}" text-anchor="end">{v:g}</text>')
+        for m, wl, kind, p, y in pts:
+            col = "#1f77b4" if m == "opt-125m" else "#d62728"
+            parts.append(f'<circle cx="{X(p):.1f}" cy="{Y(y):.1f}" r="{3 if kind == "grid" else 5}" fill="{col}" fill-opacity="0.7"/>')
+        parts.append("</svg>")
+        open(svg, "w").write("\n".join(parts) + "\n")
+        plotnote = (f"![predicted against measured]({os.path.basename(svg)}) (a plain SVG: matplotlib "
+                    f"was not importable, so no PNG)")
+md.insert(5, plotnote + "\n")
+with open(a.out + ".md", "w") as f:
+    f.write("\n".join(md) + "\n")
+print(open(a.out + ".md").read())
