@@ -808,10 +808,10 @@ int sl_profile_obtain(const sl_profile_opts *o, const char *cache_dir, sl_profil
 	int crc = 0;
 	if (cache_dir) {
 		snprintf(dir, sizeof dir, "%s", cache_dir);
-		crc = make_dirs(dir);
+		crc = o->cache_only ? 0 : make_dirs(dir);
 	} else if (o->offload_dir) {
 		snprintf(dir, sizeof dir, "%s", o->offload_dir); /* sl_profile_run checks it */
-	} else if ((crc = default_cache_dir(dir, sizeof dir)) == 0) {
+	} else if ((crc = default_cache_dir(dir, sizeof dir)) == 0 && !o->cache_only) {
 		crc = make_dirs(dir);
 	}
 	if (crc == 0 && snprintf(path, sizeof path, "%s/sluice-profile-%s.json", dir, backend) >= (int)sizeof path)
@@ -830,6 +830,9 @@ int sl_profile_obtain(const sl_profile_opts *o, const char *cache_dir, sl_profil
 		if (hit)
 			return 0;
 	}
+	if (o->cache_only)
+		return crc < 0 ? crc
+			       : sl_err(SL_ENOTFOUND, "%s: no cached profile of this machine and build", path);
 	SL_TRY(sl_profile_run(o, out));
 	if (measured)
 		*measured = true;

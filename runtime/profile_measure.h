@@ -22,6 +22,8 @@ typedef struct sl_profile_opts {
 	const char *offload_dir; /* NULL: the disk is not measured */
 	int threads;             /* CPU threads; 0: all */
 	bool quick;              /* small sizes, for tests */
+	bool cache_only;         /* sl_profile_obtain: never measure (a prediction
+				  * must not slow its run down) */
 	FILE *log;               /* one line per result as it is measured; NULL: none */
 } sl_profile_opts;
 
@@ -55,7 +57,9 @@ int sl_profile_check_offload_dir(const char *dir);
  * $XDG_CACHE_HOME/sluice (~/.cache/sluice); a cache folder other than the
  * offload directory is created if missing.
  * *measured (may be NULL) says which.  A cached file that cannot be read
- * or belongs to another machine or build is measured again, not an error.
+ * or belongs to another machine or build is measured again, not an error;
+ * with o->cache_only it is SL_ENOTFOUND instead, and nothing is measured
+ * or created.
  * Returns 0, SL_PROFILE_NOT_CACHED (measured; the cache could not be
  * written: the caller may say so), or sl_profile_run's errors.
  */

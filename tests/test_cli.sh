@@ -1223,7 +1223,9 @@ fi
 
 # ---- the cost model's prediction beside the measurement (issue 13):
 # --profile FILE gives bench's table and --json, and the --stats of generate
-# and score, the predicted times of the run; null without a profile
+# and score, the predicted times of the run; null without a profile (none
+# given, none cached: the cache is this test's own)
+export XDG_CACHE_HOME="$tmp/ca-xdg"
 "$sluice" profile --quick --backend cpu --json "$tmp/ca-prof.json" >/dev/null || bad "profile --quick --json"
 ca=(--dummy opt-125m --backend cpu)
 cab=(bench "${ca[@]}" --prompt-len 16 --gen-len 4 --batch 2)
@@ -1367,15 +1369,21 @@ if grep -qE "^sluice: policy auto: .* --hh-ratio 0.25 --recent-ratio 0.25" "$tmp
 else
 	bad "--policy auto --hh-ratio: $(cat "$tmp/ca-hh.err")"
 fi
-# without --profile it measures one first, and predicts with it
+# without --profile it measures one first, caches it, and predicts with it;
+# then the next --policy auto, and a run's prediction, use the cached one
 "$sluice" generate "${ca[@]}" --prompts "$tmp/ca-gen.jsonl" --policy auto --out "$tmp/ca-m.out" --stats "$tmp/ca-m.st" \
 	2>"$tmp/ca-m.err" || bad "--policy auto without a profile failed: $(cat "$tmp/ca-m.err")"
-if grep -qE "^sluice: policy auto: .*; profile measured\)$" "$tmp/ca-m.err" &&
+if grep -qE "^sluice: policy auto: .*; profile measured\)$" "$tmp/ca-m.err" && [ -f "$XDG_CACHE_HOME/sluice/sluice-profile-cpu.json" ] &&
 	python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['predicted_decode_s'] > 0 and s['done'] == 5, s" "$tmp/ca-m.st"; then
 	ok
 else
 	bad "--policy auto without a profile: $(cat "$tmp/ca-m.err")"
 fi
+"$sluice" score "${ca[@]}" --input "$tmp/ca-score.jsonl" --policy auto --out "$tmp/ca-m2.out" 2>"$tmp/ca-m2.err" ||
+	bad "--policy auto with a cached profile failed: $(cat "$tmp/ca-m2.err")"
+if grep -qE "^sluice: policy auto: .*; profile cached\)$" "$tmp/ca-m2.err"; then ok; else bad "--policy auto with a cached profile: $(cat "$tmp/ca-m2.err")"; fi
+"$sluice" "${cab[@]}" --json >"$tmp/ca-bc.json" || bad "bench with a cached profile failed"
+if python3 -c "import json,sys; b=json.load(open(sys.argv[1])); assert b['profile'] == 'cached' and b['predicted_throughput_tok_s'] > 0, b" "$tmp/ca-bc.json"; then ok; else bad "bench with a cached profile: $(cat "$tmp/ca-bc.json")"; fi
 expect_exit "--policy auto: nothing fits" 2 "smallest" -- generate "${ca[@]}" --prompts "$tmp/ca-gen.jsonl" --quiet \
 	--policy auto --profile "$tmp/ca-prof.json" --gpu-mem 1K --out "$tmp/ca-x2.out"
 if [ -e "$tmp/ca-x2.out" ] || [ -e "$tmp/ca-x2.out.partial" ]; then bad "output left behind"; else ok; fi

@@ -138,6 +138,14 @@ START_TEST(test_cache)
 	sl_profile_opts o = quick_opts(2, NULL);
 	bool m = false;
 
+	/* cache_only: nothing cached yet is SL_ENOTFOUND, nothing measured
+	 * and no folder made */
+	o.cache_only = true;
+	ck_assert_msg(obtain(&o, dir, a, &m) == SL_ENOTFOUND && !m, "cache_only measured: %s", sl_errmsg());
+	struct stat st;
+	ck_assert_msg(stat(dir, &st) != 0, "cache_only made %s", dir);
+	o.cache_only = false;
+
 	ck_assert_msg(obtain(&o, dir, a, &m) == 0, "%s", sl_errmsg());
 	ck_assert_msg(m, "the first call measures");
 	ck_assert_msg(sl_profile_load(path, f) == 0, "the cache holds it: %s", sl_errmsg());
@@ -152,6 +160,9 @@ START_TEST(test_cache)
 			      b->attn_decode_gbps == a->attn_decode_gbps,
 		      "the cached profile");
 	ck_assert_msg(inode_of(path) == ino, "the cache was not rewritten");
+	o.cache_only = true; /* and a cache-only look finds it */
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && !m && b->seconds == a->seconds, "%s", sl_errmsg());
+	o.cache_only = false;
 
 	/* another key (threads): measured again, and cached in its place */
 	o.threads = 1;

@@ -57,6 +57,7 @@ typedef struct common_opts {
 	 * auto's search read (loaded as the option is parsed) */
 	const char *profile_path;
 	sl_profile profile;
+	const char *profile_src; /* the run's: profile_path, "cached" or "measured" */
 	/* --policy auto: the search chooses the policy for the job's shapes;
 	 * the policy flags given pin their fields ("field=value") */
 	bool policy_auto;
@@ -118,7 +119,8 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 	"  --recent-ratio R     H2O: and floor(R x prompt) recent ones (default: H)\n"      \
 	"  --profile FILE       a hardware profile (sluice profile --json): the run's\n"    \
 	"                       predicted times beside the measured ones, and --policy\n"   \
-	"                       auto's search (which measures one where none is given)\n"
+	"                       auto's search (default: this machine's cached profile;\n"   \
+	"                       --policy auto measures and caches one where there is none)\n"
 
 void common_init(common_opts *o);
 bool common_opt(const char *cmd, int c, common_opts *o);
@@ -141,11 +143,11 @@ size_t dir_free_bytes(const char *dir);
 /* ---- predictions and --policy auto (cli_auto.c) ------------------------ */
 
 /* The profile for this run on the backend named backend: --profile's
- * (checked to be that backend's); else, when measure, one obtained for
- * this machine (cached); else the cached one, if any (*have false when
- * none).  Never measures unless measure. */
-int cli_profile(const common_opts *o, const char *backend, bool measure, sl_profile *prof,
-		bool *have);
+ * (checked to be that backend's); else this machine's cached one
+ * (sl_profile_obtain), measured and cached where there is none only when
+ * measure (*have false when none); o->profile_src says which.  Returns
+ * SL_PROFILE_NOT_CACHED when it measured one it could not cache. */
+int cli_profile(common_opts *o, const char *backend, bool measure, sl_profile *prof, bool *have);
 /* --policy auto: search with the job's shapes (its longest prompt and
  * gen_len new tokens, at most max_batch sequences a block) and the
  * options' budgets, under the profile cli_profile gives (measured when

@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
-int cli_profile(const common_opts *o, const char *backend, bool measure, sl_profile *prof,
-		bool *have)
+int cli_profile(common_opts *o, const char *backend, bool measure, sl_profile *prof, bool *have)
 {
 	*have = false;
+	o->profile_src = NULL;
 	if (o->profile_path) {
 		if (strcmp(o->profile.backend, backend))
 			return sl_err(SL_EINVAL,
@@ -22,16 +22,21 @@ int cli_profile(const common_opts *o, const char *backend, bool measure, sl_prof
 				      o->profile_path, o->profile.backend, backend, backend);
 		*prof = o->profile;
 		*have = true;
+		o->profile_src = o->profile_path;
 		return 0;
 	}
-	if (!measure)
-		return 0;
+	/* this machine's, cached in the offload folder or $XDG_CACHE_HOME/sluice
+	 * (sl_profile_obtain): only looked up for a prediction, measured and
+	 * cached for a search */
 	const sl_profile_opts po = { .backend = backend, .offload_dir = o->offload_dir,
-				     .threads = o->threads };
-	fprintf(stderr, "sluice: measuring this machine's profile for --policy auto (seconds; --profile FILE skips it)\n");
-	SL_TRY(sl_profile_run(&po, prof));
+				     .threads = o->threads, .cache_only = !measure };
+	bool measured = false;
+	int rc = sl_profile_obtain(&po, NULL, prof, &measured);
+	if (rc < 0)
+		return measure ? rc : 0; /* none cached: no prediction */
 	*have = true;
-	return 0;
+	o->profile_src = measured ? "measured" : "cached";
+	return rc;
 }
 
 int predict_run(const sl_opt_config *cfg, const sl_plan_params *pp, bool dev_is_host,
@@ -65,7 +70,11 @@ int policy_auto(common_opts *o, const sl_opt_config *cfg, const char *backend, i
 		int gen_len, int max_batch, bool quiet, sl_profile *prof)
 {
 	bool have;
-	SL_TRY(cli_profile(o, backend, true, prof, &have));
+	int rc = cli_profile(o, backend, true, prof, &have);
+	if (rc < 0)
+		return rc;
+	if (rc == SL_PROFILE_NOT_CACHED && !quiet)
+		fprintf(stderr, "sluice: the profile was measured but not cached: %s\n", sl_errmsg());
 	const bool cpu = !strcmp(backend, "cpu");
 	const size_t mem = default_mem_budget();
 	sl_search_params sp = { .prompt_len = prompt_len, .gen_len = gen_len, .kv_f32 = o->kv_f32,
@@ -98,8 +107,7 @@ int policy_auto(common_opts *o, const sl_opt_config *cfg, const char *backend, i
 		char flags[256];
 		policy_flags(&best.pol, flags, sizeof flags);
 		fprintf(stderr, "sluice: policy auto: %s: predicted %.3g tok/s (prompt %d, gen %d; %ld candidates; profile %s)\n",
-			flags, best.cost.tok_s, prompt_len, gen_len, evaluated,
-			o->profile_path ? o->profile_path : "measured");
+			flags, best.cost.tok_s, prompt_len, gen_len, evaluated, o->profile_src);
 	}
 	return 0;
 }

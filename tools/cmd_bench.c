@@ -27,7 +27,7 @@ static const char bench_help[] =
 	"                       (--gpu-mem, --cpu-mem), found by allocating, then run\n"
 	"  --seed S             prompt ids (default 1)\n"
 	"  --json               one JSON object on stdout instead of the table\n"
-	"With a profile (--profile; --policy auto's) the cost model's prediction of\n"
+	"With a profile (--profile, the cached one) the cost model's prediction of\n"
 	"the same run is printed beside the measurement.\n" EXIT_HELP;
 
 /* A JSON string of any bytes (a path, a truncated name): ill-formed
@@ -393,8 +393,7 @@ static void bench_print_json(const bench_opts *o, const sl_backend *be, const sl
 		pc ? json_string(sl_res_name[pc->prefill.bottleneck]) : json_null(), &e);
 	sl_jset(j, "predicted_decode_bottleneck",
 		pc ? json_string(sl_res_name[pc->decode.bottleneck]) : json_null(), &e);
-	sl_jset(j, "profile", !pc ? json_null() : co->profile_path ? json_text(co->profile_path)
-								: json_string("cached"), &e);
+	sl_jset(j, "profile", pc ? json_text(co->profile_src) : json_null(), &e);
 	sl_jset_real(j, "compute_s", f->compute_s, &e);
 	sl_jset_real(j, "io_s", f->io_s, &e);
 	sl_jset_real(j, "stall_s", f->stall_s, &e);
@@ -464,7 +463,7 @@ static void bench_print_table(const bench_opts *o, const sl_backend *be, const s
 		printf("  predicted       %10.2f tokens/s  (measured / predicted %.2f; prefill %.3f s, bound by %s; decode %.3f s, bound by %s; profile %s)\n",
 		       pc->tok_s, pc->tok_s > 0 ? r->tput / pc->tok_s : 0, pc->prefill.seconds,
 		       sl_res_name[pc->prefill.bottleneck], pc->decode.seconds,
-		       sl_res_name[pc->decode.bottleneck], co->profile_path ? co->profile_path : "cached");
+		       sl_res_name[pc->decode.bottleneck], co->profile_src);
 	}
 	printf("  prefill         %10.3f s   (GEMM %.1f GFLOP/s)\n", r->prefill_s, r->pf_gflops);
 	printf("  decode          %10.3f s   (%d step%s; weights streamed at %.2f GB/s, %.2f GB/s within the GEMMs)\n",
