@@ -283,8 +283,23 @@ fi
 # ===== BENCHMARKS: add or change rows here. ======================================
 # Each row: a name and a command whose stdout is JSON (or text); a failing or
 # slow one is recorded and the table goes on.
+# the cost model on the GPU (issue 13): a profile, then `sluice policy` at a
+# 16 GB device for OPT-6.7B and OPT-30B, its choice run beside FlexGen's
+# published policy for the same model; each bench prints the prediction
+# beside the measurement (predicted_throughput_tok_s, throughput_tok_s)
+prof="$out/profile.json"
+pol="$bdir/sluice policy --backend cuda --prompt-len 512 --gen-len 32 --gpu-mem 16G --cpu-mem 100G --profile $prof"
+pbench="$bdir/sluice bench --backend cuda --prompt-len 512 --gen-len 32 --gpu-mem 16G --cpu-mem 100G --profile $prof --json"
 benches=(
 	"gemm_bench|$bdir/gemm_bench --json --quick"
+	"profile|$bdir/sluice profile --backend cuda --json $prof >/dev/null && cat $prof"
+	"opt-6.7b_16G_policy|$pol --dummy opt-6.7b --out $out/policy-6.7b.json --json"
+	"opt-6.7b_16G_chosen|$pbench --dummy opt-6.7b --policy $out/policy-6.7b.json"
+	"opt-6.7b_16G_flexgen|$pbench --dummy opt-6.7b --percent 100 0 100 0 100 0 --gpu-batch-size 2 --no-overlap"
+	"opt-30b_16G_policy|$pol --dummy opt-30b --out $out/policy-30b.json --json"
+	"opt-30b_16G_chosen|$pbench --dummy opt-30b --policy $out/policy-30b.json"
+	"opt-30b_16G_flexgen|$pbench --dummy opt-30b --percent 20 80 0 100 0 100 --gpu-batch-size 48 --num-gpu-batches 3 --cpu-cache-compute"
+	"opt-6.7b_16G_p512_g512_h2o_policy|$bdir/sluice policy --backend cuda --prompt-len 512 --gen-len 512 --gpu-mem 16G --cpu-mem 100G --profile $prof --dummy opt-6.7b --min-kv-budget 0.2 --out $out/policy-6.7b-h2o.json --json"
 	"opt-6.7b_p512_g32_b8|$bdir/sluice bench --backend cuda --dummy opt-6.7b --prompt-len 512 --gen-len 32 --batch 8 --json"
 	"opt-1.3b_p512_g32_b32|$bdir/sluice bench --backend cuda --dummy opt-1.3b --prompt-len 512 --gen-len 32 --batch 32 --json"
 	# the H2O issue: a 16 GB device (the papers' T4), the cache in pinned host
