@@ -160,6 +160,7 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	set_rate(j, "attn_prefill_gflops", p->attn_prefill_gflops, e);
 	set_rate(j, "cpu_attn_gbps", p->cpu_attn_gbps, e);
 	set_rate(j, "disk_write_gbps", p->disk_write_gbps, e);
+	sl_jset_real(j, "copy_overlap", p->copy_overlap, e);
 	sl_jset(j, "dev_reserve_bytes", json_integer((json_int_t)p->dev_reserve_bytes), e);
 	sl_jset_real(j, "seconds", p->seconds, e);
 	return j;
@@ -310,6 +311,26 @@ static double get_rate(reader *r, const json_t *obj, const char *key)
 	const double x = json_number_value(v);
 	if (!(x > 0) || !isfinite(x)) {
 		r->rc = sl_err(SL_ERANGE, "%s: %s = %g, must be a positive number or null", r->path, key, x);
+		return 0;
+	}
+	return x;
+}
+
+/* An optional share in [0, 1]: absent or null is 0 (not measured). */
+static double get_share(reader *r, const json_t *obj, const char *key)
+{
+	if (r->rc < 0)
+		return 0;
+	json_t *v = json_object_get(obj, key);
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_number(v)) {
+		wrong_type(r, "", key, "a number in [0, 1] or null", v);
+		return 0;
+	}
+	const double x = json_number_value(v);
+	if (!(x >= 0 && x <= 1)) {
+		r->rc = sl_err(SL_ERANGE, "%s: %s = %g, must be in [0, 1]", r->path, key, x);
 		return 0;
 	}
 	return x;
@@ -506,6 +527,7 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 		p->attn_prefill_gflops = get_rate(r, root, "attn_prefill_gflops");
 		p->cpu_attn_gbps = get_rate(r, root, "cpu_attn_gbps");
 		p->disk_write_gbps = get_rate(r, root, "disk_write_gbps");
+		p->copy_overlap = get_share(r, root, "copy_overlap");
 		p->dev_reserve_bytes = (uint64_t)get_int(r, root, "", "dev_reserve_bytes", 0, INT64_MAX);
 	}
 	json_t *s = field(r, root, "", "seconds");

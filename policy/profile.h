@@ -43,6 +43,15 @@
  *                     through the disk store's engine in requests of its
  *                     chunk size (1 MiB), 32 in flight, to completion
  *                     (sl_disk_probe, the same file as disk_read_gbps)
+ *   copy_overlap      the CPU backend only: the share of a copy stream that
+ *                     hides under a GEMM stream when both run at once (its
+ *                     copy queue's memcpy of 8 MiB blocks beside decode-sized
+ *                     GEMMs, m = 16, n = k = 2048): (gemm alone + copy alone
+ *                     - both together) / the shorter alone, in [0, 1], median
+ *                     of 3.  The cores are shared, so the model can neither
+ *                     add the two nor take their maximum; 0 on CUDA, where
+ *                     copies have their own engine, and in files without it
+ *                     (optional: older format 2 files load)
  *   dev_reserve_bytes the backend's device bytes that are not the caller's
  *                     (dev_used - data_used) after the GEMMs and attention
  *                     ran: cuBLAS's workspace; 0 on the CPU backend
@@ -145,6 +154,8 @@ typedef struct sl_profile {
 	double attn_prefill_gflops; /* sl_attn_prefill at a 512-token prompt */
 	double cpu_attn_gbps;       /* the host's decode attention (cpu_cache_compute) */
 	double disk_write_gbps;     /* O_DIRECT writes at the store's request size */
+	double copy_overlap;        /* CPU backend: the share of copies hidden
+				     * under GEMMs on the shared cores, [0, 1] */
 	uint64_t dev_reserve_bytes; /* the backend's own device workspace (cuBLAS's,
 				     * its scratch), outside the run plan */
 	char build[64];             /* the sluice that measured (SL_VERSION) */

@@ -37,6 +37,7 @@ typedef struct rates {
 	double attn_pf_flops;      /* prefill attention FLOP/s */
 	double cpu_attn_bw;        /* the host's decode attention, bytes/s */
 	double disk_r, disk_w;     /* bytes/s; 0: no disk measured */
+	double overlap;            /* CPU backend: the share of copies hidden under compute */
 } rates;
 
 static double pos_or(double v, double fallback)
@@ -67,6 +68,7 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	r->cpu_attn_bw = pos_or(p->cpu_attn_gbps, mem / 1e9) * 1e9;
 	r->disk_r = p->disk_read_gbps * 1e9;
 	r->disk_w = pos_or(p->disk_write_gbps, p->disk_read_gbps * FALLBACK_DISK_WRITE_SHARE) * 1e9;
+	r->overlap = host ? p->copy_overlap : 0;
 }
 
 /* GFLOP/s of the profiled GEMM at m rows: the curve interpolated in log-log
@@ -139,8 +141,9 @@ static void acc_sum(acc *dst, const acc *src, double times)
 /*
  * The wall time of work a, done in one schedule step: with overlap, the
  * busiest chain; without, every resource in turn.  The chains: on the CPU
- * backend compute and the copies share the cores (one chain) and the disk
- * reads and writes share the disk; on a GPU compute and cpu_cache_compute's
+ * backend compute and the copies share the cores (one chain, less the
+ * profile's measured share of the shorter that hides under the longer:
+ * copy_overlap) and the disk reads and writes share the disk; on a GPU compute and cpu_cache_compute's
  * attention are one chain (the compute queue waits for the host's
  * attention), each copy direction is one, and the disk is one.
  */
@@ -154,8 +157,10 @@ static double wall(const acc *a, const rates *r, bool overlap)
 			s += b[i];
 		return s;
 	}
-	if (r->host)
-		return fmax(b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN] + b[SL_RES_H2D] + b[SL_RES_D2H], disk);
+	if (r->host) {
+		const double comp = b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN], copies = b[SL_RES_H2D] + b[SL_RES_D2H];
+		return fmax(comp + copies - r->overlap * fmin(comp, copies), disk);
+	}
 	return fmax(fmax(b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN], disk),
 		    fmax(b[SL_RES_H2D], b[SL_RES_D2H]));
 }

@@ -264,6 +264,87 @@ static int issue_copy(sl_backend *b, sl_queue *q, const void *arg)
 	return sl_copy_h2d(b, q, c->dst, c->src, c->n);
 }
 
+/* ---- the CPU backend: copies beside GEMMs on shared cores ------------------------ */
+
+#define OVL_M 16
+#define OVL_NK 2048
+#define OVL_COPY (8u << 20)
+
+/* Seconds for ng GEMMs on qg and nc copies on qc, issued together (either
+ * count may be 0), to both queues' completion. */
+static int time_both(sl_backend *b, sl_queue *qg, const sl_gemm_args *g, int ng, sl_queue *qc,
+		     const copy_arg *c, int nc, double *sec)
+{
+	const double t0 = sl_now();
+	for (int i = 0; i < SL_MAX(ng, nc); i++) {
+		if (i < ng)
+			SL_TRY(sl_gemm(b, qg, g));
+		if (i < nc)
+			SL_TRY(sl_copy_h2d(b, qc, c->dst, c->src, c->n));
+	}
+	SL_TRY(sl_queue_sync(b, qg));
+	SL_TRY(sl_queue_sync(b, qc));
+	*sec = sl_now() - t0;
+	return 0;
+}
+
+/*
+ * The share of a copy stream that hides under a GEMM stream on the CPU
+ * backend (profile.h, copy_overlap): the GEMMs alone, the copies alone
+ * (their count chosen so that both take about as long), then both at once;
+ * (alone + alone - together) / the shorter, median of 3, clamped to [0, 1].
+ */
+static int measure_overlap(sl_backend *b, double target_s, double *share)
+{
+	*share = 0;
+	const size_t xb = (size_t)OVL_M * OVL_NK * sizeof(float), wb = (size_t)OVL_NK * OVL_NK * sizeof(sl_half);
+	sl_buf x = { 0 }, w = { 0 }, y = { 0 }, src = { 0 }, dst = { 0 };
+	sl_queue *qg = NULL, *qc = NULL;
+	int rc;
+	if ((rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile overlap x", &x)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, wb, "profile overlap w", &w)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile overlap y", &y)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_HOST, OVL_COPY, "profile overlap copy", &src)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, OVL_COPY, "profile overlap copy", &dst)) < 0 ||
+	    (rc = sl_queue_create(b, &qg)) < 0 || (rc = sl_queue_create(b, &qc)) < 0)
+		goto out;
+	memset(src.p, 0x3c, OVL_COPY);
+	if ((rc = fill_floats(b, qg, x.p, (size_t)OVL_M * OVL_NK, 1.f)) < 0 ||
+	    (rc = sl_memset_dev(b, qg, w.p, 0x2c, wb)) < 0 || (rc = sl_queue_sync(b, qg)) < 0)
+		goto out;
+	const sl_gemm_args g = { .m = OVL_M, .n = OVL_NK, .k = OVL_NK, .x = x.p, .ldx = OVL_NK, .w = w.p,
+				 .y = y.p, .ldy = OVL_NK, .alpha = 1.f };
+	const copy_arg c = { .dst = dst.p, .src = src.p, .n = OVL_COPY };
+	/* size both streams from one warm call each: about 10 x target each */
+	double tg1, tc1;
+	if ((rc = time_both(b, qg, &g, 1, qc, &c, 0, &tg1)) < 0 || (rc = time_both(b, qg, &g, 0, qc, &c, 1, &tc1)) < 0)
+		goto out;
+	const int ng = (int)SL_MAX(4.0, SL_MIN(4096.0, 10 * target_s / SL_MAX(tg1, 1e-6)));
+	const int nc = (int)SL_MAX(1.0, SL_MIN(4096.0, ng * tg1 / SL_MAX(tc1, 1e-6)));
+	double r[3];
+	for (int s = 0; s < 3; s++) {
+		double tg, tc, tb;
+		if ((rc = time_both(b, qg, &g, ng, qc, &c, 0, &tg)) < 0 ||
+		    (rc = time_both(b, qg, &g, 0, qc, &c, nc, &tc)) < 0 ||
+		    (rc = time_both(b, qg, &g, ng, qc, &c, nc, &tb)) < 0)
+			goto out;
+		const double v = (tg + tc - tb) / SL_MAX(SL_MIN(tg, tc), 1e-9);
+		r[s] = SL_MAX(0.0, SL_MIN(1.0, v));
+	}
+	*share = median3(r);
+out:
+	if (qc)
+		sl_queue_free(b, qc);
+	if (qg)
+		sl_queue_free(b, qg);
+	sl_buf_free(b, &dst);
+	sl_buf_free(b, &src);
+	sl_buf_free(b, &y);
+	sl_buf_free(b, &w);
+	sl_buf_free(b, &x);
+	return rc;
+}
+
 typedef struct ln_arg {
 	int n;
 	float *x;
@@ -717,6 +798,12 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 	const char *how = out->have_gpu ? "pinned" : "the copy queue's memcpy";
 	say(o, "h2d         %8.2f GB/s     (%s, %zu MiB, median of 3)\n", out->h2d_gbps, how, copy_bytes / MIB);
 	say(o, "d2h         %8.2f GB/s     (%s, %zu MiB, median of 3)\n", out->d2h_gbps, how, copy_bytes / MIB);
+	if (!out->have_gpu) {
+		if ((rc = measure_overlap(be, target, &out->copy_overlap)) < 0)
+			goto out;
+		say(o, "overlap     %8.2f          (the share of the copy queue's memcpy hidden under GEMMs, m=%d n=k=%d)\n",
+		    out->copy_overlap, OVL_M, OVL_NK);
+	}
 
 	if (out->have_gpu) {
 		double r;

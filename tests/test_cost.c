@@ -178,8 +178,23 @@ START_TEST(test_hand_worked_streamed)
 	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &po), 0);
 	ck_assert_int_eq(sl_cost_eval(&c, &po, &prof, P, G, &ko), 0);
 	ck_assert_double_eq_tol(ko.prefill.seconds, kd.prefill.seconds + 2 * cp, 1e-12);
+	/* the measured share of copies hidden under compute (copy_overlap):
+	 * each layer's step loses that share of the shorter of its compute
+	 * (its GEMMs alone take 2 (4 h h + 2 h f) / 1e9 s = 98 us at this
+	 * curve's 1 GFLOP/s a row) and its copy (cp, about 51 us); the first
+	 * load and the unoverlapped run keep it whole */
+	ck_assert(2 * (4 * h * h + 2 * h * f) / 1e9 > cp);
+	prof.copy_overlap = 0.5;
+	sl_cost kh, koh;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &kh), 0);
+	ck_assert_double_eq_tol(kh.prefill.seconds, k.prefill.seconds - 2 * 0.5 * cp, 1e-12);
+	ck_assert_double_eq_tol(kh.decode.seconds, k.decode.seconds - (G - 1) * 2 * 0.5 * cp, 1e-12); /* G - 1 decode steps */
+	ck_assert_int_eq(sl_cost_eval(&c, &po, &prof, P, G, &koh), 0);
+	ck_assert_double_eq_tol(koh.prefill.seconds, ko.prefill.seconds, 1e-12);
+	prof.copy_overlap = 0;
 	/* a GPU: the copies hide under the compute when overlapped */
 	sl_profile gpu = round_profile(false);
+	gpu.copy_overlap = 1; /* read on the CPU backend only */
 	sl_plan pg, pgo;
 	pp.overlap = true;
 	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &pg), 0);

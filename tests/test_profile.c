@@ -104,6 +104,7 @@ static void full_profile(sl_profile *p)
 	p->attn_prefill_gflops = 98765.4321;
 	p->cpu_attn_gbps = 12.3456789;
 	p->disk_write_gbps = 2.0 / 3.0;
+	p->copy_overlap = 1.0 / 3.0;
 	p->dev_reserve_bytes = 33554432 + 4096;
 	snprintf(p->build, sizeof p->build, "0.1.0");
 	snprintf(p->machine, sizeof p->machine, "backend=cuda; threads=96; build=0.1.0; cpu=AMD EPYC \"9654\"; "
@@ -197,6 +198,7 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 	SAME_BITS(attn_prefill_gflops);
 	SAME_BITS(cpu_attn_gbps);
 	SAME_BITS(disk_write_gbps);
+	SAME_BITS(copy_overlap);
 	SAME(dev_reserve_bytes);
 	SAME_STR(build);
 	SAME_STR(machine);
@@ -233,6 +235,27 @@ START_TEST(test_round_trip)
 		snprintf(p->topo.node[i].cpus, sizeof p->topo.node[i].cpus, "%d", i);
 	}
 	round_trip(p, "many_nodes");
+
+	/* copy_overlap came after format 2's other fields: a file without it
+	 * (or with null) loads, as 0 */
+	full_profile(p);
+	char path[128];
+	snprintf(path, sizeof path, "%s/no-overlap.json", tmpdir);
+	ck_assert_int_eq(sl_profile_save_json(p, path), 0);
+	json_t *root = json_load_file(path, 0, NULL);
+	ck_assert_ptr_nonnull(root);
+	ck_assert_int_eq(json_object_del(root, "copy_overlap"), 0);
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	sl_profile *q = malloc(sizeof *q);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	p->copy_overlap = 0;
+	check_same(p, q);
+	json_object_set_new(root, "copy_overlap", json_null());
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	check_same(p, q);
+	json_decref(root);
+	free(q);
 	free(p);
 	remove_tmpdir();
 }
@@ -313,6 +336,9 @@ static const bad_case bad_cases[] = {
 	{ "copy_latency_us", "-0.5", SL_ERANGE, "copy_latency_us = -0.5, must be a positive number or null" },
 	{ "attn_decode_gbps", "true", SL_EFORMAT, "attn_decode_gbps must be a positive number or null, got true" },
 	{ "disk_write_gbps", NULL, SL_EFORMAT, "disk_write_gbps is missing" },
+	{ "copy_overlap", "1.5", SL_ERANGE, "copy_overlap = 1.5, must be in [0, 1]" },
+	{ "copy_overlap", "-0.25", SL_ERANGE, "copy_overlap = -0.25, must be in [0, 1]" },
+	{ "copy_overlap", "\"all\"", SL_EFORMAT, "copy_overlap must be a number in [0, 1] or null, got a string" },
 	{ "dev_reserve_bytes", "-1", SL_ERANGE, "dev_reserve_bytes = -1, must be in [0, " },
 	{ "dev_reserve_bytes", "null", SL_EFORMAT, "dev_reserve_bytes must be an integer, got null" },
 	{ "machine", "7", SL_EFORMAT, "machine must be a string or null, got an integer" },
@@ -445,6 +471,7 @@ START_TEST(test_format_1)
 	want->copy_gbps = want->copy_latency_us = want->op_latency_us = 0;
 	want->attn_decode_gbps = want->attn_prefill_gflops = want->cpu_attn_gbps = want->disk_write_gbps = 0;
 	want->dev_reserve_bytes = 0;
+	want->copy_overlap = 0;
 	want->build[0] = want->machine[0] = 0;
 	check_same(want, q);
 	for (int i = 0; i < SL_PROFILE_CURVE_MAX; i++)
