@@ -67,6 +67,10 @@ void sl_err_clear(void);
 			return sl_try_rc_;                                    \
 	} while (0)
 
+/* The commit sluice was built from (git describe --always --dirty), or
+ * "unknown": common/sl_build.c.in, generated at every build. */
+extern const char sl_build_id[];
+
 /* ---- half precision ----------------------------------------------------- */
 
 typedef uint16_t sl_half; /* IEEE 754 binary16 bits */

@@ -55,7 +55,7 @@
  *   dev_reserve_bytes the backend's device bytes that are not the caller's
  *                     (dev_used - data_used) after the GEMMs and attention
  *                     ran: cuBLAS's workspace; 0 on the CPU backend
- *   build             the sluice that measured (SL_VERSION)
+ *   build             the sluice that measured: SL_VERSION+commit (sl_build_id)
  *   machine           what a cached profile must match to be reused
  *                     (sl_profile_obtain): backend, threads, build, the
  *                     CPU's model name and PU count, the GPU's name
@@ -158,7 +158,7 @@ typedef struct sl_profile {
 				     * under GEMMs on the shared cores, [0, 1] */
 	uint64_t dev_reserve_bytes; /* the backend's own device workspace (cuBLAS's,
 				     * its scratch), outside the run plan */
-	char build[64];             /* the sluice that measured (SL_VERSION) */
+	char build[64];             /* the sluice that measured (SL_VERSION+sl_build_id) */
 	char machine[768];          /* the cache's key (sl_profile_obtain); "": none */
 
 	double seconds; /* the whole profile */

@@ -615,8 +615,8 @@ static void machine_key(const char *backend, int threads, int pus, const char *g
 {
 	char cpu[256];
 	cpu_model(cpu, sizeof cpu);
-	snprintf(buf, cap, "backend=%s; threads=%d; build=%s; cpu=%s; pus=%d; gpu=%s", backend, threads, SL_VERSION,
-		 cpu, pus, gpu && gpu[0] ? gpu : "none");
+	snprintf(buf, cap, "backend=%s; threads=%d; build=%s+%s; cpu=%s; pus=%d; gpu=%s", backend, threads,
+		 SL_VERSION, sl_build_id, cpu, pus, gpu && gpu[0] ? gpu : "none");
 }
 
 /* ---- the profile ------------------------------------------------------------------- */
@@ -723,7 +723,7 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 	const double t_start = sl_now();
 	out->quick = o->quick;
 	out->pinned_node = out->io_node = -1;
-	snprintf(out->build, sizeof out->build, "%s", SL_VERSION);
+	snprintf(out->build, sizeof out->build, "%s+%s", SL_VERSION, sl_build_id);
 	if (o->offload_dir) {
 		SL_TRY(sl_profile_check_offload_dir(o->offload_dir));
 		if (strlen(o->offload_dir) >= sizeof out->offload_dir)

@@ -97,9 +97,14 @@ START_TEST(test_measure)
 		      p->disk_read_gbps);
 	ck_assert_msg(p->dev_reserve_bytes == 0, "the CPU backend reserves %llu bytes",
 		      (unsigned long long)p->dev_reserve_bytes);
-	ck_assert_str_eq(p->build, SL_VERSION);
-	ck_assert_msg(strstr(p->machine, "backend=cpu; threads=2; build=" SL_VERSION "; cpu="), "key '%s'",
-		      p->machine);
+	/* the build is the version and the commit: a rebuilt sluice of
+	 * another commit does not reuse this machine's cached profile */
+	char build[128], want_key[192];
+	snprintf(build, sizeof build, "%s+%s", SL_VERSION, sl_build_id);
+	ck_assert_str_eq(p->build, build);
+	ck_assert(sl_build_id[0] != 0);
+	snprintf(want_key, sizeof want_key, "backend=cpu; threads=2; build=%s; cpu=", build);
+	ck_assert_msg(strstr(p->machine, want_key), "key '%s'", p->machine);
 	check_model_name(p->machine);
 	ck_assert_msg(strstr(p->machine, "; gpu=none"), "key '%s'", p->machine);
 
@@ -188,6 +193,7 @@ START_TEST(test_cache)
 	char *bv = strstr(key, "build=");
 	ck_assert_ptr_nonnull(bv);
 	memcpy(bv, "build=9", 7); /* another version */
+	ck_assert(strcmp(key, b->machine) != 0);
 	json_object_set_new(j, "machine", json_string(key));
 	ck_assert_int_eq(json_dump_file(j, path, JSON_INDENT(2)), 0);
 	json_decref(j);

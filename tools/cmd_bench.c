@@ -358,6 +358,7 @@ static void bench_print_json(const bench_opts *o, const sl_backend *be, const sl
 	json_t *j = json_object(), *peak = json_object(), *benv = json_object();
 	sl_jset(j, "system", json_string("sluice"), &e);
 	sl_jset(j, "version", json_string(SL_VERSION), &e);
+	sl_jset(j, "build", json_string(sl_build_id), &e);
 	sl_jset(j, "model", json_text(co->model_dir ? co->model_dir : cfg->name), &e);
 	sl_jset(j, "model_name", json_text(cfg->name), &e);
 	sl_jset(j, "backend", json_string(be->ops->name), &e);

@@ -69,7 +69,7 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "convert"))
 		return cmd_convert(argc, argv); /* tools/cmd_convert.c */
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-		printf("sluice %s (backends: cpu%s)\n", SL_VERSION,
+		printf("sluice %s (%s; backends: cpu%s)\n", SL_VERSION, sl_build_id,
 		       sl_backend_cuda_built() ? ", cuda" : "");
 		return 0;
 	}
