@@ -78,12 +78,20 @@ md.append(f"- machine: {a.machine}")
 md.append(f"- command: `{a.cmd}`; wall time {a.wall} s")
 if prof:
     rates = ", ".join(f"{k} {prof[k]:.3g}" for k in ("mem_read_gbps", "cpu_gemm_gflops", "copy_gbps",
-                                                      "attn_decode_gbps", "disk_read_gbps", "disk_write_gbps")
+                                                      "attn_decode_gbps", "disk_read_gbps", "disk_write_gbps", "copy_overlap")
                       if isinstance(prof.get(k), (int, float)))
     md.append(f"- profile (measured once at the start, used for every prediction): backend "
               f"{prof.get('backend')}, {prof.get('threads')} threads, build {prof.get('build', '?')}; {rates}")
-md.append("- each run: `sluice bench --json --profile P` (one run each, after bench's warm-up); "
-          "error = |predicted - measured| / measured tokens/s\n")
+reps = [len(r.get("repeat_tok_s") or [1]) for r in runs]
+spreads = [(max(x) - min(x)) / median(x) for x in (r.get("repeat_tok_s") for r in runs) if x and len(x) > 1]
+nrep = max(reps, default=1)
+md.append(f"- each policy: `sluice bench --json --profile P`, after bench's warm-up, "
+          f"{'once' if nrep == 1 else f'{nrep} times, the run of median tokens/s kept'}; "
+          "error = |predicted - measured| / measured tokens/s")
+if spreads:
+    md.append(f"- spread of a policy's {nrep} runs ((max - min) / median tokens/s): median "
+              f"{median(spreads):.1%}, 90th percentile {pct(spreads, 90):.1%}, largest {max(spreads):.1%}")
+md.append("")
 
 errs = [e for e in (err(r) for r in grid) if e is not None]
 if errs:
@@ -93,14 +101,15 @@ if errs:
         e = [err(r) for r in grid if r["model"] == model and err(r) is not None]
         md.append(f"- {model}: {len(e)} runs, median {median(e):.1%}, 90th percentile {pct(e, 90):.1%}")
     md.append("")
-md.append("| model | workload | policy | placement | --gpu-mem | predicted tok/s | measured tok/s | error | "
+md.append("| model | workload | policy | placement | --gpu-mem | predicted tok/s | measured tok/s | runs tok/s | error | "
           "predicted prefill s / decode s | measured prefill s / decode s | bottleneck (prefill, decode) |")
-md.append("|---|---|---|---|---|---:|---:|---:|---|---|---|")
+md.append("|---|---|---|---|---|---:|---:|---|---:|---|---|---|")
 for r in grid:
     e = err(r)
     p = r.get("predicted_throughput_tok_s")
     md.append(f"| {r['model']} | {r['workload']} | {r['policy']} | {flags(r)} | {r['budget']} | "
               f"{p if p is None else f'{p:.2f}'} | {r['throughput_tok_s']:.2f} | "
+              f"{' '.join(f'{x:.1f}' for x in r.get('repeat_tok_s') or [])} | "
               f"{'-' if e is None else f'{e:.1%}'} | "
               f"{r.get('predicted_prefill_s') or 0:.2f} / {r.get('predicted_decode_s') or 0:.2f} | "
               f"{r['prefill_s']:.2f} / {r['decode_s']:.2f} | "
