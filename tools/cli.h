@@ -137,8 +137,9 @@ void fmt_bytes(size_t n, char *buf, size_t len);
 /* The machine's memory (/proc/meminfo MemTotal; 0 when unknown): the
  * budget a search assumes where none is given. */
 size_t default_mem_budget(void);
-/* Free bytes in the file system holding dir (statvfs; 0 when unknown). */
-size_t dir_free_bytes(const char *dir);
+/* Free bytes in the file system holding dir (statvfs's f_bavail), or
+ * SL_EIO naming dir where it cannot be read. */
+int dir_free_bytes(const char *dir, size_t *out);
 
 /* ---- predictions and --policy auto (cli_auto.c) ------------------------ */
 

@@ -85,7 +85,8 @@ int policy_auto(common_opts *o, const sl_opt_config *cfg, const char *backend, i
 	sp.budget.device = o->gpu_mem ? o->gpu_mem : cpu ? mem : 0;
 	sp.budget.host = o->cpu_mem ? o->cpu_mem : mem;
 	sp.disk = o->offload_dir != NULL;
-	sp.budget.disk = sp.disk ? dir_free_bytes(o->offload_dir) : 0;
+	if (sp.disk && (rc = dir_free_bytes(o->offload_dir, &sp.budget.disk)) < 0)
+		return rc;
 	if (sp.disk && !sp.budget.disk)
 		return sl_err(SL_EINVAL, "--offload-dir %s: no free space (or not a folder)", o->offload_dir);
 	if (o->hh_given) {

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "cpu/cpu_backend.h"
 
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -381,10 +382,12 @@ size_t default_mem_budget(void)
 	return (size_t)kib * 1024;
 }
 
-size_t dir_free_bytes(const char *dir)
+int dir_free_bytes(const char *dir, size_t *out)
 {
 	struct statvfs sv;
+	*out = 0;
 	if (statvfs(dir, &sv) != 0)
-		return 0;
-	return (size_t)sv.f_bavail * sv.f_frsize;
+		return sl_err(SL_EIO, "%s: cannot read its free space: %s", dir, strerror(errno));
+	*out = (size_t)sv.f_bavail * (size_t)sv.f_frsize;
+	return 0;
 }

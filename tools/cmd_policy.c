@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 static const char policy_help[] =
@@ -480,21 +479,6 @@ static json_t *ladder_json(const policy_cli *o, const ladder *ld, sl_jerr *e)
 
 /* ---- budgets and the profile --------------------------------------------- */
 
-static size_t mem_total(void)
-{
-	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-	return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
-}
-
-static int disk_free(const char *dir, size_t *out)
-{
-	struct statvfs sv;
-	if (statvfs(dir, &sv))
-		return sl_err(SL_EIO, "%s: cannot read its free space: %s", dir, strerror(errno));
-	*out = (size_t)sv.f_bavail * (size_t)sv.f_frsize;
-	return 0;
-}
-
 static int get_profile(const policy_cli *o, profile_src *ps)
 {
 	if (o->profile) {
@@ -942,12 +926,12 @@ int cmd_policy(int argc, char **argv)
 	sp->kv_f32 = o.co.kv_f32;
 	const bool cuda = !strcmp(x.prof.p.backend, "cuda");
 	sp->budget.device = o.co.gpu_mem ? o.co.gpu_mem
-			    : cuda ? (size_t)x.prof.p.gpu.memory_bytes : mem_total();
-	sp->budget.host = o.co.cpu_mem ? o.co.cpu_mem : mem_total();
+			    : cuda ? (size_t)x.prof.p.gpu.memory_bytes : default_mem_budget();
+	sp->budget.host = o.co.cpu_mem ? o.co.cpu_mem : default_mem_budget();
 	sp->disk = o.co.offload_dir != NULL;
 	if (sp->disk) {
 		sp->budget.disk = o.disk_mem;
-		if (!sp->budget.disk && (rc = disk_free(o.co.offload_dir, &sp->budget.disk)) < 0)
+		if (!sp->budget.disk && (rc = dir_free_bytes(o.co.offload_dir, &sp->budget.disk)) < 0)
 			die(rc);
 	}
 	sp->nfix = o.nfix;
