@@ -135,7 +135,7 @@ runs = [json.load(open(f)) for f in sys.argv[1:]]
 order = sorted(runs, key=lambda d: d["throughput_tok_s"])
 med = dict(order[(len(order) - 1) // 2])
 med["repeat_tok_s"] = [d["throughput_tok_s"] for d in runs]
-print(json.dumps(med))' "$work"/rep.*.json >"$work/run.json"
+print(json.dumps(med, separators=(",", ":")))' "$work"/rep.*.json >"$work/run.json"
 		echo "  $kind $model p$p g$g $name --gpu-mem $budget: $(grep -o '"throughput_tok_s":[0-9.]*' "$work/run.json")" \
 			"$(grep -o '"predicted_throughput_tok_s":[0-9.]*' "$work/run.json")" >&2
 		record "$kind" "$model" "$p" "$g" "$name" "$budget" "${cmd[*]}" <"$work/run.json"

@@ -46,9 +46,9 @@
  *   copy_overlap      the CPU backend only: the share of a copy stream that
  *                     hides under a GEMM stream when both run at once (its
  *                     copy queue's memcpy of 8 MiB blocks beside decode-sized
- *                     GEMMs, m = 16, n = k = 2048): (gemm alone + copy alone
- *                     - both together) / the shorter alone, in [0, 1], median
- *                     of 3.  The cores are shared, so the model can neither
+ *                     GEMMs, m = 16, n = k = 2048, the copies sized to take
+ *                     as long): (gemm alone + copy alone - both together) /
+ *                     the shorter alone, in [0, 1], median of 5.  The cores are shared, so the model can neither
  *                     add the two nor take their maximum; 0 on CUDA, where
  *                     copies have their own engine, and in files without it
  *                     (optional: older format 2 files load)

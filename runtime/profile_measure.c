@@ -32,6 +32,12 @@ static void say(const sl_profile_opts *o, const char *fmt, ...)
 	fflush(o->log);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
 static double median3(double a[3])
 {
 	double lo = SL_MIN(a[0], SL_MIN(a[1], a[2])), hi = SL_MAX(a[0], SL_MAX(a[1], a[2]));
@@ -292,7 +298,8 @@ static int time_both(sl_backend *b, sl_queue *qg, const sl_gemm_args *g, int ng,
  * The share of a copy stream that hides under a GEMM stream on the CPU
  * backend (profile.h, copy_overlap): the GEMMs alone, the copies alone
  * (their count chosen so that both take about as long), then both at once;
- * (alone + alone - together) / the shorter, median of 3, clamped to [0, 1].
+ * (alone + alone - together) / the shorter, median of 5 (a difference of
+ * three timings: noisier than one), clamped to [0, 1].
  */
 static int measure_overlap(sl_backend *b, double target_s, double *share)
 {
@@ -315,14 +322,19 @@ static int measure_overlap(sl_backend *b, double target_s, double *share)
 	const sl_gemm_args g = { .m = OVL_M, .n = OVL_NK, .k = OVL_NK, .x = x.p, .ldx = OVL_NK, .w = w.p,
 				 .y = y.p, .ldy = OVL_NK, .alpha = 1.f };
 	const copy_arg c = { .dst = dst.p, .src = src.p, .n = OVL_COPY };
-	/* size both streams from one warm call each: about 10 x target each */
+	/* size the streams: the GEMMs to about 10 x target from a warm call,
+	 * then the copies to take as long, from a timed stream of each */
 	double tg1, tc1;
 	if ((rc = time_both(b, qg, &g, 1, qc, &c, 0, &tg1)) < 0 || (rc = time_both(b, qg, &g, 0, qc, &c, 1, &tc1)) < 0)
 		goto out;
 	const int ng = (int)SL_MAX(4.0, SL_MIN(4096.0, 10 * target_s / SL_MAX(tg1, 1e-6)));
-	const int nc = (int)SL_MAX(1.0, SL_MIN(4096.0, ng * tg1 / SL_MAX(tc1, 1e-6)));
-	double r[3];
-	for (int s = 0; s < 3; s++) {
+	int nc = (int)SL_MAX(1.0, SL_MIN(4096.0, ng * tg1 / SL_MAX(tc1, 1e-6)));
+	double tgs, tcs;
+	if ((rc = time_both(b, qg, &g, ng, qc, &c, 0, &tgs)) < 0 || (rc = time_both(b, qg, &g, 0, qc, &c, nc, &tcs)) < 0)
+		goto out;
+	nc = (int)SL_MAX(1.0, SL_MIN(8192.0, nc * tgs / SL_MAX(tcs, 1e-9)));
+	double r[5];
+	for (int s = 0; s < 5; s++) {
 		double tg, tc, tb;
 		if ((rc = time_both(b, qg, &g, ng, qc, &c, 0, &tg)) < 0 ||
 		    (rc = time_both(b, qg, &g, 0, qc, &c, nc, &tc)) < 0 ||
@@ -331,7 +343,8 @@ static int measure_overlap(sl_backend *b, double target_s, double *share)
 		const double v = (tg + tc - tb) / SL_MAX(SL_MIN(tg, tc), 1e-9);
 		r[s] = SL_MAX(0.0, SL_MIN(1.0, v));
 	}
-	*share = median3(r);
+	qsort(r, 5, sizeof r[0], cmp_double);
+	*share = r[2];
 out:
 	if (qc)
 		sl_queue_free(b, qc);
