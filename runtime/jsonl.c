@@ -1,5 +1,15 @@
 /*
- * jsonl.c - reading prompts and writing results as JSON Lines (jansson).
+ * jsonl.c - reading prompts and writing results as JSON Lines (jansson),
+ * plain or zstd-compressed (a name ending in .zst).
+ *
+ * A compressed input is decompressed as a stream behind a stdio FILE
+ * (fopencookie), so the line reader is the same for both and never holds
+ * more than a line.  A compressed output is one zstd frame per block (per
+ * sl_output_sync): a frame is written whole and then synced, so after a
+ * crash the whole frames are the blocks that reached the disk and a torn
+ * last frame is cut like a torn last line.  Resume speaks of offsets in
+ * the decompressed stream (sl_output_lines' ends); sl_output_truncate maps
+ * one to the frame holding it.
  */
 #include "jsonl.h"
 #include "sl_common.h"
@@ -11,6 +21,121 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
+#include <zstd_errors.h>
+
+static bool is_zst(const char *path)
+{
+	size_t n = strlen(path);
+	return n >= 4 && !strcmp(path + n - 4, ".zst");
+}
+
+/* ---- a zstd stream read through stdio ---------------------------------- */
+
+typedef struct zin {
+	FILE *f;
+	ZSTD_DCtx *dctx;
+	char *ibuf;
+	size_t icap;
+	ZSTD_inBuffer in;
+	long long base;  /* the file offset of ibuf[0] */
+	long long frame; /* the file offset where the frame being read begins */
+	size_t pending;  /* the last ZSTD_decompressStream result: 0 at a frame's end */
+	bool eof, decoded; /* decoded: some frame began well */
+	bool drain;        /* end the stream at the end of the frame being read */
+	int code;        /* once a read failed: its error code ... */
+	char err[256];   /* ... and what is wrong */
+} zin;
+
+static ssize_t zin_read(void *c, char *buf, size_t size)
+{
+	zin *z = c;
+	ZSTD_outBuffer out = { buf, size, 0 };
+	while (out.pos == 0 && size) {
+		if (z->drain && z->decoded && !z->pending)
+			return 0;
+		if (z->in.pos == z->in.size) {
+			if (z->eof) {
+				if (!z->pending)
+					return 0;
+				z->code = SL_EFORMAT;
+				snprintf(z->err, sizeof z->err,
+					 "truncated: the file ends (at byte %lld) inside the zstd frame that begins at byte %lld",
+					 z->base + (long long)z->in.size, z->frame);
+				errno = EIO;
+				return -1;
+			}
+			size_t n = fread(z->ibuf, 1, z->icap, z->f);
+			if (n == 0) {
+				if (ferror(z->f)) {
+					z->code = SL_EIO;
+					snprintf(z->err, sizeof z->err, "read error: %s", strerror(errno));
+					errno = EIO;
+					return -1;
+				}
+				z->eof = true;
+			}
+			z->base += (long long)z->in.size;
+			z->in = (ZSTD_inBuffer){ z->ibuf, n, 0 };
+			continue;
+		}
+		if (!z->pending)
+			z->frame = z->base + (long long)z->in.pos;
+		size_t r = ZSTD_decompressStream(z->dctx, &out, &z->in);
+		if (ZSTD_isError(r)) {
+			z->code = SL_EFORMAT;
+			if (!z->decoded && ZSTD_getErrorCode(r) == ZSTD_error_prefix_unknown)
+				snprintf(z->err, sizeof z->err,
+					 "not zstd-compressed data (the name ends in .zst)");
+			else
+				snprintf(z->err, sizeof z->err,
+					 "corrupt zstd data in the frame that begins at byte %lld: %s", z->frame,
+					 ZSTD_getErrorName(r));
+			errno = EIO;
+			return -1;
+		}
+		z->pending = r;
+		z->decoded = true;
+	}
+	return (ssize_t)out.pos;
+}
+
+static int zin_close(void *c)
+{
+	zin *z = c;
+	int rc = fclose(z->f);
+	ZSTD_freeDCtx(z->dctx);
+	free(z->ibuf);
+	free(z);
+	return rc;
+}
+
+/* f (owned) decompressed as it is read; *zp: its state, for the message
+ * of a failed read (valid until the stream is closed). */
+static FILE *zin_open(FILE *f, zin **zp)
+{
+	zin *z = calloc(1, sizeof *z);
+	if (z) {
+		z->f = f;
+		z->icap = ZSTD_DStreamInSize();
+		z->ibuf = malloc(z->icap);
+		z->dctx = ZSTD_createDCtx();
+	}
+	FILE *s = NULL;
+	if (z && z->ibuf && z->dctx)
+		s = fopencookie(z, "rb", (cookie_io_functions_t){ .read = zin_read, .close = zin_close });
+	if (!s) {
+		if (z) {
+			ZSTD_freeDCtx(z->dctx);
+			free(z->ibuf);
+			free(z);
+		}
+		fclose(f);
+		return NULL;
+	}
+	*zp = z;
+	return s;
+}
 
 static void prompt_clear(sl_prompt *p)
 {
@@ -161,13 +286,18 @@ int sl_prompts_read(const char *path, const sl_read_opts *o, sl_prompts *out)
 	if (!f)
 		return sl_err(errno == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot open: %s", path,
 			      strerror(errno));
+	zin *z = NULL;
+	if (!std_in && is_zst(path) && !(f = zin_open(f, &z)))
+		return sl_err(SL_ENOMEM, "out of memory");
 	if (std_in)
 		path = "<stdin>";
 	char *buf = NULL;
 	size_t bcap = 0;
 	ssize_t len;
 	int line = 0, cap = 0, rc = 0;
-	while ((len = getline(&buf, &bcap, f)) >= 0) {
+	/* a line cut short by a failed read is not parsed: the failure is
+	 * what is wrong */
+	while ((len = getline(&buf, &bcap, f)) >= 0 && !ferror(f)) {
 		line++;
 		size_t l = (size_t)len;
 		while (l && (buf[l - 1] == '\n' || buf[l - 1] == '\r'))
@@ -209,8 +339,20 @@ int sl_prompts_read(const char *path, const sl_read_opts *o, sl_prompts *out)
 		}
 		out->n++;
 	}
+	if (rc < 0 && rc != SL_ENOMEM && z && !ferror(f)) {
+		/* a bad line may be corrupt data that its frame's checksum,
+		 * further on, would have caught: read on to the frame's end */
+		z->drain = true;
+		while (getline(&buf, &bcap, f) >= 0 && !ferror(f))
+			;
+		if (ferror(f)) {
+			sl_prompts_free(out);
+			rc = 0;
+		}
+	}
 	if (!rc && ferror(f))
-		rc = sl_err(SL_EIO, "%s: read error: %s", path, strerror(errno));
+		rc = z && z->code ? sl_err(z->code, "%s: %s", path, z->err)
+				    : sl_err(SL_EIO, "%s: read error: %s", path, strerror(errno));
 	if (!rc && out->n == 0)
 		rc = sl_err(SL_EFORMAT, "%s: no prompts (the file is empty)", path);
 	free(buf);
@@ -228,6 +370,16 @@ struct sl_output {
 	char **ids;
 	off_t *ends;
 	int nlines;
+	/* zstd (OUT ends in .zst): the block's lines, compressed into one
+	 * frame by sl_output_sync */
+	bool zst;
+	ZSTD_CCtx *cctx;
+	char *blk, *zbuf;
+	size_t blen, bcap, zcap;
+	/* resume: the whole frames found, frame k at compressed offset fc[k]
+	 * and decompressed offset fu[k]; [nframes] is where the last ends */
+	off_t *fc, *fu;
+	int nframes;
 };
 
 const char *sl_output_path(const sl_output *o)
@@ -263,6 +415,13 @@ int sl_output_open(const char *path, enum sl_output_mode mode, sl_output **out, 
 		o->tmp = NULL;
 		sl_output_close(o, false);
 		return sl_err(SL_ENOMEM, "out of memory");
+	}
+	if ((o->zst = is_zst(path))) {
+		if (!(o->cctx = ZSTD_createCCtx()) ||
+		    ZSTD_isError(ZSTD_CCtx_setParameter(o->cctx, ZSTD_c_checksumFlag, 1))) {
+			sl_output_close(o, false);
+			return sl_err(SL_ENOMEM, "out of memory");
+		}
 	}
 	struct stat sb;
 	bool have_out = stat(path, &sb) == 0, have_partial = access(o->tmp, F_OK) == 0;
@@ -312,46 +471,157 @@ int sl_output_open(const char *path, enum sl_output_mode mode, sl_output **out, 
 	return 0;
 }
 
+/* One whole line of an output found on resume (len with its newline),
+ * ending at decompressed offset end: 1 when it is not one of ours (stop
+ * there). */
+static int found_line(sl_output *o, const char *buf, size_t len, off_t end, int *cap)
+{
+	json_t *root = json_loadb(buf, len - 1, 0, NULL);
+	json_t *id = root ? json_object_get(root, "id") : NULL;
+	char *s = id ? json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+	json_decref(root);
+	if (id && !s)
+		return sl_err(SL_ENOMEM, "out of memory");
+	if (!s)
+		return 1; /* not one of ours: stop here */
+	if (o->nlines == *cap) {
+		*cap = *cap ? 2 * *cap : 256;
+		char **ni = realloc(o->ids, (size_t)*cap * sizeof *ni);
+		off_t *ne = ni ? realloc(o->ends, (size_t)*cap * sizeof *ne) : NULL;
+		if (ni)
+			o->ids = ni;
+		if (!ni || !ne) {
+			free(s);
+			return sl_err(SL_ENOMEM, "out of memory");
+		}
+		o->ends = ne;
+	}
+	o->ids[o->nlines] = s;
+	o->ends[o->nlines++] = end;
+	return 0;
+}
+
+/* Frame boundary k: compressed offset c, decompressed offset u. */
+static int note_frame(sl_output *o, int k, off_t c, off_t u, int *fcap)
+{
+	if (k >= *fcap) {
+		*fcap = *fcap ? 2 * *fcap : 64;
+		off_t *nc = realloc(o->fc, (size_t)*fcap * sizeof *nc);
+		off_t *nu = nc ? realloc(o->fu, (size_t)*fcap * sizeof *nu) : NULL;
+		if (nc)
+			o->fc = nc;
+		if (!nc || !nu)
+			return sl_err(SL_ENOMEM, "out of memory");
+		o->fu = nu;
+	}
+	o->fc[k] = c;
+	o->fu[k] = u;
+	return 0;
+}
+
+/* The lines of a compressed output, frame by frame: a frame's lines count
+ * once the whole frame has been read (its checksum too); a torn or corrupt
+ * frame ends the output there, as a torn line ends a plain one.  Only the
+ * frame being read is held in memory (and a line it began, if one runs
+ * into the next frame). */
+static int zst_lines(sl_output *o, int *cap)
+{
+	ZSTD_DCtx *d = ZSTD_createDCtx();
+	size_t icap = ZSTD_DStreamInSize();
+	char *ibuf = malloc(icap), *fb = NULL;
+	size_t flen = 0, fcap = 0; /* fb: decompressed, from line start ls */
+	off_t base = 0, ls = 0; /* ibuf's file offset; fb[0]'s decompressed offset */
+	int ffcap = 0, rc = 0;
+	bool stop = false;
+	o->nframes = 0;
+	if (!d || !ibuf || note_frame(o, 0, 0, 0, &ffcap) < 0) {
+		rc = sl_err(SL_ENOMEM, "out of memory");
+		goto done;
+	}
+	size_t n;
+	while (!stop && (n = fread(ibuf, 1, icap, o->f)) > 0) {
+		ZSTD_inBuffer in = { ibuf, n, 0 };
+		while (!stop && in.pos < in.size) {
+			if (fcap - flen < (size_t)1 << 16) {
+				size_t nc = SL_MAX(2 * fcap, flen + (1 << 17));
+				char *nb = realloc(fb, nc);
+				if (!nb) {
+					rc = sl_err(SL_ENOMEM, "out of memory");
+					goto done;
+				}
+				fb = nb;
+				fcap = nc;
+			}
+			ZSTD_outBuffer out = { fb, fcap, flen };
+			size_t r = ZSTD_decompressStream(d, &out, &in);
+			flen = out.pos;
+			if (ZSTD_isError(r)) {
+				stop = true; /* a corrupt frame: the output ends before it */
+				break;
+			}
+			if (r)
+				continue;
+			/* a whole frame, ending here: then its whole lines */
+			if ((rc = note_frame(o, o->nframes + 1, base + (off_t)in.pos, ls + (off_t)flen,
+					     &ffcap)) < 0)
+				goto done;
+			o->nframes++;
+			size_t from = 0;
+			for (size_t i = 0; i < flen; i++) {
+				if (fb[i] != '\n')
+					continue;
+				int k = found_line(o, fb + from, i + 1 - from, ls + (off_t)(i + 1), cap);
+				if (k < 0) {
+					rc = k;
+					goto done;
+				}
+				if (k) {
+					stop = true;
+					break;
+				}
+				from = i + 1;
+			}
+			if (stop)
+				break;
+			memmove(fb, fb + from, flen - from);
+			ls += (off_t)from;
+			flen -= from;
+		}
+		base += (off_t)n;
+	}
+	if (!rc && ferror(o->f))
+		rc = sl_err(SL_EIO, "%s: read error: %s", o->tmp ? o->tmp : o->path, strerror(errno));
+done:
+	ZSTD_freeDCtx(d);
+	free(ibuf);
+	free(fb);
+	return rc;
+}
+
 int sl_output_lines(sl_output *o, int *n, char ***ids, off_t **ends)
 {
 	if (fseeko(o->f, 0, SEEK_SET) != 0)
 		return sl_err(SL_EIO, "%s: %s", o->tmp, strerror(errno));
-	char *buf = NULL;
-	size_t bcap = 0;
-	ssize_t len;
-	off_t pos = 0;
 	int cap = 0, rc = 0;
-	while ((len = getline(&buf, &bcap, o->f)) > 0) {
-		if (buf[len - 1] != '\n')
-			break; /* a line cut short by a crash: not whole */
-		json_t *root = json_loadb(buf, (size_t)len - 1, 0, NULL);
-		json_t *id = root ? json_object_get(root, "id") : NULL;
-		char *s = id ? json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-		json_decref(root);
-		if (id && !s) {
-			rc = sl_err(SL_ENOMEM, "out of memory");
-			break;
-		}
-		if (!s)
-			break; /* not one of ours: stop here */
-		if (o->nlines == cap) {
-			cap = cap ? 2 * cap : 256;
-			char **ni = realloc(o->ids, (size_t)cap * sizeof *ni);
-			off_t *ne = ni ? realloc(o->ends, (size_t)cap * sizeof *ne) : NULL;
-			if (ni)
-				o->ids = ni;
-			if (!ni || !ne) {
-				free(s);
-				rc = sl_err(SL_ENOMEM, "out of memory");
+	if (o->zst) {
+		rc = zst_lines(o, &cap);
+	} else {
+		char *buf = NULL;
+		size_t bcap = 0;
+		ssize_t len;
+		off_t pos = 0;
+		while ((len = getline(&buf, &bcap, o->f)) > 0) {
+			if (buf[len - 1] != '\n')
+				break; /* a line cut short by a crash: not whole */
+			pos += len;
+			int k = found_line(o, buf, (size_t)len, pos, &cap);
+			if (k) {
+				rc = k < 0 ? k : 0;
 				break;
 			}
-			o->ends = ne;
 		}
-		pos += len;
-		o->ids[o->nlines] = s;
-		o->ends[o->nlines++] = pos;
+		free(buf);
 	}
-	free(buf);
 	clearerr(o->f);
 	*n = o->nlines;
 	*ids = o->ids;
@@ -359,15 +629,106 @@ int sl_output_lines(sl_output *o, int *n, char ***ids, off_t **ends)
 	return rc;
 }
 
+/* Compress the block's lines into one frame at the end of the file. */
+static int write_frame(sl_output *o, const char *src, size_t len)
+{
+	size_t need = ZSTD_compressBound(len);
+	if (need > o->zcap) {
+		char *nb = realloc(o->zbuf, need);
+		if (!nb)
+			return sl_err(SL_ENOMEM, "out of memory");
+		o->zbuf = nb;
+		o->zcap = need;
+	}
+	size_t r = ZSTD_compress2(o->cctx, o->zbuf, o->zcap, src, len);
+	if (ZSTD_isError(r))
+		return sl_err(SL_EIO, "%s: zstd compression failed: %s", o->tmp, ZSTD_getErrorName(r));
+	if (fwrite(o->zbuf, 1, r, o->f) != r)
+		return sl_err(SL_EIO, "%s: write failed: %s", o->tmp, strerror(errno));
+	return 0;
+}
+
+/* A compressed output cut at decompressed offset off: after the frame
+ * that ends there, or, inside a frame (a resume with another
+ * --batch-size), before that frame with its lines up to off written again
+ * as a frame of their own. */
+static int zst_truncate(sl_output *o, off_t off)
+{
+	if (!o->fc) /* no lines were read: nothing is kept */
+		return off ? sl_err(SL_EINVAL, "%s: cut past its known frames", o->tmp)
+			   : (ftruncate(fileno(o->f), 0) == 0 && fseeko(o->f, 0, SEEK_SET) == 0)
+				     ? 0
+				     : sl_err(SL_EIO, "%s: cannot truncate: %s", o->tmp, strerror(errno));
+	int k = 0;
+	while (k < o->nframes && o->fu[k + 1] <= off)
+		k++;
+	const off_t cut = o->fc[k];
+	if (off == o->fu[k] || k == o->nframes) {
+		if (ftruncate(fileno(o->f), cut) != 0 || fseeko(o->f, cut, SEEK_SET) != 0)
+			return sl_err(SL_EIO, "%s: cannot truncate: %s", o->tmp, strerror(errno));
+		return 0;
+	}
+	/* frame k holds off: read it again up to off */
+	const size_t want = (size_t)(off - o->fu[k]), clen = (size_t)(o->fc[k + 1] - cut);
+	char *cb = malloc(clen), *ub = malloc(want);
+	ZSTD_DCtx *d = ZSTD_createDCtx();
+	int rc = 0;
+	if (!cb || !ub || !d) {
+		rc = sl_err(SL_ENOMEM, "out of memory");
+		goto done;
+	}
+	if (fseeko(o->f, cut, SEEK_SET) != 0 || fread(cb, 1, clen, o->f) != clen) {
+		rc = sl_err(SL_EIO, "%s: read error: %s", o->tmp, strerror(errno));
+		goto done;
+	}
+	ZSTD_inBuffer in = { cb, clen, 0 };
+	ZSTD_outBuffer out = { ub, want, 0 };
+	while (out.pos < want) {
+		size_t r = ZSTD_decompressStream(d, &out, &in);
+		if (ZSTD_isError(r) || (out.pos < want && in.pos == in.size)) {
+			rc = sl_err(SL_EFORMAT, "%s: changed while it was resumed", o->tmp);
+			goto done;
+		}
+	}
+	if (ftruncate(fileno(o->f), cut) != 0 || fseeko(o->f, cut, SEEK_SET) != 0) {
+		rc = sl_err(SL_EIO, "%s: cannot truncate: %s", o->tmp, strerror(errno));
+		goto done;
+	}
+	rc = write_frame(o, ub, want);
+done:
+	ZSTD_freeDCtx(d);
+	free(cb);
+	free(ub);
+	return rc;
+}
+
 int sl_output_truncate(sl_output *o, off_t off)
 {
-	if (fflush(o->f) != 0 || ftruncate(fileno(o->f), off) != 0 || fseeko(o->f, off, SEEK_SET) != 0)
+	if (fflush(o->f) != 0)
+		return sl_err(SL_EIO, "%s: cannot truncate: %s", o->tmp, strerror(errno));
+	if (o->zst)
+		return zst_truncate(o, off);
+	if (ftruncate(fileno(o->f), off) != 0 || fseeko(o->f, off, SEEK_SET) != 0)
 		return sl_err(SL_EIO, "%s: cannot truncate: %s", o->tmp, strerror(errno));
 	return 0;
 }
 
 int sl_output_write(sl_output *o, const char *line, size_t len)
 {
+	if (o->zst) {
+		if (o->blen + len + 1 > o->bcap) {
+			size_t nc = SL_MAX(2 * o->bcap, o->blen + len + 4096);
+			char *nb = realloc(o->blk, nc);
+			if (!nb)
+				return sl_err(SL_ENOMEM, "out of memory");
+			o->blk = nb;
+			o->bcap = nc;
+		}
+		memcpy(o->blk + o->blen, line, len);
+		o->blk[o->blen + len] = '\n';
+		o->blen += len + 1;
+		return 0;
+	}
 	if (fwrite(line, 1, len, o->f) != len || fputc('\n', o->f) == EOF)
 		return sl_err(SL_EIO, "%s: write failed: %s", o->tmp ? o->tmp : o->path, strerror(errno));
 	return 0;
@@ -378,6 +739,10 @@ int sl_output_sync(sl_output *o)
 	if (o->std_out) /* a pipe or a terminal: passed on, not synced */
 		return fflush(o->f) == 0 ? 0
 					 : sl_err(SL_EIO, "%s: write failed: %s", o->path, strerror(errno));
+	if (o->zst && o->blen) {
+		SL_TRY(write_frame(o, o->blk, o->blen));
+		o->blen = 0;
+	}
 	if (fflush(o->f) != 0 || fdatasync(fileno(o->f)) != 0)
 		return sl_err(SL_EIO, "%s: write failed: %s", o->tmp, strerror(errno));
 	return 0;
@@ -411,6 +776,11 @@ void sl_output_close(sl_output *o, bool discard)
 		free(o->ids[i]);
 	free(o->ids);
 	free(o->ends);
+	free(o->fc);
+	free(o->fu);
+	free(o->blk);
+	free(o->zbuf);
+	ZSTD_freeCCtx(o->cctx);
 	free(o->path);
 	free(o->tmp);
 	free(o);

@@ -14,6 +14,11 @@
  * interrupted job's OUT.partial holds whole lines that --resume continues.
  * The path "-" is standard output (lines as each block ends, no .partial,
  * no resume); for input, standard input.
+ *
+ * A path ending in .zst is zstd-compressed: an input is decompressed as it
+ * is read (a truncated or corrupt one is an error naming the file and the
+ * byte); an output is written one frame (with a checksum) per
+ * sl_output_sync, and resumed by whole frames.
  */
 #ifndef SL_JSONL_H
 #define SL_JSONL_H
@@ -68,9 +73,11 @@ enum sl_output_mode {
 int sl_output_open(const char *path, enum sl_output_mode mode, sl_output **out, bool *complete);
 
 /* Resume: the whole lines already in OUT.partial: their ids (compact JSON,
- * owned by o) and the byte offset where each ends. */
+ * owned by o) and the byte offset where each ends (for .zst, in the
+ * decompressed stream, only in frames that are whole). */
 int sl_output_lines(sl_output *o, int *n, char ***ids, off_t **ends);
-/* Cut OUT.partial after `off` bytes and append from there. */
+/* Cut OUT.partial after `off` bytes (one of sl_output_lines' ends, or 0)
+ * and append from there. */
 int sl_output_truncate(sl_output *o, off_t off);
 
 /* Append one line (without its newline). */

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 static const char *fixtures_dir = "tests/fixtures";
 static char tmpdir[256];
@@ -477,6 +478,211 @@ START_TEST(test_good_jsonl)
 }
 END_TEST
 
+/* Data compressed as zstd frames with checksums (as the zstd tool writes
+ * them), frame k holding src[cuts[k], cuts[k+1]) (cuts need not fall
+ * between lines); returns the bytes, *n their count. */
+static char *zst_frames(const char *src, const size_t *cuts, int nframes, size_t *n)
+{
+	size_t cap = ZSTD_compressBound(cuts[nframes]) + 64 * (size_t)nframes;
+	char *out = malloc(cap);
+	ck_assert_ptr_nonnull(out);
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	ck_assert(!ZSTD_isError(ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1)));
+	*n = 0;
+	for (int k = 0; k < nframes; k++) {
+		size_t r = ZSTD_compress2(cc, out + *n, cap - *n, src + cuts[k], cuts[k + 1] - cuts[k]);
+		ck_assert_msg(!ZSTD_isError(r), "%s", ZSTD_getErrorName(r));
+		*n += r;
+	}
+	ZSTD_freeCCtx(cc);
+	return out;
+}
+
+/* The whole decompressed content of a file of zstd frames. */
+static char *zst_read_all(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_ptr_nonnull(f);
+	fseek(f, 0, SEEK_END);
+	size_t cn = (size_t)ftell(f);
+	rewind(f);
+	char *c = malloc(cn + 1);
+	ck_assert_uint_eq(fread(c, 1, cn, f), cn);
+	fclose(f);
+	size_t cap = 1 << 20;
+	char *u = malloc(cap);
+	ZSTD_DCtx *d = ZSTD_createDCtx();
+	ZSTD_inBuffer in = { c, cn, 0 };
+	ZSTD_outBuffer out = { u, cap, 0 };
+	size_t r = 0;
+	while (in.pos < in.size) {
+		r = ZSTD_decompressStream(d, &out, &in);
+		ck_assert_msg(!ZSTD_isError(r), "%s: %s", path, ZSTD_getErrorName(r));
+	}
+	ck_assert_uint_eq(r, 0);
+	ZSTD_freeDCtx(d);
+	free(c);
+	*n = out.pos;
+	return u;
+}
+
+/* .jsonl.zst input: read as a stream, over frames that split lines and
+ * over more data than one read of the stream; truncated, corrupt or
+ * uncompressed data refused with the file and the byte named. */
+START_TEST(test_zst_jsonl)
+{
+	make_tmpdir();
+	const int lines = 3000;
+	size_t cap = (size_t)lines * 64, len = 0;
+	char *text = malloc(cap);
+	for (int i = 0; i < lines; i++)
+		len += (size_t)snprintf(text + len, cap - len, "{\"id\": \"q%d\", \"input_ids\": [%d, %d]}\n", i,
+					i % 500, (i * 7) % 500);
+	const size_t cuts[] = { 0, 1000, len / 2 + 3, len };
+	size_t zn;
+	char *z = zst_frames(text, cuts, 3, &zn);
+	char path[400];
+	snprintf(path, sizeof path, "%s/in.jsonl.zst", tmpdir);
+	write_file(path, z, zn);
+	sl_prompts ps;
+	sl_read_opts ro = { .vocab = 512 };
+	ck_assert_int_eq(sl_prompts_read(path, &ro, &ps), 0);
+	ck_assert_int_eq(ps.n, lines);
+	for (int i = 0; i < lines; i += 997) {
+		char id[32];
+		snprintf(id, sizeof id, "\"q%d\"", i);
+		ck_assert_str_eq(ps.p[i].id_json, id);
+		ck_assert_int_eq(ps.p[i].n, 2);
+		ck_assert_int_eq(ps.p[i].ids[1], (i * 7) % 500);
+	}
+	sl_prompts_free(&ps);
+
+	/* truncated inside the last frame: named with the byte where it ends */
+	write_file(path, z, zn - 5);
+	ck_assert_int_eq(sl_prompts_read(path, &ro, &ps), SL_EFORMAT);
+	ck_assert_msg(strstr(sl_errmsg(), path) && strstr(sl_errmsg(), "truncated"), "%s", sl_errmsg());
+	char at[64];
+	snprintf(at, sizeof at, "at byte %zu", zn - 5);
+	ck_assert_msg(strstr(sl_errmsg(), at), "%s", sl_errmsg());
+	ck_assert_ptr_null(ps.p);
+	/* a flipped byte in the middle: the frame's checksum or its coding fails */
+	z[zn / 2] ^= 0x5a;
+	write_file(path, z, zn);
+	ck_assert_int_eq(sl_prompts_read(path, &ro, &ps), SL_EFORMAT);
+	ck_assert_msg(strstr(sl_errmsg(), path) && strstr(sl_errmsg(), "corrupt zstd data in the frame"),
+		      "%s", sl_errmsg());
+	ck_assert_ptr_null(ps.p);
+	/* an uncompressed file named .zst */
+	write_file(path, text, len);
+	ck_assert_int_eq(sl_prompts_read(path, &ro, &ps), SL_EFORMAT);
+	ck_assert_msg(strstr(sl_errmsg(), "not zstd-compressed"), "%s", sl_errmsg());
+	/* an empty one: no prompts, as for plain JSONL */
+	write_file(path, "", 0);
+	ck_assert_int_eq(sl_prompts_read(path, &ro, &ps), SL_EFORMAT);
+	ck_assert_msg(strstr(sl_errmsg(), "no prompts"), "%s", sl_errmsg());
+	/* a bad line inside compressed data: its line number, as for plain */
+	const char *bad = "{\"input_ids\": [5]}\n{\"input_ids\": [5,\n";
+	const size_t bcuts[] = { 0, strlen(bad) };
+	free(z);
+	z = zst_frames(bad, bcuts, 1, &zn);
+	write_file(path, z, zn);
+	ck_assert_int_eq(sl_prompts_read(path, &ro, &ps), SL_EFORMAT);
+	ck_assert_msg(strstr(sl_errmsg(), "in.jsonl.zst:2: not valid JSON"), "%s", sl_errmsg());
+	free(z);
+	free(text);
+	rm_tmpdir();
+}
+END_TEST
+
+/* .jsonl.zst output: one frame per sync; resume keeps the whole frames'
+ * lines, cuts a torn frame, and a cut inside a frame keeps the lines
+ * before it. */
+START_TEST(test_zst_output)
+{
+	make_tmpdir();
+	char outp[400], partial[420];
+	snprintf(outp, sizeof outp, "%s/out.jsonl.zst", tmpdir);
+	snprintf(partial, sizeof partial, "%s.partial", outp);
+	const char *ls[] = { "{\"id\":0}", "{\"id\":1,\"x\":\"aaaa\"}", "{\"id\":2}", "{\"id\":3}",
+			     "{\"id\":4}" };
+	sl_output *o = NULL;
+	bool complete = false;
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_NEW, &o, &complete), 0);
+	for (int i = 0; i < 5; i++) {
+		ck_assert_int_eq(sl_output_write(o, ls[i], strlen(ls[i])), 0);
+		if (i == 2 || i == 4)
+			ck_assert_int_eq(sl_output_sync(o), 0); /* two blocks: 0-2, 3-4 */
+	}
+	sl_output_close(o, false);
+	/* two frames, the first the first block's lines */
+	FILE *f = fopen(partial, "rb");
+	ck_assert_ptr_nonnull(f);
+	char c[4096];
+	size_t cn = fread(c, 1, sizeof c, f);
+	fclose(f);
+	size_t f0 = ZSTD_findFrameCompressedSize(c, cn);
+	ck_assert(!ZSTD_isError(f0) && f0 < cn);
+	ck_assert_uint_eq(ZSTD_findFrameCompressedSize(c + f0, cn - f0), cn - f0);
+	char u[256];
+	size_t un = ZSTD_decompress(u, sizeof u, c, f0);
+	ck_assert_uint_eq(un, strlen(ls[0]) + strlen(ls[1]) + strlen(ls[2]) + 3);
+	ck_assert(!memcmp(u, "{\"id\":0}\n{\"id\":1,", 17));
+
+	/* a torn third frame (a crash while it was written) is not a line */
+	f = fopen(partial, "ab");
+	fwrite(c, 1, f0 / 2, f);
+	fclose(f);
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_RESUME, &o, &complete), 0);
+	ck_assert(!complete);
+	int n = 0;
+	char **ids;
+	off_t *ends;
+	ck_assert_int_eq(sl_output_lines(o, &n, &ids, &ends), 0);
+	ck_assert_int_eq(n, 5);
+	ck_assert_str_eq(ids[4], "4");
+	ck_assert_int_eq(ends[2], (off_t)un);
+	/* cut inside the second frame, after line 3 (another --batch-size) */
+	ck_assert_int_eq(sl_output_truncate(o, ends[3]), 0);
+	ck_assert_int_eq(sl_output_write(o, "{\"id\":9}", 8), 0);
+	ck_assert_int_eq(sl_output_commit(o), 0);
+	sl_output_close(o, false);
+	ck_assert_int_ne(access(partial, F_OK), 0);
+	size_t an;
+	char *all = zst_read_all(outp, &an);
+	const char *want = "{\"id\":0}\n{\"id\":1,\"x\":\"aaaa\"}\n{\"id\":2}\n{\"id\":3}\n{\"id\":9}\n";
+	ck_assert_uint_eq(an, strlen(want));
+	ck_assert(!memcmp(all, want, an));
+	free(all);
+	/* a complete output is read back for the check against the input */
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_RESUME, &o, &complete), 0);
+	ck_assert(complete);
+	ck_assert_int_eq(sl_output_lines(o, &n, &ids, &ends), 0);
+	ck_assert_int_eq(n, 5);
+	ck_assert_str_eq(ids[4], "9");
+	sl_output_close(o, false);
+
+	/* a corrupt frame ends the whole lines before it: resume cuts it */
+	ck_assert_int_eq(rename(outp, partial), 0);
+	f = fopen(partial, "r+b");
+	ck_assert_ptr_nonnull(f);
+	fseek(f, (long)f0 + 6, SEEK_SET);
+	int ch = fgetc(f);
+	fseek(f, (long)f0 + 6, SEEK_SET);
+	fputc(ch ^ 0xff, f);
+	fclose(f);
+	ck_assert_int_eq(sl_output_open(outp, SL_OUT_RESUME, &o, &complete), 0);
+	ck_assert_int_eq(sl_output_lines(o, &n, &ids, &ends), 0);
+	ck_assert_int_eq(n, 3);
+	ck_assert_int_eq(sl_output_truncate(o, ends[2]), 0);
+	ck_assert_int_eq(sl_output_commit(o), 0);
+	sl_output_close(o, false);
+	all = zst_read_all(outp, &an);
+	ck_assert_uint_eq(an, un);
+	free(all);
+	rm_tmpdir();
+}
+END_TEST
+
 START_TEST(test_prompt_too_long)
 {
 	char dir[600];
@@ -565,6 +771,8 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_bad_configs);
 	tcase_add_loop_test(tc, test_bad_jsonl, 0, (int)SL_ARRAY_LEN(bad_jsonl));
 	tcase_add_test(tc, test_good_jsonl);
+	tcase_add_test(tc, test_zst_jsonl);
+	tcase_add_test(tc, test_zst_output);
 	tcase_add_test(tc, test_prompt_too_long);
 	tcase_add_test(tc, test_budget_too_small);
 	tcase_add_test(tc, test_json_setters);

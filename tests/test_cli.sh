@@ -154,6 +154,52 @@ done
 if python3 "$(dirname "$0")/../tools/merge_shards.py" --batch-size 2 --input "$tmp/job.jsonl" "$tmp"/sh.{0,1,2}.jsonl >"$tmp/merged.jsonl" &&
 	cmp -s "$tmp/merged.jsonl" "$tmp/ref.jsonl"; then ok; else bad "merged shards differ from the whole job"; fi
 
+# zstd job files: a .jsonl.zst input read as a stream, a .jsonl.zst output
+# written one zstd frame per block; kill -9 and --resume keep the whole
+# frames and give the very bytes of an uninterrupted run
+zframes() { zstd -lv "$1" 2>/dev/null | sed -n 's/^# Zstandard Frames: *//p'; }
+zlines() { if [ -f "$1" ]; then zstd -dcq "$1" 2>/dev/null | wc -l; else echo 0; fi; }
+zstd -q "$tmp/job.jsonl" -o "$tmp/job.jsonl.zst"
+zjob=(generate --backend cpu --quiet --model "$fx/opt-pre" --prompts "$tmp/job.jsonl.zst" --max-new-tokens 12)
+"$sluice" "${zjob[@]}" --batch-size 2 --out "$tmp/zref.jsonl.zst" || bad "a .jsonl.zst job failed"
+if zstd -dcq "$tmp/zref.jsonl.zst" | cmp -s - "$tmp/ref.jsonl"; then ok; else bad ".jsonl.zst in and out differ from the plain job"; fi
+if [ "$(zframes "$tmp/zref.jsonl.zst")" = 5 ]; then ok; else bad ".jsonl.zst output: $(zframes "$tmp/zref.jsonl.zst") frames for 5 blocks"; fi
+SLUICE_TEST_BLOCK_DELAY_MS=400 "$sluice" "${zjob[@]}" --batch-size 2 --out "$tmp/zk.jsonl.zst" &
+pid=$!
+for _ in $(seq 200); do [ "$(zlines "$tmp/zk.jsonl.zst.partial")" -ge 4 ] && break; sleep 0.05; done
+kill -9 $pid
+wait $pid 2>/dev/null
+head -c 20 "$tmp/zref.jsonl.zst" >>"$tmp/zk.jsonl.zst.partial" # a torn frame
+if [ -e "$tmp/zk.jsonl.zst" ]; then bad "killed .zst job left a complete-looking output"; else ok; fi
+"$sluice" "${zjob[@]}" --batch-size 2 --out "$tmp/zk.jsonl.zst" --resume --stats "$tmp/zk.st" || bad ".zst resume failed"
+if cmp -s "$tmp/zk.jsonl.zst" "$tmp/zref.jsonl.zst"; then ok; else bad "kill -9 + --resume of a .jsonl.zst output differs from an uninterrupted run"; fi
+if python3 -c "import json,sys; r = json.load(open(sys.argv[1]))['resumed_lines']; assert 4 <= r < 10, r" "$tmp/zk.st"; then ok; else
+	bad ".zst resume did not keep the killed run's blocks"; fi
+# resumed with another --batch-size: a block's end inside a frame
+SLUICE_TEST_FAIL_AFTER_BLOCKS=2 "$sluice" "${zjob[@]}" --batch-size 3 --out "$tmp/zb.jsonl.zst" 2>/dev/null
+"$sluice" "${zjob[@]}" --batch-size 4 --out "$tmp/zb.jsonl.zst" --resume --stats "$tmp/zb.st" || bad ".zst resume at another batch size failed"
+if zstd -dcq "$tmp/zb.jsonl.zst" | cmp -s - "$tmp/ref.jsonl" &&
+	python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['resumed_lines'] == 4" "$tmp/zb.st"; then ok; else
+	bad "a .zst output resumed at another --batch-size"; fi
+# a truncated or corrupt .zst input: one line naming the file and the byte
+head -c 40 "$tmp/job.jsonl.zst" >"$tmp/ztrunc.jsonl.zst"
+expect_fail "truncated .zst input" "ztrunc.jsonl.zst: truncated: the file ends (at byte 40)" "$tmp/zt1.jsonl" -- \
+	"${gen[@]}" --model "$fx/opt-pre" --prompts "$tmp/ztrunc.jsonl.zst" --out "$tmp/zt1.jsonl"
+cp "$tmp/job.jsonl.zst" "$tmp/zbad.jsonl.zst"
+printf '\377' | dd of="$tmp/zbad.jsonl.zst" bs=1 seek=$(($(wc -c <"$tmp/job.jsonl.zst") / 2)) conv=notrunc 2>/dev/null
+expect_fail "corrupt .zst input" "zbad.jsonl.zst: corrupt zstd data in the frame that begins at byte 0" "$tmp/zt2.jsonl" -- \
+	"${gen[@]}" --model "$fx/opt-pre" --prompts "$tmp/zbad.jsonl.zst" --out "$tmp/zt2.jsonl"
+# compressed shards merge, beside plain ones
+for k in 0 1 2; do
+	"$sluice" "${zjob[@]}" --batch-size 2 --shard "$k/3" --out "$tmp/zsh.$k.jsonl.zst" || bad ".zst shard $k failed"
+done
+if python3 "$(dirname "$0")/../tools/merge_shards.py" --batch-size 2 --input "$tmp/job.jsonl.zst" "$tmp/zsh.0.jsonl.zst" \
+	"$tmp/sh.1.jsonl" "$tmp/zsh.2.jsonl.zst" >"$tmp/zmerged.jsonl" && cmp -s "$tmp/zmerged.jsonl" "$tmp/ref.jsonl"; then ok; else
+	bad "merged .zst shards differ from the whole job"; fi
+if python3 "$(dirname "$0")/../tools/merge_shards.py" --batch-size 2 --input "$tmp/job.jsonl" "$tmp/zsh.0.jsonl.zst" \
+	"$tmp/zsh.1.jsonl.zst" "$tmp/ztrunc.jsonl.zst" >/dev/null 2>"$tmp/zm.err"; then bad "merge_shards took a truncated .zst shard"
+elif grep -q "ztrunc.jsonl.zst: not valid zstd data" "$tmp/zm.err"; then ok; else bad "merge_shards on a truncated .zst: $(cat "$tmp/zm.err")"; fi
+
 # bad lines recorded with --skip-bad-lines; statistics file
 printf '{"input_ids": [5]}\n{"id": "x", "input_ids": [9999]}\n' >"$tmp/mixed.jsonl"
 "$sluice" generate --backend cpu --quiet --model "$fx/opt-pre" --prompts "$tmp/mixed.jsonl" \

@@ -11,9 +11,12 @@ sluice_deps() {
 	command -v pkg-config >/dev/null || need+=(pkg-config)
 	command -v cc >/dev/null || need+=(gcc)
 	command -v python3 >/dev/null || need+=(python3)
+	# the zstd tool: tests make .jsonl.zst inputs with it, and
+	# tools/merge_shards.py reads .zst shards through it
+	command -v zstd >/dev/null || need+=(zstd)
 	local pc
 	for pc in liburing:liburing-dev hwloc:libhwloc-dev check:check \
-		jansson:libjansson-dev; do
+		jansson:libjansson-dev libzstd:libzstd-dev; do
 		pkg-config --exists "${pc%%:*}" 2>/dev/null || need+=("${pc#*:}")
 	done
 	[ -f "/usr/lib/$(uname -m)-linux-gnu/openblas-openmp/pkgconfig/openblas.pc" ] ||

@@ -6,6 +6,11 @@ merge takes --batch-size lines from shard 0, then from shard 1, ... in turn.
 
     tools/merge_shards.py --batch-size 8 --input in.jsonl out.0.jsonl ... > out.jsonl
 
+The input and the shards may be zstd-compressed (names ending in .zst, as
+sluice reads and writes them); they are read through the `zstd` command,
+which must then be installed.  The merged output is plain JSON Lines (pipe
+it through `zstd` to compress it).
+
 Give every shard file, in order K = 0 .. N-1, the job's --batch-size and
 its input.  Everything is checked before a line is written: each shard's
 line count against what shard K of N holds of the input, and every merged
@@ -15,7 +20,10 @@ truncated shard or another job's output is refused (exit 1, one line on
 stderr) and nothing is written.
 """
 import argparse
+import contextlib
 import json
+import shutil
+import subprocess
 import sys
 
 
@@ -23,11 +31,38 @@ def fail(msg):
     sys.exit(f"merge_shards: {msg}")
 
 
+@contextlib.contextmanager
+def open_lines(path):
+    """A binary stream of the file's lines; a name ending in .zst is
+    decompressed as it is read, by the zstd command (which checks the
+    frames' checksums and refuses truncated data)."""
+    if not path.endswith(".zst"):
+        with open(path, "rb") as f:
+            yield f
+        return
+    if shutil.which("zstd") is None:
+        fail(f"{path}: reading .zst files needs the zstd command (apt-get install zstd)")
+    with open(path, "rb") as f:  # OSError (a missing file) as for plain files
+        p = subprocess.Popen(["zstd", "-dcq"], stdin=f, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        try:
+            yield p.stdout
+            p.stdout.read()  # whatever the caller left: the whole stream is checked
+        finally:
+            p.stdout.close()
+            err = p.stderr.read().decode(errors="replace").strip().splitlines()
+            p.stderr.close()
+            rc = p.wait()
+    if rc != 0:
+        why = err[-1].replace("/*stdin*\\", "").lstrip(" :") if err else f"zstd exit status {rc}"
+        fail(f"{path}: not valid zstd data: {why}")
+
+
 def input_ids(path):
     """(line number, id) of each input line sluice reads: the id is the
     line's "id", or its line number."""
     ids = []
-    with open(path, "rb") as f:
+    with open_lines(path) as f:
         for n, raw in enumerate(f, 1):
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # a byte-order mark, as sluice reads it
@@ -47,7 +82,7 @@ def canon(v):
 
 
 def shard_lines(path):
-    with open(path, "rb") as f:
+    with open_lines(path) as f:
         lines = f.readlines()
     if lines and not lines[-1].endswith(b"\n"):
         fail(f"{path} ends with a partial line")
