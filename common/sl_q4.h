@@ -14,7 +14,11 @@
  *
  * Per group, from the fp16 values as fp32:
  *   mn = min, mx = max
- *   mn16    = fp16(mn)                                  (exact: mn is fp16)
+ *   mn16    = fp16(mn + 0.0f)                           (exact: mn is fp16)
+ *             (a zero minimum is stored as +0: -0 and +0 compare equal, so
+ *             which one a min reduction returns depends on the order it
+ *             visits them; adding +0 makes the bits order-free, for SIMD
+ *             and CUDA reductions and the numpy reference alike)
  *   scale16 = fp16(15 / (mx - mn)), the quotient in fp32, saturating at
  *             65504; when mx == mn, scale16 = 0 and every code is 0
  *   q       = clamp(rint((x - mn16) * scale16), 0, 15), fp32 arithmetic,
@@ -81,7 +85,7 @@ static inline void sl_q4_quantize_group(const sl_half *x, int n, uint8_t codes[S
 		mn = v < mn ? v : mn;
 		mx = v > mx ? v : mx;
 	}
-	sl_half m16 = sl_float_to_half(mn);
+	sl_half m16 = sl_float_to_half(mn + 0.0f); /* -0 -> +0 */
 	sl_half s16 = 0;
 	if (mx != mn) {
 		float range = mx - mn;

@@ -2,7 +2,7 @@
  * test_q4.c - the 4-bit group-wise scheme of common/sl_q4.h (issue 14), on
  * cases worked by hand: codes, rounding of ties to even, the all-equal
  * group, the scale's saturation at 65504, the zero-padded last group (its
- * padding outside min and max), the nibble order and the matrix layout; and
+ * padding outside min and max), the sign of a zero minimum, the nibble order and the matrix layout; and
  * the error bound of any group, half a step, (mx - mn) / 30.
  */
 #include "sl_q4.h"
@@ -98,6 +98,27 @@ START_TEST(equal_values)
 }
 END_TEST
 
+START_TEST(negative_zero_minimum)
+{
+	/* -0 first, then +0 and 1: min is zero and its stored sign +0 whatever
+	 * order the zeros come in; codes 0, 0, 15 either way */
+	float a[] = { -0.0f, 0.0f, 1.0f }, b[] = { 0.0f, -0.0f, 1.0f };
+	float z[] = { -0.0f, -0.0f };
+	uint8_t c[32];
+	sl_half mn, sc;
+	quant(a, 3, c, &mn, &sc);
+	ck_assert_uint_eq(mn, 0x0000);
+	ck_assert_uint_eq(c[0], 0x00);
+	ck_assert_uint_eq(c[1], 0x0f);
+	quant(b, 3, c, &mn, &sc);
+	ck_assert_uint_eq(mn, 0x0000);
+	ck_assert_uint_eq(sl_q4_code(c, 2), 15);
+	quant(z, 2, c, &mn, &sc); /* an all -0 group: equal, stored as +0 */
+	ck_assert_uint_eq(mn, 0x0000);
+	ck_assert_uint_eq(sc, 0);
+}
+END_TEST
+
 START_TEST(scale_saturates)
 {
 	/* mx - mn = 2^-14 (the smallest normal half): 15 * 2^14 = 245760, past
@@ -190,6 +211,7 @@ int main(void)
 	tcase_add_test(tc, ties_round_to_even);
 	tcase_add_test(tc, negative_offset);
 	tcase_add_test(tc, equal_values);
+	tcase_add_test(tc, negative_zero_minimum);
 	tcase_add_test(tc, scale_saturates);
 	tcase_add_test(tc, padded_last_group);
 	tcase_add_test(tc, error_is_half_a_step);
