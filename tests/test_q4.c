@@ -2,15 +2,23 @@
  * test_q4.c - the 4-bit group-wise scheme of common/sl_q4.h (issue 14), on
  * cases worked by hand: codes, rounding of ties to even, the all-equal
  * group, the scale's saturation at 65504, the zero-padded last group (its
- * padding outside min and max), the sign of a zero minimum, the nibble order and the matrix layout; and
- * the error bound of any group, half a step, (mx - mn) / 30.
+ * padding outside min and max), the sign of a zero minimum, the nibble
+ * order and the matrix layout; and the error bound of any group, half a
+ * step, (mx - mn) / 30.  Then the
+ * matrix forms against tests/fixtures/q4-matrices.bin, which the numpy
+ * implementation in tools/make_fixtures.py wrote from the issue's text:
+ * the same bytes (codes and metadata) and the same dequantised values, bit
+ * for bit, on awkward shapes and forced edge cases.
  */
 #include "sl_q4.h"
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static const char *fixture_path; /* argv[1]: tests/fixtures/q4-matrices.bin */
 
 static sl_half h(float f)
 {
@@ -203,8 +211,96 @@ START_TEST(error_is_half_a_step)
 }
 END_TEST
 
-int main(void)
+static uint32_t rd_u32(const uint8_t *p)
 {
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+START_TEST(matches_numpy_reference)
+{
+	FILE *f = fopen(fixture_path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", fixture_path);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	ck_assert_int_gt(n, 12);
+	uint8_t *buf = malloc((size_t)n);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	ck_assert_msg(memcmp(buf, "SLQ4FIX1", 8) == 0, "%s: not a q4 fixture", fixture_path);
+	uint32_t ncases = rd_u32(buf + 8);
+	ck_assert_uint_ge(ncases, 5);
+	size_t off = 12;
+	unsigned ties_seen = 0, equal_seen = 0, saturated_seen = 0, padded_seen = 0;
+	for (uint32_t c = 0; c < ncases; c++) {
+		ck_assert_uint_le(off + 24, (size_t)n);
+		char name[17];
+		memcpy(name, buf + off, 16);
+		name[16] = 0;
+		size_t rows = rd_u32(buf + off + 16), cols = rd_u32(buf + off + 20);
+		off += 24;
+		size_t nq = sl_q4_bytes(rows, cols);
+		ck_assert_uint_le(off + rows * cols * 6 + nq, (size_t)n);
+		/* the fixture is little-endian; so are the machines sluice builds for */
+		sl_half *w = malloc(rows * cols * sizeof *w);
+		memcpy(w, buf + off, rows * cols * 2);
+		const uint8_t *want_q = buf + off + rows * cols * 2;
+		float *want_v = malloc(rows * cols * sizeof *want_v);
+		memcpy(want_v, want_q + nq, rows * cols * 4);
+		off += rows * cols * 6 + nq;
+
+		uint8_t *q = malloc(nq);
+		memset(q, 0x5a, nq);
+		sl_q4_quantize_matrix(w, rows, cols, q);
+		for (size_t i = 0; i < nq; i++)
+			ck_assert_msg(q[i] == want_q[i], "%s (%zux%zu): byte %zu of %zu: C %02x, numpy %02x",
+				      name, rows, cols, i, nq, q[i], want_q[i]);
+		/* dequantise numpy's buffer: the same values, bit for bit */
+		float *v = malloc(rows * cols * sizeof *v);
+		sl_q4_dequantize_matrix(want_q, rows, cols, v);
+		for (size_t i = 0; i < rows * cols; i++) {
+			uint32_t a, b;
+			memcpy(&a, &v[i], 4);
+			memcpy(&b, &want_v[i], 4);
+			ck_assert_msg(a == b, "%s: element (%zu, %zu): C %a, numpy %a", name,
+				      i / cols, i % cols, (double)v[i], (double)want_v[i]);
+		}
+		/* what the fixture covers, so that a regenerated one that lost
+		 * its edge cases fails here */
+		size_t ng = sl_q4_groups(cols);
+		const sl_half *meta = sl_q4_meta(q, rows, cols);
+		for (size_t k = 0; k < rows * ng; k++) {
+			equal_seen += meta[2 * k + 1] == 0;
+			saturated_seen += meta[2 * k + 1] == SL_Q4_HALF_MAX;
+			float mf = sl_half_to_float(meta[2 * k]), sf = sl_half_to_float(meta[2 * k + 1]);
+			size_t r = k / ng, c0 = (k % ng) * SL_Q4_GROUP;
+			for (size_t j = c0; j < cols && j < c0 + SL_Q4_GROUP; j++) {
+				float t = (sl_half_to_float(w[r * cols + j]) - mf) * sf;
+				ties_seen += fabsf(t - truncf(t)) == 0.5f;
+			}
+		}
+		padded_seen += cols % SL_Q4_GROUP != 0;
+		free(v);
+		free(q);
+		free(want_v);
+		free(w);
+	}
+	ck_assert_uint_eq(off, (size_t)n);
+	ck_assert_uint_ge(ties_seen, 50);
+	ck_assert_uint_ge(equal_seen, 5);
+	ck_assert_uint_ge(saturated_seen, 3);
+	ck_assert_uint_ge(padded_seen, 3);
+	free(buf);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s tests/fixtures/q4-matrices.bin\n", argv[0]);
+		return 2;
+	}
+	fixture_path = argv[1];
 	Suite *s = suite_create("q4");
 	TCase *tc = tcase_create("scheme");
 	tcase_add_test(tc, codes_are_the_steps);
@@ -215,6 +311,7 @@ int main(void)
 	tcase_add_test(tc, scale_saturates);
 	tcase_add_test(tc, padded_last_group);
 	tcase_add_test(tc, error_is_half_a_step);
+	tcase_add_test(tc, matches_numpy_reference);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -54,6 +54,9 @@ but before the last step and some prompt runs the full length without EOS.
 The boost is part of the stored bias, so the weights on disk are
 self-consistent; golden.json records seed and eos_logit_boost.
 
+It also writes tests/fixtures/q4-matrices.bin from a numpy implementation of
+issue 14's 4-bit group-wise scheme (see write_q4_fixture; numpy only).
+
 Usage: python3 tools/make_fixtures.py [--out tests/fixtures] [--only NAME]
 """
 
@@ -71,14 +74,26 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
-from transformers import OPTConfig, OPTForCausalLM  # noqa: E402
 
-torch.set_num_threads(2)
-transformers.utils.logging.disable_progress_bar()
-transformers.utils.logging.set_verbosity_error()
+# The model fixtures need torch and transformers; the 4-bit fixture (Q4_NAME)
+# needs numpy alone, so that it can be made where torch is not installed.
+try:
+    import torch  # noqa: E402
+    import transformers  # noqa: E402
+    from safetensors.torch import save_file  # noqa: E402
+    from transformers import OPTConfig, OPTForCausalLM  # noqa: E402
+except ImportError as e:
+    torch = None
+    TORCH_MISSING = str(e)
+
+def no_grad():
+    return torch.no_grad() if torch is not None else (lambda f: f)
+
+
+if torch is not None:
+    torch.set_num_threads(2)
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
 
 PAD_ID = 1
 EOS_ID = 2
@@ -138,7 +153,8 @@ FIXTURES = [
     ),
 ]
 
-TORCH_DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+TORCH_DTYPE = ({"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+               if torch is not None else {})
 
 
 # --------------------------------------------------------------------------
@@ -278,7 +294,7 @@ def margins(step_logits):
     return top[:, 0] - top[:, 1]
 
 
-@torch.no_grad()
+@no_grad()
 def greedy(model, prompts, n_new):
     """Batched greedy generate; returns (cut token lists, min margin over the
     recorded steps of each sequence)."""
@@ -303,7 +319,7 @@ def greedy(model, prompts, n_new):
     return toks, mins
 
 
-@torch.no_grad()
+@no_grad()
 def batched_logits(model, prompts):
     ids, mask = left_pad(prompts)
     T = ids.shape[1]
@@ -433,7 +449,7 @@ def write_weights(model, spec, outdir):
         f.write("\n")
 
 
-@torch.no_grad()
+@no_grad()
 def check_reload(outdir, rows, prompts):
     """Load the written folder back with HF and check it reproduces logits."""
     m = OPTForCausalLM.from_pretrained(outdir, dtype=torch.float32,
@@ -521,6 +537,176 @@ def write_fixture(spec, outroot):
     return total
 
 
+# --------------------------------------------------------------------------
+# 4-bit group-wise quantisation (issue 14), written from the issue's text
+# --------------------------------------------------------------------------
+#
+# An independent reference for common/sl_q4.h: the same scheme, in numpy,
+# from the issue's words rather than from the C.  Groups of 64 consecutive
+# elements along the input dimension of an (out, in) matrix, the last group
+# of a row zero-padded (padding outside min and max).  Per group, in fp32:
+# mn16 = fp16(min) (+0 for a zero min), scale16 = fp16(15 / (max - min)) saturating at 65504,
+# 0 when max == min; q = clamp(rint((x - mn16) * scale16), 0, 15), half to
+# even; dequantised q / scale16 + mn16 (mn16 when scale16 is 0).  Stored:
+# all codes (32 bytes a group, two a byte, even element in the low nibble)
+# row-major, then all {mn16, scale16} pairs.
+
+Q4_NAME = "q4-matrices"
+Q4_GROUP = 64
+Q4_MAGIC = b"SLQ4FIX1"
+
+
+def q4_quantize(w):
+    """(rows, cols) float16 -> (codes uint8 (rows, G, 32), meta float16 (rows, G, 2))."""
+    assert w.dtype == np.float16 and w.ndim == 2
+    rows, cols = w.shape
+    G = -(-cols // Q4_GROUP)
+    x = w.astype(np.float32)
+    assert np.isfinite(x).all()
+    pad = G * Q4_GROUP - cols
+    valid = np.ones((rows, cols), bool)
+    xp = np.pad(x, ((0, 0), (0, pad))).reshape(rows, G, Q4_GROUP)
+    vp = np.pad(valid, ((0, 0), (0, pad))).reshape(rows, G, Q4_GROUP)
+    mn = np.where(vp, xp, np.float32(np.inf)).min(axis=2)
+    mx = np.where(vp, xp, np.float32(-np.inf)).max(axis=2)
+    # a zero minimum is +0: which zero a min returns depends on the order it
+    # visits -0 and +0 (numpy's SIMD reduction and a C loop differ); the
+    # issue's "mn = min" leaves it open, sl_q4.h pins it to + 0.0
+    mn16 = (mn + np.float32(0.0)).astype(np.float16)
+    equal = mx == mn
+    with np.errstate(divide="ignore", over="ignore"):
+        quot = np.float32(15.0) / np.where(equal, np.float32(1.0), mx - mn)
+        assert quot.dtype == np.float32
+        s16 = quot.astype(np.float16)  # round to nearest even; inf past 65520
+    s16 = np.where(np.isinf(s16), np.float16(65504.0), s16)
+    s16 = np.where(equal, np.float16(0.0), s16).astype(np.float16)
+    d = xp - mn16.astype(np.float32)[:, :, None]  # fp32, one rounding
+    t = d * s16.astype(np.float32)[:, :, None]    # fp32, one rounding
+    q = np.clip(np.rint(t), 0, 15).astype(np.uint8)
+    q = np.where(vp & ~equal[:, :, None], q, 0).astype(np.uint8)
+    codes = (q[:, :, 0::2] | (q[:, :, 1::2] << 4)).astype(np.uint8)
+    meta = np.stack([mn16, s16], axis=2).astype(np.float16)
+    return codes, meta
+
+
+def q4_dequantize(codes, meta, cols):
+    rows, G, _ = codes.shape
+    q = np.empty((rows, G, Q4_GROUP), np.uint8)
+    q[:, :, 0::2] = codes & 0xF
+    q[:, :, 1::2] = codes >> 4
+    mn = meta[:, :, 0].astype(np.float32)[:, :, None]
+    sc = meta[:, :, 1].astype(np.float32)[:, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = q.astype(np.float32) / sc + mn
+    v = np.where(sc == 0, mn, v).astype(np.float32)
+    return v.reshape(rows, G * Q4_GROUP)[:, :cols]
+
+
+def q4_buffer(codes, meta):
+    """The stored form: all codes row-major, then all (mn16, scale16) pairs."""
+    return codes.tobytes() + meta.astype("<f2").tobytes()
+
+
+def q4_cases():
+    """Awkward shapes with the edge cases forced: (name, float16 matrix)."""
+    rng = np.random.default_rng(14)
+    cases = []
+
+    def h(a):
+        return np.asarray(a, np.float32).astype(np.float16)
+
+    cases.append(("rand-5x64", h(rng.normal(0, 1.0, (5, 64)))))
+    cases.append(("rand-4x100", h(rng.normal(0.3, 0.05, (4, 100)))))
+    cases.append(("rand-3x192", h(rng.standard_t(3, (3, 192)) * 0.02)))
+    cases.append(("rand-2x1", h(rng.normal(0, 1.0, (2, 1)))))
+    cases.append(("weights-16x320", h(rng.normal(0, 1.5 / math.sqrt(320), (16, 320)))))
+
+    # one row per edge case, 130 columns (groups of 64, 64 and 2)
+    sp = np.zeros((9, 130), np.float32)
+    # ties: integers 0..30 with max 30 (scale 0.5): every odd one is x.5
+    sp[0] = np.arange(130) % 31
+    sp[0, 128:] = [0, 30]
+    # ties with scale 2 (range 7.5): quarter steps give x.5 products
+    sp[1] = (np.arange(130) % 31) * 0.25
+    sp[1, 128:] = [0.25, 0.75]
+    # equal groups: constant, a constant of -0.0, one of two equal values
+    sp[2, :64] = -3.5
+    sp[2, 64:128] = -0.0
+    sp[2, 128:] = [7.0, 7.0]
+    # tiny ranges: one fp16 ulp at 1.0 (scale 15360); one ulp at 0.001
+    # (scale past 65504, saturates); the smallest subnormal step
+    sp[3, :64] = 1.0
+    sp[3, 1:64:3] = 1.0 + 2.0 ** -10
+    sp[3, 64:128] = float(np.float16(0.001))
+    sp[3, 65:128:5] = float(np.nextafter(np.float16(0.001), np.float16(1)))
+    sp[3, 128:] = [0.0, 2.0 ** -24]
+    # subnormal values throughout
+    sp[4] = rng.integers(-1023, 1024, 130) * 2.0 ** -24
+    # the widest range: -65504 .. 65504 (scale 15 / 131008, a subnormal
+    # half); and one large positive offset group
+    sp[5, :64] = rng.uniform(-65504, 65504, 64)
+    sp[5, 0], sp[5, 1] = -65504, 65504
+    sp[5, 64:128] = 30000 + rng.uniform(0, 64, 64)
+    sp[5, 128:] = [-65504, -65504]
+    # signed zeros mixed with values
+    sp[6, :64] = 0.0
+    sp[6, 0:64:2] = -0.0
+    sp[6, 5] = 1.0
+    sp[6, 64:128] = rng.normal(0, 1, 64)
+    sp[6, 64:128:7] = -0.0
+    sp[6, 128:] = [-0.0, 0.0]
+    # ranges whose scale16 rounds: the max code's product lands just off 15
+    sp[7, :64] = rng.uniform(0, 1, 64)
+    sp[7, 0], sp[7, 1] = 0.0, 0.7
+    sp[7, 64:128] = rng.uniform(-0.3, 0.0, 64)
+    sp[7, 128:] = [0.1, 0.3]
+    # a padded last group of one element, after two normal groups
+    sp[8] = rng.normal(0, 1, 130)
+    sp[8, 129] = 5.0
+    cases.append(("edges-9x130", h(sp)))
+    cases.append(("edges-9x129", h(sp[:, :129])))
+    return cases
+
+
+def write_q4_fixture(outroot):
+    """tests/fixtures/q4-matrices.bin, read by tests/test_q4.c:
+    magic "SLQ4FIX1", u32 case count; per case a 16-byte NUL-padded name,
+    u32 rows, u32 cols, the fp16 matrix, the quantised buffer (codes, then
+    metadata) and the fp32 dequantised matrix, little-endian throughout."""
+    out = bytearray(Q4_MAGIC)
+    cases = q4_cases()
+    out += np.array([len(cases)], "<u4").tobytes()
+    for name, w in cases:
+        rows, cols = w.shape
+        codes, meta = q4_quantize(w)
+        deq = q4_dequantize(codes, meta, cols)
+        G = codes.shape[1]
+        # the properties the issue states, checked on this implementation
+        err = np.abs(deq - w.astype(np.float32))
+        step = np.repeat((meta[:, :, 1] != 0), Q4_GROUP, axis=1)[:, :cols]
+        assert np.all(err[~step] == 0), name  # equal groups are exact
+        nb = len(q4_buffer(codes, meta))
+        assert nb == rows * G * 36, name
+        out += name.encode().ljust(16, b"\0")
+        out += np.array([rows, cols], "<u4").tobytes()
+        out += w.astype("<f2").tobytes()
+        out += q4_buffer(codes, meta)
+        out += deq.astype("<f4").tobytes()
+        # products (x - mn16) * scale16 exactly half way between two codes
+        t = ((w.astype(np.float32).reshape(rows, cols)
+              - np.repeat(meta[:, :, 0].astype(np.float32), Q4_GROUP, axis=1)[:, :cols])
+             * np.repeat(meta[:, :, 1].astype(np.float32), Q4_GROUP, axis=1)[:, :cols])
+        ties = np.sum(np.abs(np.modf(t)[0]) == 0.5)
+        print(f"[{Q4_NAME}] {name}: {rows}x{cols}, {G} groups a row, "
+              f"{int(np.sum(meta[:, :, 1] == 0))} equal, "
+              f"{int(np.sum(meta[:, :, 1] == np.float16(65504)))} saturated, {int(ties)} ties")
+    path = os.path.join(outroot, Q4_NAME + ".bin")
+    with open(path, "wb") as f:
+        f.write(bytes(out))
+    print(f"[{Q4_NAME}] {path}: {len(out)} B sha256={hashlib.sha256(out).hexdigest()[:16]}")
+    return len(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -529,12 +715,18 @@ def main():
     args = ap.parse_args()
     t0 = time.time()
     total = 0
+    if not args.only or Q4_NAME in args.only:
+        total += write_q4_fixture(os.path.normpath(args.out))
     for spec in FIXTURES:
         if args.only and spec["name"] not in args.only:
             continue
+        if torch is None:
+            sys.exit(f"make_fixtures.py: fixture {spec['name']} needs torch and "
+                     f"transformers ({TORCH_MISSING})")
         total += write_fixture(spec, os.path.normpath(args.out))
-    print(f"total {total} B in {time.time() - t0:.1f}s "
-          f"(transformers {transformers.__version__}, torch {torch.__version__})")
+    print(f"total {total} B in {time.time() - t0:.1f}s (numpy {np.__version__}"
+          + (f", transformers {transformers.__version__}, torch {torch.__version__})"
+             if torch is not None else ")"))
 
 
 if __name__ == "__main__":
