@@ -61,12 +61,18 @@ enum sl_gemm_flags {
  *   x: fp32 (m, k) with row stride ldx; w: fp16 (n, k) row-major, stride k
  *   (the PyTorch nn.Linear layout); bias: fp16 (n) or NULL; y: fp32 (m, n)
  *   with row stride ldy.  x and y must not overlap.
+ * 4-bit weights (issue 14): wq instead of w (w NULL), the (n, k) matrix
+ *   quantised in common/sl_q4.h's layout (sl_q4_bytes(n, k): all codes,
+ *   then all {mn16, scale16}); the product uses the dequantised fp32
+ *   values q / scale16 + mn16, which the kernels compute tile by tile (no
+ *   copy of the whole matrix).
  */
 typedef struct sl_gemm_args {
 	int m, n, k;
 	const float *x;
 	int ldx;
 	const sl_half *w;
+	const void *wq; /* sl_q4 layout, when w is NULL */
 	const sl_half *bias; /* (optional) */
 	float *y;
 	int ldy;

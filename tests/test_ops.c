@@ -28,6 +28,7 @@
 #include "backend.h"
 #include "cpu/cpu_backend.h"
 #include "sl_config.h"
+#include "sl_q4.h"
 
 #include "testutil.h"
 
@@ -795,6 +796,195 @@ START_TEST(test_gemm_args)
 	ck_assert_int_eq(rc, c->rc);
 	for (int i = 0; i < 64; i++)
 		ck_assert_msg(fbits(y[i]) == POISON_F32, "y[%d] written by a call that does nothing", i);
+}
+END_TEST
+
+/* ---- gemm with 4-bit weights (wq, common/sl_q4.h) ------------------------- */
+
+/*
+ * The reference: the weights quantised by sl_q4_quantize_matrix and
+ * dequantised by sl_q4_dequantize_matrix (the scalar definition, held to
+ * the numpy reference in test_q4), then a naive GEMM in double.  Each
+ * (n, k) case runs every m of q4_ms through the default backend (both
+ * paths: m <= 8 direct, larger packed, m = 481 two row blocks) with a
+ * rotating epilogue variant; then, at the largest m and at m = 1, every
+ * instruction set, 1 and 3 threads and row subsets must give the default
+ * backend's bits (the fp16 GEMM's batch invariance, kept), and OpenBLAS's
+ * path (where built) the reference within the tolerance.
+ */
+typedef struct gemm_q4_case {
+	int n, k, m_max;
+} gemm_q4_case;
+
+static const gemm_q4_case gemm_q4_cases[] = {
+	{ 1, 1, 9 },	{ 7, 7, 17 },	{ 8, 64, 33 },	   { 64, 100, 100 }, { 130, 63, 40 },
+	{ 37, 192, 481 }, { 257, 300, 40 }, { 16, 1000, 17 }, { 300, 2048, 9 }, { 12, 4104, 40 },
+};
+static const int gemm_q4_ms[] = { 1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 40, 100, 481 };
+
+static void gemm_q4_run(sl_backend *b, const float *x, int ldx, const void *wq,
+			const sl_half *bias, int r0, int m, int n, int k, int v, const float *y0,
+			float *y, int ldy)
+{
+	static const float alphas[] = { 0.0f, 1.0f, 0.125f };
+	const unsigned flags = (unsigned)(v % 4);
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < ldy; j++)
+			y[(size_t)i * ldy + j] = j < n && (flags & SL_GEMM_ACCUM)
+							 ? y0[(size_t)(r0 + i) * n + j]
+							 : bitsf(POISON_F32);
+	sl_gemm_args a = { .m = m, .n = n, .k = k, .x = x + (size_t)r0 * ldx, .ldx = ldx,
+			   .wq = wq, .bias = (v / 4) % 2 ? bias : NULL, .y = y, .ldy = ldy,
+			   .alpha = alphas[v % 3], .flags = flags };
+	ck_assert_msg(sl_gemm(b, NULL, &a) == 0, "q4 gemm m=%d n=%d k=%d: %s", m, n, k, sl_errmsg());
+}
+
+static void gemm_q4_expect(const char *what, const double *S, const double *A, const sl_half *bias,
+			   const float *y0, const float *y, int r0, int m, int n, int k, int ldy,
+			   int v)
+{
+	static const float alphas[] = { 0.0f, 1.0f, 0.125f };
+	const unsigned flags = (unsigned)(v % 4);
+	const double al = alphas[v % 3] == 0.0f ? 1.0 : alphas[v % 3];
+	const bool use_bias = (v / 4) % 2;
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < ldy; j++) {
+			const float got = y[(size_t)i * ldy + j];
+			if (j >= n) {
+				FAIL_IF(fbits(got) != POISON_F32, "q4 gemm %s m=%d n=%d k=%d: y[%d][%d] past n written",
+					what, m, n, k, i, j);
+				continue;
+			}
+			const size_t o = (size_t)(r0 + i) * n + j;
+			const double bj = use_bias ? ref_half(bias[j]) : 0.0;
+			double want = (S[o] + bj) * al;
+			if ((flags & SL_GEMM_RELU) && !(want > 0))
+				want = 0;
+			const double old = (flags & SL_GEMM_ACCUM) ? y0[o] : 0.0;
+			want += old;
+			const double tol = 1e-5 * (fabs(al) * (A[o] + fabs(bj)) + fabs(old)) + 1e-30;
+			FAIL_IF(!(fabs(got - want) <= tol),
+				"q4 gemm %s m=%d n=%d k=%d variant %d: y[%d][%d] = %.9g, want %.9g (tol %.3g)",
+				what, m, n, k, v, r0 + i, j, (double)got, want, tol);
+		}
+}
+
+START_TEST(test_gemm_q4)
+{
+	const gemm_q4_case *c = &gemm_q4_cases[_i];
+	const int n = c->n, k = c->k, mx = c->m_max, ldx = k + 3, ldy = n + 5;
+	rng r = rng_seed(5000 + (uint64_t)_i);
+	float *x = xmalloc(sizeof(float) * (size_t)mx * ldx);
+	sl_half *w = xmalloc(sizeof(sl_half) * (size_t)n * k);
+	void *wq = xmalloc(sl_q4_bytes((size_t)n, (size_t)k));
+	float *wd = xmalloc(sizeof(float) * (size_t)n * k);
+	sl_half *bias = xmalloc(sizeof(sl_half) * (size_t)n);
+	float *y0 = xmalloc(sizeof(float) * (size_t)mx * n);
+	double *S = xmalloc(sizeof(double) * (size_t)mx * n);
+	double *A = xmalloc(sizeof(double) * (size_t)mx * n);
+	float *ref = xmalloc(sizeof(float) * (size_t)mx * ldy);
+	float *y = xmalloc(sizeof(float) * (size_t)mx * ldy);
+	for (size_t i = 0; i < (size_t)mx * ldx; i++)
+		x[i] = (int)(i % (size_t)ldx) < k ? rng_unif(&r) : bitsf(POISON_F32);
+	/* weights of a trained layer's scale, each row with its own offset;
+	 * row 0's first group constant (scale 0) */
+	for (int j = 0; j < n; j++) {
+		const float off = 0.02f * rng_unif(&r), sc = 0.05f * (1.0f + rng_unif(&r));
+		for (int kk = 0; kk < k; kk++)
+			w[(size_t)j * k + kk] =
+				ref_f2h(j == 0 && kk < SL_Q4_GROUP ? 0.25f : off + sc * rng_unif(&r));
+	}
+	for (int j = 0; j < n; j++)
+		bias[j] = rand_half(&r);
+	for (size_t i = 0; i < (size_t)mx * n; i++)
+		y0[i] = rng_unif(&r);
+	sl_q4_quantize_matrix(w, (size_t)n, (size_t)k, wq);
+	sl_q4_dequantize_matrix(wq, (size_t)n, (size_t)k, wd);
+	for (int i = 0; i < mx; i++)
+		for (int j = 0; j < n; j++) {
+			double s = 0, a = 0;
+			for (int kk = 0; kk < k; kk++) {
+				const double p = (double)x[(size_t)i * ldx + kk] * wd[(size_t)j * k + kk];
+				s += p;
+				a += fabs(p);
+			}
+			S[(size_t)i * n + j] = s;
+			A[(size_t)i * n + j] = a;
+		}
+	sl_backend *def = backend_with(NULL, 0);
+	/* every m on the default backend, its last m rows, against the reference */
+	for (size_t mi = 0; mi < SL_ARRAY_LEN(gemm_q4_ms) && gemm_q4_ms[mi] <= mx; mi++) {
+		const int m = gemm_q4_ms[mi], r0 = mx - m, v = (int)(mi + (size_t)_i) % 24;
+		gemm_q4_run(def, x, ldx, wq, bias, r0, m, n, k, v, y0, y, ldy);
+		gemm_q4_expect("default", S, A, bias, y0, y, r0, m, n, k, ldy, v);
+	}
+	/* bit for bit: every ISA and thread count, at m_max and each row alone */
+	sl_backend *others[SL_ARRAY_LEN(gemm_inv_isas) + 2];
+	int nb = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(gemm_inv_isas); i++)
+		others[nb++] = backend_with(gemm_inv_isas[i], 0);
+	others[nb++] = backend_with(NULL, 1);
+	others[nb++] = backend_with(NULL, 3);
+	for (int v = 0; v < 24; v += 13) {
+		gemm_q4_run(def, x, ldx, wq, bias, 0, mx, n, k, v, y0, ref, ldy);
+		gemm_q4_expect("default", S, A, bias, y0, ref, 0, mx, n, k, ldy, v);
+		for (int bi = -1; bi < nb; bi++) {
+			sl_backend *b = bi < 0 ? def : others[bi];
+			const int sub[3] = { mx, 3, 1 }; /* all rows, the last 3, the last alone */
+			for (int si = 0; si < 3; si++) {
+				const int m = sub[si], r0 = mx - m;
+				if (m > mx || (si > 0 && m == sub[si - 1]))
+					continue;
+				gemm_q4_run(b, x, ldx, wq, bias, r0, m, n, k, v, y0, y, ldy);
+				for (int i = 0; i < m; i++)
+					FAIL_IF(memcmp(y + (size_t)i * ldy, ref + (size_t)(r0 + i) * ldy,
+						       sizeof(float) * (size_t)n) != 0,
+						"q4 gemm n=%d k=%d variant %d: row %d among %d rows (backend %d) "
+						"differs from it among %d rows",
+						n, k, v, r0 + i, m, bi, mx);
+			}
+		}
+	}
+#if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
+	sl_backend *ob = backend_with(NULL, 0);
+	ck_assert_int_eq(sl_cpu_backend_set_gemm(ob, "openblas"), 0);
+	gemm_q4_run(ob, x, ldx, wq, bias, 0, mx, n, k, 7, y0, y, ldy);
+	gemm_q4_expect("openblas", S, A, bias, y0, y, 0, mx, n, k, ldy, 7);
+	sl_backend_free(ob);
+#endif
+	sl_backend_free(def);
+	for (int i = 0; i < nb; i++)
+		sl_backend_free(others[i]);
+	free(x);
+	free(w);
+	free(wq);
+	free(wd);
+	free(bias);
+	free(y0);
+	free(S);
+	free(A);
+	free(ref);
+	free(y);
+}
+END_TEST
+
+/* w and wq together are refused; neither, with k > 0, too. */
+START_TEST(test_gemm_q4_args)
+{
+	float x[64] = { 0 }, y[64];
+	sl_half w[64] = { 0 };
+	uint8_t wq[36] = { 0 };
+	sl_gemm_args a = { .m = 1, .n = 1, .k = 64, .x = x, .ldx = 64, .w = w, .wq = wq, .y = y,
+			   .ldy = 1 };
+	ck_assert_int_eq(sl_gemm(be, qu, &a), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "both fp16 (w) and 4-bit (wq)"), "message: %s", sl_errmsg());
+	a.w = NULL;
+	a.wq = NULL;
+	ck_assert_int_eq(sl_gemm(be, qu, &a), SL_EINVAL);
+	a.wq = wq; /* one constant group of 0: y = 0 */
+	y[0] = 1.0f;
+	ck_assert_int_eq(sl_gemm(be, qu, &a), 0);
+	ck_assert(y[0] == 0.0f);
 }
 END_TEST
 
@@ -1755,6 +1945,8 @@ int main(void)
 	tcase_add_loop_test(tc, test_gemm_rows_bit_identical, 0, (int)SL_ARRAY_LEN(gemm_inv_cases));
 	tcase_add_test(tc, test_gemm_k0);
 	tcase_add_loop_test(tc, test_gemm_args, 0, (int)SL_ARRAY_LEN(gemm_arg_cases));
+	tcase_add_loop_test(tc, test_gemm_q4, 0, (int)SL_ARRAY_LEN(gemm_q4_cases));
+	tcase_add_test(tc, test_gemm_q4_args);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("layernorm_embed");

@@ -28,6 +28,16 @@
  *    arithmetic.
  * Kernels: AVX-512 and AVX2 in cpu_x86.c, the portable C ones here.
  *
+ * 4-bit weights (a->wq, common/sl_q4.h): the same order of operations on
+ * the dequantised fp32 weights in place of the widened fp16 ones, so the
+ * paths, thread counts and instruction sets agree bit for bit here too.
+ * The direct path dequantises the (up to 8) weight rows it is about to use
+ * into a per-thread buffer of 8 k floats and reads them from there (each
+ * row once per call, as the fp16 path reads each row once); the packed
+ * path dequantises straight into its widened panel; the tail terms past
+ * k & ~7 dequantise one element at a time (sl_cpu_gemm_finish).  Never a
+ * dequantised copy of the whole matrix.
+ *
  * --cpu-gemm openblas (sl_cpu_backend_set_gemm, in a build with OpenBLAS)
  * replaces the packed path by OpenBLAS's sgemm on weights widened panel by
  * panel, then the same epilogue.  sgemm's kernel, blocking and threads
@@ -75,18 +85,69 @@ void sl_cpu_half_to_float(const sl_half *src, float *dst, size_t n, int simd)
 		dst[i] = sl_half_to_float(src[i]);
 }
 
-/* Portable twin of sl_cpu_gemm_direct_avx2 (cpu_x86.c). */
-static void gemm_direct_generic(const sl_gemm_args *a, float alpha, int n0, int n1)
+/* n rounded up to a multiple of 16 floats (64 bytes: every kernel's loads
+ * stay aligned in a per-thread slice of a workspace) */
+static size_t round16(size_t n)
+{
+	return (n + 15) & ~(size_t)15;
+}
+
+/* The 16 dequantised values of a group's codes (sl_q4_value of each). */
+static void q4_lut(sl_half mn16, sl_half scale16, float lut[16])
+{
+	for (unsigned q = 0; q < 16; q++)
+		lut[q] = sl_q4_value(q, mn16, scale16);
+}
+
+void sl_cpu_q4_rows(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld, int simd)
+{
+#if defined(__x86_64__)
+	if (simd) {
+		sl_cpu_q4_rows_avx2(a, n0, rows, dst, ld);
+		return;
+	}
+#endif
+	(void)simd;
+	const int k = a->k;
+	const size_t ng = sl_q4_groups((size_t)k);
+	const uint8_t *codes = (const uint8_t *)a->wq;
+	const sl_half *meta = (const sl_half *)(codes + (size_t)a->n * ng * SL_Q4_CODE_BYTES);
+	for (int j = 0; j < rows; j++) {
+		float *d = dst + (size_t)j * ld;
+		for (size_t g = 0; g < ng; g++) {
+			const size_t gi = (size_t)(n0 + j) * ng + g;
+			const uint8_t *cg = codes + gi * SL_Q4_CODE_BYTES;
+			float lut[16];
+			q4_lut(meta[2 * gi], meta[2 * gi + 1], lut);
+			const int c0 = (int)g * SL_Q4_GROUP, cn = SL_MIN(SL_Q4_GROUP, k - c0);
+			for (int i = 0; i < cn; i++)
+				d[c0 + i] = lut[sl_q4_code(cg, i)];
+		}
+	}
+}
+
+/* Portable twin of sl_cpu_gemm_direct_avx2 (cpu_x86.c).  buf: k floats, the
+ * row of 4-bit weights dequantised. */
+static void gemm_direct_generic(const sl_gemm_args *a, float alpha, int n0, int n1, float *buf)
 {
 	const int k = a->k, k8 = k & ~7;
 	for (int n = n0; n < n1; n++) {
-		const sl_half *w = a->w + (size_t)n * k;
+		const sl_half *w = a->w ? a->w + (size_t)n * k : NULL;
+		if (a->wq)
+			sl_cpu_q4_rows(a, n, 1, buf, (size_t)k, 0);
 		for (int r = 0; r < a->m; r++) {
 			const float *x = a->x + (size_t)r * a->ldx;
 			float lane[8] = { 0 };
-			for (int kk = 0; kk < k8; kk += 8)
-				for (int l = 0; l < 8; l++)
-					lane[l] = fmaf(sl_half_to_float(w[kk + l]), x[kk + l], lane[l]);
+			if (a->wq) {
+				for (int kk = 0; kk < k8; kk += 8)
+					for (int l = 0; l < 8; l++)
+						lane[l] = fmaf(buf[kk + l], x[kk + l], lane[l]);
+			} else {
+				for (int kk = 0; kk < k8; kk += 8)
+					for (int l = 0; l < 8; l++)
+						lane[l] = fmaf(sl_half_to_float(w[kk + l]), x[kk + l],
+							       lane[l]);
+			}
 			sl_cpu_gemm_finish(a, alpha, r, n, sl_cpu_lanes_sum(lane));
 		}
 	}
@@ -103,6 +164,34 @@ static void pack_w_generic(const sl_half *w, int k, int rows, int s0, int s1, fl
 			for (int l = 0; l < 8; l++)
 				dst[j * 8 + l] = j < rows ? sl_half_to_float(w[(size_t)j * k + 8 * s + l])
 							  : 0.0f;
+}
+
+/* pack_w for 4-bit weights: rows [c0, c0 + rows) of a->wq dequantised
+ * straight into the group (the same values as sl_cpu_q4_rows). */
+static void pack_wq(const sl_gemm_args *a, int c0, int rows, int s1, float *dst)
+{
+	const size_t ng = sl_q4_groups((size_t)a->k);
+	const uint8_t *codes = (const uint8_t *)a->wq;
+	const sl_half *meta = (const sl_half *)(codes + (size_t)a->n * ng * SL_Q4_CODE_BYTES);
+	const int kend = 8 * s1;
+	for (int j = 0; j < 8; j++) {
+		if (j >= rows) {
+			for (int s = 0; s < s1; s++)
+				memset(dst + (size_t)s * 64 + j * 8, 0, 8 * sizeof(float));
+			continue;
+		}
+		for (size_t g = 0; g < ng && (int)g * SL_Q4_GROUP < kend; g++) {
+			const size_t gi = (size_t)(c0 + j) * ng + g;
+			const uint8_t *cg = codes + gi * SL_Q4_CODE_BYTES;
+			float lut[16];
+			q4_lut(meta[2 * gi], meta[2 * gi + 1], lut);
+			const int k0 = (int)g * SL_Q4_GROUP, kn = SL_MIN(SL_Q4_GROUP, kend - k0);
+			for (int i = 0; i < kn; i++) {
+				const int kk = k0 + i;
+				dst[(size_t)(kk >> 3) * 64 + j * 8 + (kk & 7)] = lut[sl_q4_code(cg, i)];
+			}
+		}
+	}
 }
 
 /* The generic tile: 4 rows, the group's columns two at a time (64 lanes:
@@ -143,12 +232,6 @@ static void tile_generic(const sl_gemm_tile *t)
 
 typedef void (*tile_fn)(const sl_gemm_tile *t);
 
-/* n rounded up to a multiple of 16 floats (64 bytes: every kernel's loads
- * stay aligned in a per-thread slice of a workspace) */
-static size_t round16(size_t n)
-{
-	return (n + 15) & ~(size_t)15;
-}
 
 static int gemm_packed(sl_backend *b, const sl_gemm_args *a, float alpha)
 {
@@ -198,8 +281,11 @@ static int gemm_packed(sl_backend *b, const sl_gemm_args *a, float alpha)
 			const int groups = (SL_MIN(nc, n - n0) + 7) / 8;
 			for (int g = 0; g < groups; g++) {
 				const int c0 = n0 + 8 * g;
-				pack_w(a->w + (size_t)c0 * k, k, SL_MIN(8, n - c0), 0, ks,
-				       wf + (size_t)g * ks * 64);
+				if (a->wq)
+					pack_wq(a, c0, SL_MIN(8, n - c0), ks, wf + (size_t)g * ks * 64);
+				else
+					pack_w(a->w + (size_t)c0 * k, k, SL_MIN(8, n - c0), 0, ks,
+					       wf + (size_t)g * ks * 64);
 			}
 			for (int i = 0; i < tiles; i++)
 				for (int s0 = 0; s0 < ks; s0 += kc) {
@@ -236,9 +322,13 @@ static int gemm_openblas(sl_backend *b, const sl_gemm_args *a, float alpha)
 	for (int n0 = 0; n0 < n; n0 += nb) {
 		const int cur = SL_MIN(nb, n - n0);
 #pragma omp parallel for num_threads(nt) schedule(static)
-		for (int j = 0; j < cur; j++)
-			sl_cpu_half_to_float(a->w + (size_t)(n0 + j) * k, wf + (size_t)j * k, (size_t)k,
-					     c->simd);
+		for (int j = 0; j < cur; j++) {
+			if (a->wq)
+				sl_cpu_q4_rows(a, n0 + j, 1, wf + (size_t)j * k, (size_t)k, c->simd);
+			else
+				sl_cpu_half_to_float(a->w + (size_t)(n0 + j) * k, wf + (size_t)j * k,
+						     (size_t)k, c->simd);
+		}
 		for (int m0 = 0; m0 < m; m0 += mb) {
 			const int rows = SL_MIN(mb, m - m0);
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cur, k, 1.0f,
@@ -261,8 +351,12 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 	if (a->m < 0 || a->n < 0 || a->k < 0 || a->ldx < a->k || a->ldy < a->n)
 		return sl_err(SL_EINVAL, "gemm: bad shape m=%d n=%d k=%d ldx=%d ldy=%d", a->m, a->n,
 			      a->k, a->ldx, a->ldy);
+	if (a->w && a->wq)
+		return sl_err(SL_EINVAL, "gemm: both fp16 (w) and 4-bit (wq) weights given");
 	if (a->m == 0 || a->n == 0)
 		return 0;
+	if (a->k > 0 && (!a->x || !a->y || (!a->w && !a->wq)))
+		return sl_err(SL_EINVAL, "gemm: NULL operand");
 	sl_cpu_ctx *c = sl_cpu(b);
 	const float alpha = a->alpha == 0.0f ? 1.0f : a->alpha;
 	double t0 = sl_now();
@@ -277,16 +371,21 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 		/* split n across threads in even chunks */
 		const int nt = c->nthreads;
 		const int chunk = ((a->n + nt - 1) / nt + 7) & ~7;
+		/* 4-bit weights: a buffer of 8 dequantised rows per thread */
+		const size_t buf_len = a->wq ? round16((size_t)8 * a->k) : 0;
+		if (a->wq)
+			SL_TRY(sl_cpu_grow(&c->gemm_wf, &c->gemm_wf_cap, buf_len * nt));
 #pragma omp parallel for num_threads(nt) schedule(static)
 		for (int n0 = 0; n0 < a->n; n0 += chunk) {
 			int n1 = SL_MIN(a->n, n0 + chunk);
+			float *buf = a->wq ? c->gemm_wf + buf_len * omp_get_thread_num() : NULL;
 #if defined(__x86_64__)
 			if (c->isa >= SL_CPU_AVX2) {
-				sl_cpu_gemm_direct_avx2(a, alpha, n0, n1);
+				sl_cpu_gemm_direct_avx2(a, alpha, n0, n1, buf);
 				continue;
 			}
 #endif
-			gemm_direct_generic(a, alpha, n0, n1);
+			gemm_direct_generic(a, alpha, n0, n1, buf);
 		}
 	} else {
 #if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS

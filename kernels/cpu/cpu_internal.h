@@ -5,6 +5,7 @@
 #define SL_CPU_INTERNAL_H
 
 #include "backend.h"
+#include "sl_q4.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -76,15 +77,37 @@ static inline float sl_cpu_epilogue(const sl_gemm_args *a, float s, int n, float
 	return (a->flags & SL_GEMM_ACCUM) ? old + s : s;
 }
 
+/* The dequantised weight (n, kk) of a 4-bit matrix (a->wq, sl_q4.h). */
+static inline float sl_cpu_q4_weight(const sl_gemm_args *a, int n, int kk)
+{
+	const size_t ng = sl_q4_groups((size_t)a->k);
+	const size_t gi = (size_t)n * ng + (size_t)kk / SL_Q4_GROUP;
+	const uint8_t *codes = (const uint8_t *)a->wq;
+	const sl_half *meta = (const sl_half *)(codes + (size_t)a->n * ng * SL_Q4_CODE_BYTES);
+	return sl_q4_value(sl_q4_code(codes + gi * SL_Q4_CODE_BYTES, kk % SL_Q4_GROUP), meta[2 * gi],
+			   meta[2 * gi + 1]);
+}
+
+/* Rows [n0, n0 + rows) of a 4-bit weight matrix dequantised to fp32 (k
+ * values each, row stride ld): per group the 16 values q / scale16 + mn16
+ * once, then a look-up per element (cpu_gemm.c; the AVX2 twin in
+ * cpu_x86.c gives the same bits). */
+void sl_cpu_q4_rows(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld, int simd);
+
 /* The last step of the direct kernels' output y[r][n] (cpu_gemm.c): s, the
  * sum over the first k & ~7 terms, plus the remaining terms one at a time,
  * then the epilogue. */
 static inline void sl_cpu_gemm_finish(const sl_gemm_args *a, float alpha, int r, int n, float s)
 {
-	const sl_half *w = a->w + (size_t)n * a->k;
 	const float *x = a->x + (size_t)r * a->ldx;
-	for (int kk = a->k & ~7; kk < a->k; kk++)
-		s += sl_half_to_float(w[kk]) * x[kk];
+	if (a->wq) {
+		for (int kk = a->k & ~7; kk < a->k; kk++)
+			s += sl_cpu_q4_weight(a, n, kk) * x[kk];
+	} else {
+		const sl_half *w = a->w + (size_t)n * a->k;
+		for (int kk = a->k & ~7; kk < a->k; kk++)
+			s += sl_half_to_float(w[kk]) * x[kk];
+	}
 	float *y = a->y + (size_t)r * a->ldy + n;
 	*y = sl_cpu_epilogue(a, s, n, alpha, *y);
 }
@@ -123,7 +146,9 @@ static inline float sl_cpu_lanes_sum(const float *l)
 /* cpu_x86.c */
 sl_cpu_isa sl_cpu_x86_isa(void);
 void sl_cpu_half_to_float_avx2(const sl_half *src, float *dst, size_t n);
-void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1);
+/* buf: 8 rows of k floats, the 4-bit weights' rows dequantised (a->wq) */
+void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1, float *buf);
+void sl_cpu_q4_rows_avx2(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld);
 void sl_cpu_pack_w_avx2(const sl_half *w, int k, int rows, int s0, int s1, float *dst);
 #define SL_GEMM_MR_AVX2 3
 void sl_cpu_gemm_tile_avx2(const sl_gemm_tile *t);

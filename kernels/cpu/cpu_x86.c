@@ -8,6 +8,7 @@
 #include "cpu_internal.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 sl_cpu_isa sl_cpu_x86_isa(void)
 {
@@ -49,13 +50,13 @@ static inline float hsum256(__m256 v)
  */
 __attribute__((target("avx2,fma,f16c"), always_inline))
 static inline void tile_avx2(const sl_gemm_args *a, float alpha, int n, int r0, const int NR,
-			     const int MR)
+			     const int MR, const float *wf)
 {
 	const int k = a->k, k8 = k & ~7;
 	const sl_half *w[8];
 	const float *x[8];
 	for (int j = 0; j < NR; j++)
-		w[j] = a->w + (size_t)(n + j) * k;
+		w[j] = wf ? NULL : a->w + (size_t)(n + j) * k;
 	for (int r = 0; r < MR; r++)
 		x[r] = a->x + (size_t)(r0 + r) * a->ldx;
 	__m256 c[8];
@@ -64,6 +65,10 @@ static inline void tile_avx2(const sl_gemm_args *a, float alpha, int n, int r0, 
 	for (int kk = 0; kk < k8; kk += 8) {
 		__m256 wv[8];
 		for (int j = 0; j < NR; j++) {
+			if (wf) { /* dequantised 4-bit rows, in the cache already */
+				wv[j] = _mm256_loadu_ps(wf + (size_t)j * k + kk);
+				continue;
+			}
 			_mm_prefetch((const char *)(w[j] + kk) + 512, _MM_HINT_T0);
 			wv[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[j] + kk)));
 		}
@@ -79,40 +84,98 @@ static inline void tile_avx2(const sl_gemm_args *a, float alpha, int n, int r0, 
 }
 
 /* Columns [n0, n1) for all m rows: row blocks of 8, 4, 2, 1 with the
- * matching weight-row count, weight rows of a block read once from memory. */
+ * matching weight-row count, weight rows of a block read once from memory.
+ * 4-bit weights (a->wq): the block's nr rows are dequantised into buf
+ * first (nr * k floats) and the tiles read them from there. */
 __attribute__((target("avx2,fma,f16c")))
-void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1)
+void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1, float *buf)
 {
 	const int m = a->m;
+	const size_t k = (size_t)a->k;
 	for (int n = n0; n < n1;) {
 		int r0 = 0;
 		int nr = (m >= 8) ? 1 : (m >= 4) ? 2 : (m >= 2) ? 4 : 8;
 		nr = SL_MIN(nr, n1 - n);
+		const float *wf = NULL;
+		if (a->wq) {
+			sl_cpu_q4_rows_avx2(a, n, nr, buf, k);
+			wf = buf;
+		}
+#define ROW(j) (wf ? wf + (size_t)(j) * k : NULL)
 		for (; r0 + 8 <= m; r0 += 8)
 			for (int j = 0; j < nr; j++)
-				tile_avx2(a, alpha, n + j, r0, 1, 8);
+				tile_avx2(a, alpha, n + j, r0, 1, 8, ROW(j));
 		for (; r0 + 4 <= m; r0 += 4) {
 			if (nr == 2)
-				tile_avx2(a, alpha, n, r0, 2, 4);
+				tile_avx2(a, alpha, n, r0, 2, 4, wf);
 			else
 				for (int j = 0; j < nr; j++)
-					tile_avx2(a, alpha, n + j, r0, 1, 4);
+					tile_avx2(a, alpha, n + j, r0, 1, 4, ROW(j));
 		}
 		for (; r0 + 2 <= m; r0 += 2) {
 			if (nr == 4)
-				tile_avx2(a, alpha, n, r0, 4, 2);
+				tile_avx2(a, alpha, n, r0, 4, 2, wf);
 			else
 				for (int j = 0; j < nr; j++)
-					tile_avx2(a, alpha, n + j, r0, 1, 2);
+					tile_avx2(a, alpha, n + j, r0, 1, 2, ROW(j));
 		}
 		for (; r0 < m; r0++) {
 			if (nr == 8)
-				tile_avx2(a, alpha, n, r0, 8, 1);
+				tile_avx2(a, alpha, n, r0, 8, 1, wf);
 			else
 				for (int j = 0; j < nr; j++)
-					tile_avx2(a, alpha, n + j, r0, 1, 1);
+					tile_avx2(a, alpha, n + j, r0, 1, 1, ROW(j));
 		}
+#undef ROW
 		n += nr;
+	}
+}
+
+/*
+ * Twin of sl_cpu_q4_rows (cpu_gemm.c): per group the 16 values
+ * q / scale16 + mn16 as two vectors (a division and an addition, each
+ * rounded once as in sl_q4_value), then 8 elements at a time their codes
+ * (one 32-bit load: element i's nibble at bit 4 i) select from them.
+ */
+__attribute__((target("avx2,fma,f16c")))
+void sl_cpu_q4_rows_avx2(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld)
+{
+	const int k = a->k;
+	const size_t ng = sl_q4_groups((size_t)k);
+	const uint8_t *codes = (const uint8_t *)a->wq;
+	const sl_half *meta = (const sl_half *)(codes + (size_t)a->n * ng * SL_Q4_CODE_BYTES);
+	const __m256 q_lo = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+	const __m256 q_hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
+	const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+	const __m256i nib = _mm256_set1_epi32(0xf), seven = _mm256_set1_epi32(7);
+	for (int j = 0; j < rows; j++) {
+		float *d = dst + (size_t)j * ld;
+		for (size_t g = 0; g < ng; g++) {
+			const size_t gi = (size_t)(n0 + j) * ng + g;
+			const uint8_t *cg = codes + gi * SL_Q4_CODE_BYTES;
+			const sl_half mn16 = meta[2 * gi], s16 = meta[2 * gi + 1];
+			const __m256 mn = _mm256_set1_ps(sl_half_to_float(mn16));
+			__m256 lo = mn, hi = mn;
+			if (s16 != 0) {
+				const __m256 sc = _mm256_set1_ps(sl_half_to_float(s16));
+				lo = _mm256_add_ps(_mm256_div_ps(q_lo, sc), mn);
+				hi = _mm256_add_ps(_mm256_div_ps(q_hi, sc), mn);
+			}
+			const int c0 = (int)g * SL_Q4_GROUP, cn = SL_MIN(SL_Q4_GROUP, k - c0);
+			int i = 0;
+			for (; i + 8 <= cn; i += 8) {
+				uint32_t word;
+				memcpy(&word, cg + i / 2, 4);
+				const __m256i q = _mm256_and_si256(
+					_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), nib);
+				const __m256 vlo = _mm256_permutevar8x32_ps(lo, q);
+				const __m256 vhi = _mm256_permutevar8x32_ps(hi, q);
+				const __m256 high = _mm256_castsi256_ps(_mm256_cmpgt_epi32(q, seven));
+				_mm256_storeu_ps(d + c0 + i, _mm256_blendv_ps(vlo, vhi, high));
+			}
+			for (; i < cn; i++)
+				d[c0 + i] = sl_q4_value(sl_q4_code(cg, i), mn16, s16);
+		}
 	}
 }
 
