@@ -29,6 +29,7 @@
  */
 #include "backend.h"
 #include "sl_config.h"
+#include "sl_q4.h"
 #if SL_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #endif
@@ -52,6 +53,9 @@
 
 #define TOL_FP16 2e-3
 #define TOL_FP32 1e-5
+/* 4-bit weights at decode-sized m: both sides multiply the same dequantised
+ * fp32 weights in fp32, in different orders */
+#define TOL_Q4_FUSED 1e-6
 #define SENTINEL 4242.0f
 
 /* side 0 is the reference (cpu), side 1 the backend under test */
@@ -192,7 +196,9 @@ static const gemm_case gemm_cases[] = {
 	{ 333, 4096, 1024, 8, 8, 1.0f, true },
 };
 
-static void run_gemm(const gemm_case *c, bool with_bias, unsigned flags, uint64_t seed)
+/* q4: the weights quantised to 4 bits (sl_q4_quantize_matrix on the host)
+ * and passed as wq on both sides */
+static void run_gemm(const gemm_case *c, bool with_bias, unsigned flags, uint64_t seed, bool q4)
 {
 	const int ldx = c->k + c->ldx_pad, ldy = c->n + c->ldy_pad;
 	const float ws = 1.0f / sqrtf((float)c->k);
@@ -201,6 +207,13 @@ static void run_gemm(const gemm_case *c, bool with_bias, unsigned flags, uint64_
 	sl_half *w = fill_f16((size_t)c->n * c->k, ws);
 	sl_half *bias = fill_f16((size_t)c->n, 1.0f);
 	float *y0 = fill_f32((size_t)c->m * ldy, 1.0f);
+	const size_t qb = sl_q4_bytes((size_t)c->n, (size_t)c->k);
+	void *wq = NULL;
+	if (q4) {
+		wq = malloc(qb);
+		ck_assert_ptr_nonnull(wq);
+		sl_q4_quantize_matrix(w, (size_t)c->n, (size_t)c->k, wq);
+	}
 	for (int r = 0; r < c->m; r++)
 		for (int j = 0; j < ldy; j++)
 			if (j >= c->n)
@@ -209,13 +222,15 @@ static void run_gemm(const gemm_case *c, bool with_bias, unsigned flags, uint64_
 				y0[(size_t)r * ldy + j] = NAN; /* poison: must be overwritten */
 	float *out[2];
 	for (int s = 0; s < 2; s++) {
-		const size_t xb = (size_t)c->m * ldx * 4, wb = (size_t)c->n * c->k * 2;
+		const size_t xb = (size_t)c->m * ldx * 4;
+		const size_t wb = q4 ? qb : (size_t)c->n * c->k * 2;
 		const size_t bb = (size_t)c->n * 2, yb = (size_t)c->m * ldy * 4;
 		float *dx = dput(s, x, xb);
-		sl_half *dw = dput(s, w, wb);
+		void *dw = dput(s, q4 ? wq : (void *)w, wb);
 		sl_half *db = dput(s, bias, bb);
 		float *dy = dput(s, y0, yb);
-		sl_gemm_args a = { .m = c->m, .n = c->n, .k = c->k, .x = dx, .ldx = ldx, .w = dw,
+		sl_gemm_args a = { .m = c->m, .n = c->n, .k = c->k, .x = dx, .ldx = ldx,
+				   .w = q4 ? NULL : dw, .wq = q4 ? dw : NULL,
 				   .bias = with_bias ? db : NULL, .y = dy, .ldy = ldy,
 				   .alpha = c->alpha, .flags = flags };
 		ok(g_be[s]->ops->gemm(g_be[s], g_q[s], &a), "gemm");
@@ -227,8 +242,8 @@ static void run_gemm(const gemm_case *c, bool with_bias, unsigned flags, uint64_
 		dfree(s, dy, yb);
 	}
 	char what[160];
-	snprintf(what, sizeof(what), "gemm m=%d n=%d k=%d ldx=%d ldy=%d alpha=%g bias=%d flags=%u",
-		 c->m, c->n, c->k, ldx, ldy, c->alpha, with_bias, flags);
+	snprintf(what, sizeof(what), "gemm%s m=%d n=%d k=%d ldx=%d ldy=%d alpha=%g bias=%d flags=%u",
+		 q4 ? " (4-bit weights)" : "", c->m, c->n, c->k, ldx, ldy, c->alpha, with_bias, flags);
 	/* compare the valid columns row by row, as one array */
 	float *ref = malloc((size_t)c->m * c->n * sizeof(float) + 1);
 	float *got = malloc((size_t)c->m * c->n * sizeof(float) + 1);
@@ -244,7 +259,11 @@ static void run_gemm(const gemm_case *c, bool with_bias, unsigned flags, uint64_
 				      what, j, r, out[0][i], out[1][i]);
 			}
 		}
-	check_close(what, ref, got, (size_t)c->m * c->n, TOL_FP16);
+	/* 4-bit weights, more rows than the fused kernel takes: weights and x
+	 * through fp16 into cuBLAS, as the fp16 path */
+	check_close(what, ref, got, (size_t)c->m * c->n,
+		    q4 && c->m <= 8 ? TOL_Q4_FUSED : TOL_FP16);
+	free(wq);
 	free(ref);
 	free(got);
 	free(out[0]);
@@ -269,7 +288,25 @@ START_TEST(test_gemm)
 			flags |= SL_GEMM_RELU;
 		if (combo & 4)
 			flags |= SL_GEMM_ACCUM;
-		run_gemm(c, combo & 1, flags, 1000u * (unsigned)_i + combo);
+		run_gemm(c, combo & 1, flags, 1000u * (unsigned)_i + combo, false);
+	}
+}
+END_TEST
+
+/* The same cases with 4-bit weights: both paths of the CUDA GEMM (fused at
+ * m <= 8, dequantised panels and cuBLAS above), each flag once and all
+ * together. */
+START_TEST(test_gemm_q4)
+{
+	const gemm_case *c = &gemm_cases[_i];
+	if (c->big && g_small)
+		return;
+	static const unsigned combos[] = { 0, 3, 5, 7 };
+	for (size_t i = 0; i < SL_ARRAY_LEN(combos); i++) {
+		const unsigned combo = combos[i];
+		run_gemm(c, combo & 1,
+			 ((combo & 2) ? SL_GEMM_RELU : 0u) | ((combo & 4) ? SL_GEMM_ACCUM : 0u),
+			 5000u * (unsigned)_i + combo, true);
 	}
 }
 END_TEST
@@ -1186,7 +1223,13 @@ START_TEST(test_chunked)
 	for (unsigned combo = 0; combo < 8; combo++)
 		run_gemm(&gc, combo & 1,
 			 ((combo & 2) ? SL_GEMM_RELU : 0u) | ((combo & 4) ? SL_GEMM_ACCUM : 0u),
-			 7000 + combo);
+			 7000 + combo, false);
+	/* 4-bit weights: panels of 128 weight rows (half the 64K for their fp16
+	 * copy), the x rows in chunks */
+	for (unsigned combo = 0; combo < 8; combo += 3)
+		run_gemm(&gc, combo & 1,
+			 ((combo & 2) ? SL_GEMM_RELU : 0u) | ((combo & 4) ? SL_GEMM_ACCUM : 0u),
+			 7050 + combo, true);
 	/* prefill with score: (m, l) of 2 heads x 200 rows is 3.2K per sequence */
 	const attn_case pc = { 30, 2, 16, 200, 210, { -1 }, false, false };
 	run_attn(&pc, true, true, 7100);
@@ -1224,6 +1267,7 @@ static Suite *cross_suite(void)
 	tc = tcase_create("ops");
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, test_gemm, 0, (int)SL_ARRAY_LEN(gemm_cases));
+	tcase_add_loop_test(tc, test_gemm_q4, 0, (int)SL_ARRAY_LEN(gemm_cases));
 	tcase_add_loop_test(tc, test_layernorm, 0, (int)SL_ARRAY_LEN(ln_cases));
 	tcase_add_loop_test(tc, test_embed, 0, (int)SL_ARRAY_LEN(embed_cases));
 	tcase_add_loop_test(tc, test_argmax, 0, (int)SL_ARRAY_LEN(argmax_cases));
