@@ -7,13 +7,17 @@
  *     (the ceiling of a BLAS path: no widening, no epilogue), one call;
  *   - blas-tiled: the same, called on fixed tiles of --tile rows (the tail
  *     padded into a full tile), the cheapest way to make OpenBLAS's result
- *     for a row independent of the row count (every call one shape).
+ *     for a row independent of the row count (every call one shape);
+ *   - q4 (--q4): the gemm op with the same weights quantised to 4 bits
+ *     (common/sl_q4.h, issue 14), dequantised inside the kernel, against
+ *     the fp16 op in the q4/fp16 column (decode-sized m is where the 3.6x
+ *     fewer weight bytes can pay; the dequantisation is the price).
  * OpenBLAS is loaded at run time (dlopen), so sluice does not link it; its
  * kernels follow OPENBLAS_CORETYPE as usual, and the core that ran is
  * reported.  Without libopenblas only the sluice rows are measured.
  *
  * Usage: cpu_gemm_bench [--json] [--threads N] [--reps R] [--tile T] [--no-blas]
- *                       [--rows M,M,...] [--models opt-125m,opt-1.3b]
+ *                       [--q4] [--rows M,M,...] [--models opt-125m,opt-1.3b]
  * Times are wall clock; the table gives the median of R runs per cell, in
  * GFLOP/s (2 m n k per product).  --json prints one JSON object on stdout,
  * with every timing of each cell (as GFLOP/s) beside the medians.
@@ -21,6 +25,7 @@
 #include "backend.h"
 #include "cpu/cpu_backend.h"
 #include "sl_json.h"
+#include "sl_q4.h"
 
 
 #include <dlfcn.h>
@@ -110,7 +115,7 @@ static int parse_list(const char *s, int *out, int max)
 
 int main(int argc, char **argv)
 {
-	bool json = false, no_blas = false;
+	bool json = false, no_blas = false, q4 = false;
 	int nt = 0, reps = 5, tile = 128, rows[32], nrows = 0;
 	const char *models = "opt-125m,opt-1.3b";
 	for (int i = 1; i < argc; i++) {
@@ -119,6 +124,8 @@ int main(int argc, char **argv)
 			json = true;
 		} else if (!strcmp(o, "--no-blas")) {
 			no_blas = true;
+		} else if (!strcmp(o, "--q4")) {
+			q4 = true;
 		} else if (v && !strcmp(o, "--threads")) {
 			nt = atoi(v), i++;
 		} else if (v && !strcmp(o, "--reps")) {
@@ -163,8 +170,11 @@ int main(int argc, char **argv)
 	fprintf(txt, "sluice kernels: %s, %d threads; OpenBLAS: %s%s%s\n", kernels, nt,
 		have_blas ? (core ? core : "?") : "not found",
 		have_blas && g_blas.config ? ", " : "", have_blas && g_blas.config ? g_blas.config() : "");
-	fprintf(txt, "%-9s %6s %6s %6s %10s %10s %10s %8s\n", "model", "m", "n", "k",
+	fprintf(txt, "%-9s %6s %6s %6s %10s %10s %10s %8s", "model", "m", "n", "k",
 		"sluice", "blas", "blas-tile", "s/blas");
+	if (q4)
+		fprintf(txt, " %10s %8s", "q4", "q4/fp16");
+	fprintf(txt, "\n");
 
 	struct { const char *name; int h, f; } cfgs[] = { { "opt-125m", 768, 3072 },
 							  { "opt-1.3b", 2048, 8192 } };
@@ -187,8 +197,9 @@ int main(int argc, char **argv)
 				float *yt = malloc((size_t)tile * n * sizeof(float));
 				sl_half *w = malloc((size_t)n * k * sizeof(sl_half));
 				sl_half *bias = malloc((size_t)n * sizeof(sl_half));
-				double *ts = malloc((size_t)reps * 3 * sizeof(double));
-				if (!x || !y || !wf || !xt || !yt || !w || !bias || !ts) {
+				double *ts = malloc((size_t)reps * 4 * sizeof(double));
+				void *wq = q4 ? malloc(sl_q4_bytes((size_t)n, (size_t)k)) : NULL;
+				if (!x || !y || !wf || !xt || !yt || !w || !bias || !ts || (q4 && !wq)) {
 					fprintf(stderr, "cpu_gemm_bench: out of memory\n");
 					return 1;
 				}
@@ -204,8 +215,14 @@ int main(int argc, char **argv)
 				memset(xt, 0, (size_t)tile * k * sizeof(float));
 				const sl_gemm_args a = { .m = m, .n = n, .k = k, .x = x, .ldx = k, .w = w,
 							 .bias = bias, .y = y, .ldy = n };
+				sl_gemm_args aq = a;
+				if (q4) {
+					sl_q4_quantize_matrix(w, (size_t)n, (size_t)k, wq);
+					aq.w = NULL;
+					aq.wq = wq;
+				}
 				/* warm-up: workspaces, pages, OpenBLAS's buffers */
-				if (sl_gemm(b, NULL, &a) < 0) {
+				if (sl_gemm(b, NULL, &a) < 0 || (q4 && sl_gemm(b, NULL, &aq) < 0)) {
 					fprintf(stderr, "cpu_gemm_bench: %s\n", sl_errmsg());
 					return 1;
 				}
@@ -221,6 +238,14 @@ int main(int argc, char **argv)
 						return 1;
 					}
 					ts[r] = now() - t0;
+					if (q4) {
+						t0 = now();
+						if (sl_gemm(b, NULL, &aq) < 0) {
+							fprintf(stderr, "cpu_gemm_bench: %s\n", sl_errmsg());
+							return 1;
+						}
+						ts[3 * reps + r] = now() - t0;
+					}
 					if (!have_blas)
 						continue;
 					t0 = now();
@@ -233,15 +258,24 @@ int main(int argc, char **argv)
 				}
 				const double flop = 2.0 * m * (double)n * k;
 				/* every timing as GFLOP/s (before median() sorts them) */
-				json_t *runs[3] = { json_array(), json_array(), json_array() };
-				for (int v = 0; v < (have_blas ? 3 : 1); v++)
+				json_t *runs[4] = { json_array(), json_array(), json_array(), json_array() };
+				for (int v = 0; v < 4; v++) {
+					if ((v == 1 || v == 2) && !have_blas)
+						continue;
+					if (v == 3 && !q4)
+						continue;
 					for (int r = 0; r < reps; r++)
 						sl_jappend_real(runs[v], flop / ts[v * reps + r] / 1e9, "runs", &je);
+				}
 				const double gs = flop / median(ts, reps) / 1e9;
 				const double gb = have_blas ? flop / median(ts + reps, reps) / 1e9 : 0;
 				const double gt = have_blas ? flop / median(ts + 2 * reps, reps) / 1e9 : 0;
-				fprintf(txt, "%-9s %6d %6d %6d %10.1f %10.1f %10.1f %8.2f\n",
-					cfgs[ci].name, m, n, k, gs, gb, gt, have_blas ? gs / gb : 0.0);
+				const double gq = q4 ? flop / median(ts + 3 * reps, reps) / 1e9 : 0;
+				fprintf(txt, "%-9s %6d %6d %6d %10.1f %10.1f %10.1f %8.2f", cfgs[ci].name,
+					m, n, k, gs, gb, gt, have_blas ? gs / gb : 0.0);
+				if (q4)
+					fprintf(txt, " %10.1f %8.2f", gq, gq / gs);
+				fprintf(txt, "\n");
 				fflush(txt);
 				json_t *jr = json_object();
 				sl_jset(jr, "model", json_string(cfgs[ci].name), &je);
@@ -255,9 +289,15 @@ int main(int argc, char **argv)
 				sl_jset(jr, "sluice_runs", runs[0], &je);
 				sl_jset(jr, "blas_runs", runs[1], &je);
 				sl_jset(jr, "blas_tiled_runs", runs[2], &je);
+				if (q4) {
+					sl_jset_real(jr, "q4_gflops", gq, &je);
+					sl_jset(jr, "q4_runs", runs[3], &je);
+				} else {
+					json_decref(runs[3]);
+				}
 				sl_jappend(jrows, jr, "rows", &je);
 				free(x), free(y), free(wf), free(xt), free(yt), free(w), free(bias),
-					free(ts);
+					free(ts), free(wq);
 			}
 		}
 	}
