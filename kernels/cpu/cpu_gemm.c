@@ -31,12 +31,12 @@
  * 4-bit weights (a->wq, common/sl_q4.h): the same order of operations on
  * the dequantised fp32 weights in place of the widened fp16 ones, so the
  * paths, thread counts and instruction sets agree bit for bit here too.
- * The direct path dequantises the (up to 8) weight rows it is about to use
- * into a per-thread buffer of 8 k floats and reads them from there (each
- * row once per call, as the fp16 path reads each row once); the packed
- * path dequantises straight into its widened panel; the tail terms past
- * k & ~7 dequantise one element at a time (sl_cpu_gemm_finish).  Never a
- * dequantised copy of the whole matrix.
+ * The direct path dequantises in registers as it goes (AVX2: per group of
+ * a weight row its 16 values as two vectors, then a permute per 8 codes;
+ * the portable kernel a row at a time into a per-thread buffer of k
+ * floats); the packed path dequantises straight into its widened panel;
+ * the tail terms past k & ~7 one element at a time (sl_cpu_gemm_finish).
+ * Never a dequantised copy of the whole matrix.
  *
  * --cpu-gemm openblas (sl_cpu_backend_set_gemm, in a build with OpenBLAS)
  * replaces the packed path by OpenBLAS's sgemm on weights widened panel by
@@ -99,29 +99,31 @@ static void q4_lut(sl_half mn16, sl_half scale16, float lut[16])
 		lut[q] = sl_q4_value(q, mn16, scale16);
 }
 
-void sl_cpu_q4_rows(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld, int simd)
+void sl_cpu_q4_rows(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld, size_t cs,
+		    int kend, int simd)
 {
 #if defined(__x86_64__)
 	if (simd) {
-		sl_cpu_q4_rows_avx2(a, n0, rows, dst, ld);
+		sl_cpu_q4_rows_avx2(a, n0, rows, dst, ld, cs, kend);
 		return;
 	}
 #endif
 	(void)simd;
-	const int k = a->k;
-	const size_t ng = sl_q4_groups((size_t)k);
+	const size_t ng = sl_q4_groups((size_t)a->k);
 	const uint8_t *codes = (const uint8_t *)a->wq;
 	const sl_half *meta = (const sl_half *)(codes + (size_t)a->n * ng * SL_Q4_CODE_BYTES);
 	for (int j = 0; j < rows; j++) {
 		float *d = dst + (size_t)j * ld;
-		for (size_t g = 0; g < ng; g++) {
+		for (size_t g = 0; g < ng && (int)g * SL_Q4_GROUP < kend; g++) {
 			const size_t gi = (size_t)(n0 + j) * ng + g;
 			const uint8_t *cg = codes + gi * SL_Q4_CODE_BYTES;
 			float lut[16];
 			q4_lut(meta[2 * gi], meta[2 * gi + 1], lut);
-			const int c0 = (int)g * SL_Q4_GROUP, cn = SL_MIN(SL_Q4_GROUP, k - c0);
-			for (int i = 0; i < cn; i++)
-				d[c0 + i] = lut[sl_q4_code(cg, i)];
+			const int c0 = (int)g * SL_Q4_GROUP, cn = SL_MIN(SL_Q4_GROUP, kend - c0);
+			for (int i = 0; i < cn; i++) {
+				const int kk = c0 + i;
+				d[(size_t)(kk >> 3) * cs + (kk & 7)] = lut[sl_q4_code(cg, i)];
+			}
 		}
 	}
 }
@@ -134,7 +136,7 @@ static void gemm_direct_generic(const sl_gemm_args *a, float alpha, int n0, int 
 	for (int n = n0; n < n1; n++) {
 		const sl_half *w = a->w ? a->w + (size_t)n * k : NULL;
 		if (a->wq)
-			sl_cpu_q4_rows(a, n, 1, buf, (size_t)k, 0);
+			sl_cpu_q4_rows(a, n, 1, buf, (size_t)k, 8, k, 0);
 		for (int r = 0; r < a->m; r++) {
 			const float *x = a->x + (size_t)r * a->ldx;
 			float lane[8] = { 0 };
@@ -164,34 +166,6 @@ static void pack_w_generic(const sl_half *w, int k, int rows, int s0, int s1, fl
 			for (int l = 0; l < 8; l++)
 				dst[j * 8 + l] = j < rows ? sl_half_to_float(w[(size_t)j * k + 8 * s + l])
 							  : 0.0f;
-}
-
-/* pack_w for 4-bit weights: rows [c0, c0 + rows) of a->wq dequantised
- * straight into the group (the same values as sl_cpu_q4_rows). */
-static void pack_wq(const sl_gemm_args *a, int c0, int rows, int s1, float *dst)
-{
-	const size_t ng = sl_q4_groups((size_t)a->k);
-	const uint8_t *codes = (const uint8_t *)a->wq;
-	const sl_half *meta = (const sl_half *)(codes + (size_t)a->n * ng * SL_Q4_CODE_BYTES);
-	const int kend = 8 * s1;
-	for (int j = 0; j < 8; j++) {
-		if (j >= rows) {
-			for (int s = 0; s < s1; s++)
-				memset(dst + (size_t)s * 64 + j * 8, 0, 8 * sizeof(float));
-			continue;
-		}
-		for (size_t g = 0; g < ng && (int)g * SL_Q4_GROUP < kend; g++) {
-			const size_t gi = (size_t)(c0 + j) * ng + g;
-			const uint8_t *cg = codes + gi * SL_Q4_CODE_BYTES;
-			float lut[16];
-			q4_lut(meta[2 * gi], meta[2 * gi + 1], lut);
-			const int k0 = (int)g * SL_Q4_GROUP, kn = SL_MIN(SL_Q4_GROUP, kend - k0);
-			for (int i = 0; i < kn; i++) {
-				const int kk = k0 + i;
-				dst[(size_t)(kk >> 3) * 64 + j * 8 + (kk & 7)] = lut[sl_q4_code(cg, i)];
-			}
-		}
-	}
 }
 
 /* The generic tile: 4 rows, the group's columns two at a time (64 lanes:
@@ -281,9 +255,15 @@ static int gemm_packed(sl_backend *b, const sl_gemm_args *a, float alpha)
 			const int groups = (SL_MIN(nc, n - n0) + 7) / 8;
 			for (int g = 0; g < groups; g++) {
 				const int c0 = n0 + 8 * g;
-				if (a->wq)
-					pack_wq(a, c0, SL_MIN(8, n - c0), ks, wf + (size_t)g * ks * 64);
-				else
+				if (a->wq) {
+					/* 4-bit: dequantised straight into the group */
+					float *dst = wf + (size_t)g * ks * 64;
+					const int rows = SL_MIN(8, n - c0);
+					sl_cpu_q4_rows(a, c0, rows, dst, 8, 64, 8 * ks, c->simd);
+					for (int j = rows; j < 8; j++)
+						for (int st = 0; st < ks; st++)
+							memset(dst + (size_t)st * 64 + j * 8, 0, 8 * sizeof(float));
+				} else
 					pack_w(a->w + (size_t)c0 * k, k, SL_MIN(8, n - c0), 0, ks,
 					       wf + (size_t)g * ks * 64);
 			}
@@ -324,7 +304,7 @@ static int gemm_openblas(sl_backend *b, const sl_gemm_args *a, float alpha)
 #pragma omp parallel for num_threads(nt) schedule(static)
 		for (int j = 0; j < cur; j++) {
 			if (a->wq)
-				sl_cpu_q4_rows(a, n0 + j, 1, wf + (size_t)j * k, (size_t)k, c->simd);
+				sl_cpu_q4_rows(a, n0 + j, 1, wf + (size_t)j * k, (size_t)k, 8, k, c->simd);
 			else
 				sl_cpu_half_to_float(a->w + (size_t)(n0 + j) * k, wf + (size_t)j * k,
 						     (size_t)k, c->simd);
@@ -371,17 +351,18 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 		/* split n across threads in even chunks */
 		const int nt = c->nthreads;
 		const int chunk = ((a->n + nt - 1) / nt + 7) & ~7;
-		/* 4-bit weights: a buffer of 8 dequantised rows per thread */
-		const size_t buf_len = a->wq ? round16((size_t)8 * a->k) : 0;
-		if (a->wq)
+		/* 4-bit weights, portable kernel: a dequantised row per thread */
+		const bool row_buf = a->wq && c->isa == SL_CPU_GENERIC;
+		const size_t buf_len = row_buf ? round16((size_t)a->k) : 0;
+		if (row_buf)
 			SL_TRY(sl_cpu_grow(&c->gemm_wf, &c->gemm_wf_cap, buf_len * nt));
 #pragma omp parallel for num_threads(nt) schedule(static)
 		for (int n0 = 0; n0 < a->n; n0 += chunk) {
 			int n1 = SL_MIN(a->n, n0 + chunk);
-			float *buf = a->wq ? c->gemm_wf + buf_len * omp_get_thread_num() : NULL;
+			float *buf = row_buf ? c->gemm_wf + buf_len * omp_get_thread_num() : NULL;
 #if defined(__x86_64__)
 			if (c->isa >= SL_CPU_AVX2) {
-				sl_cpu_gemm_direct_avx2(a, alpha, n0, n1, buf);
+				sl_cpu_gemm_direct_avx2(a, alpha, n0, n1);
 				continue;
 			}
 #endif

@@ -88,11 +88,14 @@ static inline float sl_cpu_q4_weight(const sl_gemm_args *a, int n, int kk)
 			   meta[2 * gi + 1]);
 }
 
-/* Rows [n0, n0 + rows) of a 4-bit weight matrix dequantised to fp32 (k
- * values each, row stride ld): per group the 16 values q / scale16 + mn16
- * once, then a look-up per element (cpu_gemm.c; the AVX2 twin in
- * cpu_x86.c gives the same bits). */
-void sl_cpu_q4_rows(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld, int simd);
+/* Rows [n0, n0 + rows) of a 4-bit weight matrix dequantised to fp32, the
+ * elements kk < kend of each: element kk of row j goes to
+ *   dst[j * ld + (kk / 8) * cs + kk % 8]
+ * (cs = 8, ld = k: plain rows; cs = 64, ld = 8: a packed GEMM group).  Per
+ * group the 16 values q / scale16 + mn16 once, then a look-up per element
+ * (cpu_gemm.c; the AVX2 twin in cpu_x86.c gives the same bits). */
+void sl_cpu_q4_rows(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld, size_t cs,
+		    int kend, int simd);
 
 /* The last step of the direct kernels' output y[r][n] (cpu_gemm.c): s, the
  * sum over the first k & ~7 terms, plus the remaining terms one at a time,
@@ -146,9 +149,9 @@ static inline float sl_cpu_lanes_sum(const float *l)
 /* cpu_x86.c */
 sl_cpu_isa sl_cpu_x86_isa(void);
 void sl_cpu_half_to_float_avx2(const sl_half *src, float *dst, size_t n);
-/* buf: 8 rows of k floats, the 4-bit weights' rows dequantised (a->wq) */
-void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1, float *buf);
-void sl_cpu_q4_rows_avx2(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld);
+void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1);
+void sl_cpu_q4_rows_avx2(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld, size_t cs,
+			 int kend);
 void sl_cpu_pack_w_avx2(const sl_half *w, int k, int rows, int s0, int s1, float *dst);
 #define SL_GEMM_MR_AVX2 3
 void sl_cpu_gemm_tile_avx2(const sl_gemm_tile *t);

@@ -42,31 +42,88 @@ static inline float hsum256(__m256 v)
 }
 
 /*
+ * 4-bit weights (common/sl_q4.h): a group's 16 dequantised values
+ * q / scale16 + mn16 as two vectors (codes 0-7, 8-15), a division and an
+ * addition each, rounded once as in sl_q4_value; then 8 consecutive
+ * elements at a time their codes (one 32-bit load: element i's nibble at
+ * bit 4 i) select from them.
+ */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void q4_lut_avx2(sl_half mn16, sl_half s16, __m256 *lo, __m256 *hi)
+{
+	const __m256 mn = _mm256_set1_ps(sl_half_to_float(mn16));
+	if (s16 == 0) {
+		*lo = *hi = mn;
+		return;
+	}
+	const __m256 sc = _mm256_set1_ps(sl_half_to_float(s16));
+	*lo = _mm256_add_ps(_mm256_div_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), sc), mn);
+	*hi = _mm256_add_ps(_mm256_div_ps(_mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15), sc), mn);
+}
+
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline __m256 q4_8_avx2(const uint8_t *c4, __m256 lo, __m256 hi)
+{
+	uint32_t word;
+	memcpy(&word, c4, 4);
+	const __m256i q = _mm256_and_si256(
+		_mm256_srlv_epi32(_mm256_set1_epi32((int)word),
+				  _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+		_mm256_set1_epi32(0xf));
+	const __m256 high = _mm256_castsi256_ps(_mm256_cmpgt_epi32(q, _mm256_set1_epi32(7)));
+	return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, q), _mm256_permutevar8x32_ps(hi, q),
+				high);
+}
+
+/*
  * One register tile: NR weight rows against MR x rows, NR * MR <= 8
  * accumulators, each summing 8 lanes over k then reduced by hsum256, so
  * every output sees the same order of operations whatever the tile.
  * Weight rows are prefetched a few cache lines ahead: with several rows in
- * flight the hardware prefetcher alone falls behind.
+ * flight the hardware prefetcher alone falls behind.  4-bit weights
+ * (a->wq) are dequantised in registers, each row's group tables made at
+ * the group's first step.
  */
 __attribute__((target("avx2,fma,f16c"), always_inline))
 static inline void tile_avx2(const sl_gemm_args *a, float alpha, int n, int r0, const int NR,
-			     const int MR, const float *wf)
+			     const int MR)
 {
 	const int k = a->k, k8 = k & ~7;
 	const sl_half *w[8];
+	const uint8_t *qc[8];
+	const sl_half *qm[8];
 	const float *x[8];
-	for (int j = 0; j < NR; j++)
-		w[j] = wf ? NULL : a->w + (size_t)(n + j) * k;
+	const size_t ng = sl_q4_groups((size_t)k);
+	for (int j = 0; j < NR; j++) {
+		if (a->wq) {
+			const uint8_t *codes = (const uint8_t *)a->wq;
+			qc[j] = codes + (size_t)(n + j) * ng * SL_Q4_CODE_BYTES;
+			qm[j] = (const sl_half *)(codes + (size_t)a->n * ng * SL_Q4_CODE_BYTES) +
+				(size_t)(n + j) * ng * 2;
+		} else {
+			w[j] = a->w + (size_t)(n + j) * k;
+		}
+	}
 	for (int r = 0; r < MR; r++)
 		x[r] = a->x + (size_t)(r0 + r) * a->ldx;
 	__m256 c[8];
 	for (int i = 0; i < NR * MR; i++)
 		c[i] = _mm256_setzero_ps();
+	__m256 lo[8], hi[8]; /* the rows' current group tables (4-bit) */
+	for (int j = 0; j < NR; j++)
+		lo[j] = hi[j] = _mm256_setzero_ps();
 	for (int kk = 0; kk < k8; kk += 8) {
 		__m256 wv[8];
 		for (int j = 0; j < NR; j++) {
-			if (wf) { /* dequantised 4-bit rows, in the cache already */
-				wv[j] = _mm256_loadu_ps(wf + (size_t)j * k + kk);
+			if (a->wq) {
+				const int g = kk >> 6;
+				if ((kk & 63) == 0) {
+					_mm_prefetch((const char *)(qc[j] + (size_t)g * 32) + 256,
+						     _MM_HINT_T0);
+					q4_lut_avx2(qm[j][2 * g], qm[j][2 * g + 1], &lo[j], &hi[j]);
+				}
+				wv[j] = q4_8_avx2(qc[j] + (size_t)g * 32 + ((kk & 63) >> 1), lo[j],
+						  hi[j]);
 				continue;
 			}
 			_mm_prefetch((const char *)(w[j] + kk) + 512, _MM_HINT_T0);
@@ -84,97 +141,69 @@ static inline void tile_avx2(const sl_gemm_args *a, float alpha, int n, int r0, 
 }
 
 /* Columns [n0, n1) for all m rows: row blocks of 8, 4, 2, 1 with the
- * matching weight-row count, weight rows of a block read once from memory.
- * 4-bit weights (a->wq): the block's nr rows are dequantised into buf
- * first (nr * k floats) and the tiles read them from there. */
+ * matching weight-row count, weight rows of a block read once from memory. */
 __attribute__((target("avx2,fma,f16c")))
-void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1, float *buf)
+void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1)
 {
 	const int m = a->m;
-	const size_t k = (size_t)a->k;
 	for (int n = n0; n < n1;) {
 		int r0 = 0;
 		int nr = (m >= 8) ? 1 : (m >= 4) ? 2 : (m >= 2) ? 4 : 8;
 		nr = SL_MIN(nr, n1 - n);
-		const float *wf = NULL;
-		if (a->wq) {
-			sl_cpu_q4_rows_avx2(a, n, nr, buf, k);
-			wf = buf;
-		}
-#define ROW(j) (wf ? wf + (size_t)(j) * k : NULL)
 		for (; r0 + 8 <= m; r0 += 8)
 			for (int j = 0; j < nr; j++)
-				tile_avx2(a, alpha, n + j, r0, 1, 8, ROW(j));
+				tile_avx2(a, alpha, n + j, r0, 1, 8);
 		for (; r0 + 4 <= m; r0 += 4) {
 			if (nr == 2)
-				tile_avx2(a, alpha, n, r0, 2, 4, wf);
+				tile_avx2(a, alpha, n, r0, 2, 4);
 			else
 				for (int j = 0; j < nr; j++)
-					tile_avx2(a, alpha, n + j, r0, 1, 4, ROW(j));
+					tile_avx2(a, alpha, n + j, r0, 1, 4);
 		}
 		for (; r0 + 2 <= m; r0 += 2) {
 			if (nr == 4)
-				tile_avx2(a, alpha, n, r0, 4, 2, wf);
+				tile_avx2(a, alpha, n, r0, 4, 2);
 			else
 				for (int j = 0; j < nr; j++)
-					tile_avx2(a, alpha, n + j, r0, 1, 2, ROW(j));
+					tile_avx2(a, alpha, n + j, r0, 1, 2);
 		}
 		for (; r0 < m; r0++) {
 			if (nr == 8)
-				tile_avx2(a, alpha, n, r0, 8, 1, wf);
+				tile_avx2(a, alpha, n, r0, 8, 1);
 			else
 				for (int j = 0; j < nr; j++)
-					tile_avx2(a, alpha, n + j, r0, 1, 1, ROW(j));
+					tile_avx2(a, alpha, n + j, r0, 1, 1);
 		}
-#undef ROW
 		n += nr;
 	}
 }
 
-/*
- * Twin of sl_cpu_q4_rows (cpu_gemm.c): per group the 16 values
- * q / scale16 + mn16 as two vectors (a division and an addition, each
- * rounded once as in sl_q4_value), then 8 elements at a time their codes
- * (one 32-bit load: element i's nibble at bit 4 i) select from them.
- */
+/* Twin of sl_cpu_q4_rows (cpu_gemm.c), with q4_lut_avx2 and q4_8_avx2. */
 __attribute__((target("avx2,fma,f16c")))
-void sl_cpu_q4_rows_avx2(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld)
+void sl_cpu_q4_rows_avx2(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld, size_t cs,
+			 int kend)
 {
-	const int k = a->k;
-	const size_t ng = sl_q4_groups((size_t)k);
+	const size_t ng = sl_q4_groups((size_t)a->k);
 	const uint8_t *codes = (const uint8_t *)a->wq;
 	const sl_half *meta = (const sl_half *)(codes + (size_t)a->n * ng * SL_Q4_CODE_BYTES);
-	const __m256 q_lo = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-	const __m256 q_hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
-	const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-	const __m256i nib = _mm256_set1_epi32(0xf), seven = _mm256_set1_epi32(7);
 	for (int j = 0; j < rows; j++) {
 		float *d = dst + (size_t)j * ld;
-		for (size_t g = 0; g < ng; g++) {
+		for (size_t g = 0; g < ng && (int)g * SL_Q4_GROUP < kend; g++) {
 			const size_t gi = (size_t)(n0 + j) * ng + g;
 			const uint8_t *cg = codes + gi * SL_Q4_CODE_BYTES;
 			const sl_half mn16 = meta[2 * gi], s16 = meta[2 * gi + 1];
-			const __m256 mn = _mm256_set1_ps(sl_half_to_float(mn16));
-			__m256 lo = mn, hi = mn;
-			if (s16 != 0) {
-				const __m256 sc = _mm256_set1_ps(sl_half_to_float(s16));
-				lo = _mm256_add_ps(_mm256_div_ps(q_lo, sc), mn);
-				hi = _mm256_add_ps(_mm256_div_ps(q_hi, sc), mn);
-			}
-			const int c0 = (int)g * SL_Q4_GROUP, cn = SL_MIN(SL_Q4_GROUP, k - c0);
+			__m256 lo, hi;
+			q4_lut_avx2(mn16, s16, &lo, &hi);
+			const int c0 = (int)g * SL_Q4_GROUP, cn = SL_MIN(SL_Q4_GROUP, kend - c0);
 			int i = 0;
-			for (; i + 8 <= cn; i += 8) {
-				uint32_t word;
-				memcpy(&word, cg + i / 2, 4);
-				const __m256i q = _mm256_and_si256(
-					_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), nib);
-				const __m256 vlo = _mm256_permutevar8x32_ps(lo, q);
-				const __m256 vhi = _mm256_permutevar8x32_ps(hi, q);
-				const __m256 high = _mm256_castsi256_ps(_mm256_cmpgt_epi32(q, seven));
-				_mm256_storeu_ps(d + c0 + i, _mm256_blendv_ps(vlo, vhi, high));
+			for (; i + 8 <= cn; i += 8)
+				_mm256_storeu_ps(d + (size_t)((c0 + i) >> 3) * cs,
+						 q4_8_avx2(cg + i / 2, lo, hi));
+			for (; i < cn; i++) {
+				const int kk = c0 + i;
+				d[(size_t)(kk >> 3) * cs + (kk & 7)] =
+					sl_q4_value(sl_q4_code(cg, i), mn16, s16);
 			}
-			for (; i < cn; i++)
-				d[c0 + i] = sl_q4_value(sl_q4_code(cg, i), mn16, s16);
 		}
 	}
 }
