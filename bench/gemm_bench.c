@@ -7,6 +7,10 @@
  *     (few rows: weight-bandwidth bound, reported in GB/s of weights too)
  *     and prefill shapes, timed by wall clock around a queue sync, as the
  *     engine sees it;
+ *   - the op with 4-bit weights (sl_gemm_args.wq, common/sl_q4.h) at some
+ *     of those shapes: the fused dequantising kernel at m <= 8, panels
+ *     dequantised to fp16 and cuBLAS above (W GB/s counts the 4.5-bit
+ *     weights' bytes);
  *   - pinned host <-> device copy bandwidth with plain cudaMemcpyAsync.
  *
  * Usage: gemm_bench [--json] [--quick]
@@ -17,6 +21,7 @@
 #include "backend.h"
 #include "sl_config.h"
 #include "sl_json.h"
+#include "sl_q4.h"
 #if SL_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #include <cublas_v2.h>
@@ -68,6 +73,22 @@ static void fill_half(void *d, size_t n)
 	for (size_t i = 0; i < n; i++)
 		h[i] = (uint16_t)(0x2c00 + (i * 2654435761u >> 20) % 0x800);
 	CK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+	free(h);
+}
+
+/* the same fp16 pattern for an (n, k) matrix, quantised to 4 bits on the
+ * host (sl_q4_quantize_matrix) */
+static void fill_q4(void *d, size_t n, size_t k)
+{
+	uint16_t *h = malloc(n * k * 2);
+	void *q = malloc(sl_q4_bytes(n, k));
+	if (!h || !q)
+		exit(1);
+	for (size_t i = 0; i < n * k; i++)
+		h[i] = (uint16_t)(0x2c00 + (i * 2654435761u >> 20) % 0x800);
+	sl_q4_quantize_matrix(h, n, k, q);
+	CK(cudaMemcpy(d, q, sl_q4_bytes(n, k), cudaMemcpyHostToDevice));
+	free(q);
 	free(h);
 }
 
@@ -124,20 +145,25 @@ typedef struct shape {
 	int m, n, k;
 	unsigned flags;
 	bool bias;
+	bool q4; /* 4-bit weights */
 } shape;
 
 /* OPT-6.7b (hidden 4096, ffn 16384) at decode batch sizes and a prefill of
  * 8 x 512 tokens; OPT-175b's fc2 shape for the chunked path */
 static const shape shapes[] = {
-	{ "decode qkv m=1", 1, 3 * 4096, 4096, 0, true },
-	{ "decode fc1 m=8", 8, 16384, 4096, SL_GEMM_RELU, true },
-	{ "decode fc2 m=32", 32, 4096, 16384, SL_GEMM_ACCUM, true },
-	{ "decode out m=64", 64, 4096, 4096, SL_GEMM_ACCUM, true },
-	{ "decode lm_head m=32", 32, 50272, 4096, 0, false },
-	{ "prefill qkv m=4096", 4096, 3 * 4096, 4096, 0, true },
-	{ "prefill fc1 m=4096", 4096, 16384, 4096, SL_GEMM_RELU, true },
-	{ "prefill fc2 m=4096", 4096, 4096, 16384, SL_GEMM_ACCUM, true },
-	{ "prefill 175b-fc2 m=2048", 2048, 12288, 49152, SL_GEMM_ACCUM, true },
+	{ "decode qkv m=1", 1, 3 * 4096, 4096, 0, true, false },
+	{ "decode fc1 m=8", 8, 16384, 4096, SL_GEMM_RELU, true, false },
+	{ "decode fc2 m=32", 32, 4096, 16384, SL_GEMM_ACCUM, true, false },
+	{ "decode out m=64", 64, 4096, 4096, SL_GEMM_ACCUM, true, false },
+	{ "decode lm_head m=32", 32, 50272, 4096, 0, false, false },
+	{ "prefill qkv m=4096", 4096, 3 * 4096, 4096, 0, true, false },
+	{ "prefill fc1 m=4096", 4096, 16384, 4096, SL_GEMM_RELU, true, false },
+	{ "prefill fc2 m=4096", 4096, 4096, 16384, SL_GEMM_ACCUM, true, false },
+	{ "prefill 175b-fc2 m=2048", 2048, 12288, 49152, SL_GEMM_ACCUM, true, false },
+	{ "q4 decode qkv m=1", 1, 3 * 4096, 4096, 0, true, true },
+	{ "q4 decode fc1 m=8", 8, 16384, 4096, SL_GEMM_RELU, true, true },
+	{ "q4 decode fc2 m=32", 32, 4096, 16384, SL_GEMM_ACCUM, true, true },
+	{ "q4 prefill fc1 m=4096", 4096, 16384, 4096, SL_GEMM_RELU, true, true },
 };
 
 typedef struct op_result {
@@ -147,17 +173,22 @@ typedef struct op_result {
 static op_result bench_op(sl_backend *b, sl_queue *q, const shape *s, int reps)
 {
 	void *x, *w, *bias, *y;
-	const size_t xb = (size_t)s->m * s->k * 4, wb = (size_t)s->n * s->k * 2;
+	const size_t xb = (size_t)s->m * s->k * 4;
+	const size_t wb = s->q4 ? sl_q4_bytes((size_t)s->n, (size_t)s->k) : (size_t)s->n * s->k * 2;
 	const size_t yb = (size_t)s->m * s->n * 4;
 	CKS(sl_dev_alloc(b, xb, "x", &x));
 	CKS(sl_dev_alloc(b, wb, "w", &w));
 	CKS(sl_dev_alloc(b, (size_t)s->n * 2, "bias", &bias));
 	CKS(sl_dev_alloc(b, yb, "y", &y));
 	fill_float(x, (size_t)s->m * s->k);
-	fill_half(w, (size_t)s->n * s->k);
+	if (s->q4)
+		fill_q4(w, (size_t)s->n, (size_t)s->k);
+	else
+		fill_half(w, (size_t)s->n * s->k);
 	fill_half(bias, (size_t)s->n);
 	CK(cudaMemset(y, 0, yb));
-	sl_gemm_args a = { .m = s->m, .n = s->n, .k = s->k, .x = x, .ldx = s->k, .w = w,
+	sl_gemm_args a = { .m = s->m, .n = s->n, .k = s->k, .x = x, .ldx = s->k,
+			   .w = s->q4 ? NULL : w, .wq = s->q4 ? w : NULL,
 			   .bias = s->bias ? bias : NULL, .y = y, .ldy = s->n, .flags = s->flags };
 	for (int i = 0; i < 2; i++)
 		CKS(b->ops->gemm(b, q, &a));
@@ -279,6 +310,7 @@ int main(int argc, char **argv)
 			sl_jset(op, "m", json_integer(shapes[i].m), &e);
 			sl_jset(op, "n", json_integer(shapes[i].n), &e);
 			sl_jset(op, "k", json_integer(shapes[i].k), &e);
+			sl_jset(op, "weights", json_string(shapes[i].q4 ? "q4" : "fp16"), &e);
 			sl_jset_real(op, "ms", res[i].ms, &e);
 			sl_jset_real(op, "tflops", res[i].tflops, &e);
 			sl_jset_real(op, "weight_gbs", res[i].weight_gbs, &e);
