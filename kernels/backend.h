@@ -172,6 +172,75 @@ typedef struct sl_h2o_args {
 	float *evicted;            /* (optional) device (nseq, nh) */
 } sl_h2o_args;
 
+/*
+ * Rotary position embedding (RoPE), applied in place, in the rotate_half
+ * convention of Hugging Face's Llama (not the interleaved one of the
+ * original paper): each head's row of hd values is two halves, and pair i
+ * (i < hd / 2) is x[i] and x[i + hd / 2].  For row r at position p =
+ * pos[r], with the angle a = (float)p * inv_freq[i] rounded to fp32 (as
+ * transformers' fp32 product of positions and inverse frequencies), c =
+ * cos(a), s = sin(a):
+ *   x[i]          = x[i] * c - x[i + hd/2] * s
+ *   x[i + hd/2]   = x[i + hd/2] * c + x[i] * s
+ * in fp32, for each of the nh_q heads of q's row and the nh_k heads of k's
+ * row (grouped-query attention: nh_k <= nh_q, their own strides; nh_k 0
+ * or k NULL leaves k alone).  Head h of row r is at q + r * ldq + h * hd
+ * (ldq >= nh_q * hd; k alike).  Each row has its own position, so left
+ * padding and H2O's kept tokens need nothing else.
+ *
+ * pos and inv_freq are host arrays read before the call returns: pos
+ * (rows), each >= 0; inv_freq (hd / 2), from sl_rope_inv_freq (rope_theta
+ * and rope_scaling on the host, one formula on the device).  hd is even,
+ * 2..SL_ROPE_MAX_HD (the CUDA backend carries inv_freq in its kernel
+ * parameters).  transformers' attention_scaling is 1 for every scaling
+ * sl_rope_inv_freq knows, so there is none here.
+ */
+#define SL_ROPE_MAX_HD 512
+typedef struct sl_rope_args {
+	int rows, hd;
+	int nh_q, nh_k;
+	float *q;
+	int ldq;
+	float *k; /* (optional) */
+	int ldk;
+	const int32_t *pos;     /* host (rows) */
+	const float *inv_freq;  /* host (hd / 2) */
+} sl_rope_args;
+
+/* rope_scaling of a Hugging Face config (its "rope_type", or "type"). */
+typedef enum sl_rope_type {
+	SL_ROPE_DEFAULT = 0, /* none */
+	SL_ROPE_LINEAR,      /* inverse frequencies / factor */
+	SL_ROPE_LLAMA3,      /* Llama 3.1's smooth per-frequency scaling */
+} sl_rope_type;
+
+typedef struct sl_rope_scaling {
+	sl_rope_type type;
+	double factor;                /* linear, llama3: > 0 */
+	double low_freq_factor;       /* llama3 */
+	double high_freq_factor;      /* llama3: > low_freq_factor */
+	int original_max_position_embeddings; /* llama3: > 0 */
+} sl_rope_scaling;
+
+/*
+ * The hd / 2 inverse frequencies of RoPE for rope_theta and a scaling
+ * (NULL: none), as transformers' rope initialisation computes them in
+ * fp32 (kernels/rope_freq.c says where its rounding can differ):
+ *   default  inv_freq[i] = 1 / theta^(2i / hd)
+ *   linear   inv_freq[i] / factor
+ *   llama3   per frequency, by its wavelength 2 pi / inv_freq against
+ *            original_max_position_embeddings / low_freq_factor (longer:
+ *            divided by factor) and .. / high_freq_factor (shorter: kept),
+ *            between the two a smooth mix of the two.
+ * Fails with SL_EINVAL naming the bad value (hd odd or out of range, theta
+ * <= 0, a factor out of range, an unknown type).
+ */
+int sl_rope_inv_freq(int hd, double theta, const sl_rope_scaling *s, float *inv_freq);
+
+/* For backends: the shape checks of the rope op, one message for both
+ * (who names the backend's op, e.g. "cuda rope"); 0 or SL_EINVAL. */
+int sl_rope_check(const char *who, const sl_rope_args *a);
+
 /* What a backend says about the device it computes on. */
 typedef struct sl_device_info {
 	char name[256];       /* e.g. "NVIDIA H100 80GB HBM3"; the backend's name where it has no device */

@@ -153,6 +153,26 @@ static int fk_argmax(sl_backend *b, sl_queue *q, int rows, int n, const float *x
 	return 118;
 }
 
+static int fk_rmsnorm(sl_backend *b, sl_queue *q, int rows, int n, const float *x, int ldx,
+		      const sl_half *gamma, float eps, float *y, int ldy)
+{
+	LOGCALL(b, "rmsnorm %d %d %d %d %d %d %g %d %d", slot(q), rows, n, slot(x), ldx, slot(gamma),
+		eps, slot(y), ldy);
+	return 119;
+}
+static int fk_rope(sl_backend *b, sl_queue *q, const sl_rope_args *a)
+{
+	LOGCALL(b, "rope %d %d", slot(q), slot(a));
+	return 120;
+}
+static int fk_swiglu(sl_backend *b, sl_queue *q, int rows, int n, const float *gate, int ldg,
+		     const float *up, int ldu, float *out, int ldo)
+{
+	LOGCALL(b, "swiglu %d %d %d %d %d %d %d %d %d", slot(q), rows, n, slot(gate), ldg, slot(up),
+		ldu, slot(out), ldo);
+	return 121;
+}
+
 static const sl_backend_ops fake_ops = {
 	.name = "fake",
 	.queue_create = fk_queue_create,
@@ -175,6 +195,9 @@ static const sl_backend_ops fake_ops = {
 	.h2o_compact = fk_h2o_compact,
 	.h2o_evict = fk_h2o_evict,
 	.argmax = fk_argmax,
+	.rmsnorm = fk_rmsnorm,
+	.rope = fk_rope,
+	.swiglu = fk_swiglu,
 };
 
 /* the wrapper's result, and the call the fake backend logged */
@@ -217,6 +240,11 @@ START_TEST(test_wrappers_forward)
 	EXPECT_CALL(b, 116, sl_h2o_compact(b, q, mem(13)), "h2o_compact 1 13");
 	EXPECT_CALL(b, 117, sl_h2o_evict(b, q, mem(14)), "h2o_evict 1 14");
 	EXPECT_CALL(b, 118, sl_argmax(b, q, 3, 4, mem(5), 6, mem(7)), "argmax 1 3 4 5 6 7");
+	EXPECT_CALL(b, 119, sl_rmsnorm(b, q, 3, 4, mem(5), 6, mem(7), 0.25f, mem(9), 10),
+		    "rmsnorm 1 3 4 5 6 7 0.25 9 10");
+	EXPECT_CALL(b, 120, sl_rope(b, q, mem(11)), "rope 1 11");
+	EXPECT_CALL(b, 121, sl_swiglu(b, q, 3, 4, mem(5), 6, mem(7), 8, mem(9), 10),
+		    "swiglu 1 3 4 5 6 7 8 9 10");
 
 	g_log[0] = '\0';
 	sl_queue_free(b, q);
@@ -238,6 +266,8 @@ START_TEST(test_wrappers_missing)
 	ck_assert_str_eq(sl_errmsg(), "backend 'bare' has no h2o_compact");
 	ck_assert_int_eq(sl_h2o_evict(&bb, q, mem(2)), SL_EUNSUPPORTED);
 	ck_assert_str_eq(sl_errmsg(), "backend 'bare' has no h2o_evict");
+	ck_assert_int_eq(sl_rope(&bb, q, mem(2)), SL_EUNSUPPORTED);
+	ck_assert_str_eq(sl_errmsg(), "backend 'bare' has no rope");
 	ck_assert_int_eq(sl_queue_create(&bb, (sl_queue **)mem(3)), SL_EUNSUPPORTED);
 	ck_assert_str_eq(sl_errmsg(), "backend 'bare' has no queue_create");
 	ck_assert_int_eq(sl_copy_h2d(&bb, q, mem(4), mem(5), 8), SL_EUNSUPPORTED);

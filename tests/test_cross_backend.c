@@ -380,6 +380,206 @@ START_TEST(test_layernorm)
 }
 END_TEST
 
+/* ---- rmsnorm, rope, swiglu (the Llama family's ops) ---------------------------- */
+
+typedef struct rms_case {
+	int rows, n, ldx_pad, ldy_pad;
+	bool inplace;
+} rms_case;
+
+static const rms_case rms_cases[] = {
+	{ 1, 4096, 0, 0, false }, { 5, 1000, 3, 1, false }, { 64, 2048, 0, 0, true },
+	{ 7, 33, 1, 0, false },   { 9, 5, 0, 0, true },     { 3, 8192, 16, 3, false },
+};
+
+START_TEST(test_rmsnorm)
+{
+	const rms_case *c = &rms_cases[_i];
+	const int ldx = c->n + c->ldx_pad;
+	const int ldy = c->inplace ? ldx : c->n + c->ldy_pad;
+	rng_seed(2500 + _i);
+	/* an offset, so the mean of squares is not the variance */
+	float *x = fill_f32((size_t)c->rows * ldx, 2.0f);
+	for (size_t i = 0; i < (size_t)c->rows * ldx; i++)
+		x[i] += 1.5f;
+	sl_half *g = fill_f16((size_t)c->n, 1.0f);
+	float *y0 = nan_f32((size_t)c->rows * ldy);
+	for (int r = 0; r < c->rows; r++)
+		for (int j = c->n; j < ldy; j++)
+			y0[(size_t)r * ldy + j] = SENTINEL;
+	float *out[2];
+	const size_t xb = (size_t)c->rows * ldx * 4, yb = (size_t)c->rows * ldy * 4;
+	for (int s = 0; s < 2; s++) {
+		float *dx = dput(s, x, xb);
+		sl_half *dg = dput(s, g, (size_t)c->n * 2);
+		float *dy = c->inplace ? dx : dput(s, y0, yb);
+		ok(g_be[s]->ops->rmsnorm(g_be[s], g_q[s], c->rows, c->n, dx, ldx, dg, 1e-6f, dy, ldy),
+		   "rmsnorm");
+		out[s] = nan_f32((size_t)c->rows * ldy);
+		dget(s, out[s], dy, yb);
+		dfree(s, dx, xb);
+		dfree(s, dg, (size_t)c->n * 2);
+		if (!c->inplace)
+			dfree(s, dy, yb);
+	}
+	char what[128];
+	snprintf(what, sizeof(what), "rmsnorm rows=%d n=%d ldx=%d ldy=%d inplace=%d", c->rows, c->n,
+		 ldx, ldy, c->inplace);
+	for (int r = 0; r < c->rows; r++) {
+		check_close(what, out[0] + (size_t)r * ldy, out[1] + (size_t)r * ldy, (size_t)c->n,
+			    TOL_FP32);
+		for (int j = c->n; j < ldy; j++) {
+			const size_t i = (size_t)r * ldy + j;
+			const float want = c->inplace ? x[i] : SENTINEL;
+			CHECK(out[0][i] == want && out[1][i] == want,
+			      "%s: padding column %d of row %d was written", what, j, r);
+		}
+	}
+	free(out[0]);
+	free(out[1]);
+	free(x);
+	free(g);
+	free(y0);
+}
+END_TEST
+
+typedef struct rope_xcase {
+	int rows, hd, nh_q, nh_k, qpad, kpad;
+	bool no_k;
+	int maxpos;
+	sl_rope_type type;
+} rope_xcase;
+
+static const rope_xcase rope_cases[] = {
+	{ 1, 128, 32, 8, 0, 0, false, 4096, SL_ROPE_LLAMA3 },  /* llama-3-8b, one decode row */
+	{ 37, 128, 4, 4, 8, 0, false, 131072, SL_ROPE_LLAMA3 },
+	{ 700, 64, 3, 1, 0, 2, false, 2048, SL_ROPE_DEFAULT }, /* over one launch's rows */
+	{ 5, 2, 1, 1, 0, 0, false, 10, SL_ROPE_LINEAR },
+	{ 9, 512, 2, 1, 1, 1, false, 9000, SL_ROPE_DEFAULT },  /* the widest head */
+	{ 6, 80, 5, 0, 0, 0, true, 500, SL_ROPE_DEFAULT },     /* q only */
+};
+
+/* q and k rotated on both sides, each row at its own random position;
+ * the padding at the end of each row must survive */
+START_TEST(test_rope)
+{
+	const rope_xcase *c = &rope_cases[_i];
+	const int ldq = c->nh_q * c->hd + c->qpad, ldk = c->nh_k * c->hd + c->kpad;
+	rng_seed(2700 + _i);
+	const size_t nq = (size_t)c->rows * ldq, nk = (size_t)c->rows * ldk;
+	float *q = fill_f32(nq, 1.0f), *k = fill_f32(nk, 1.0f);
+	for (int r = 0; r < c->rows; r++) {
+		for (int j = c->nh_q * c->hd; j < ldq; j++)
+			q[(size_t)r * ldq + j] = SENTINEL;
+		for (int j = c->nh_k * c->hd; j < ldk; j++)
+			k[(size_t)r * ldk + j] = SENTINEL;
+	}
+	int32_t *pos = malloc(sizeof(int32_t) * (size_t)c->rows);
+	ck_assert_ptr_nonnull(pos);
+	for (int r = 0; r < c->rows; r++)
+		pos[r] = rnd_int(c->maxpos);
+	float inv[SL_ROPE_MAX_HD / 2];
+	const sl_rope_scaling sc = { c->type, 8.0, 1.0, 4.0, 8192 };
+	ok(sl_rope_inv_freq(c->hd, 500000.0, &sc, inv), "sl_rope_inv_freq");
+	float *outq[2], *outk[2];
+	for (int s = 0; s < 2; s++) {
+		float *dq = dput(s, q, nq * 4), *dk = nk ? dput(s, k, nk * 4) : NULL;
+		const sl_rope_args a = { .rows = c->rows, .hd = c->hd, .nh_q = c->nh_q,
+					 .nh_k = c->nh_k, .q = dq, .ldq = ldq,
+					 .k = c->no_k ? NULL : dk, .ldk = ldk, .pos = pos,
+					 .inv_freq = inv };
+		ok(g_be[s]->ops->rope(g_be[s], g_q[s], &a), "rope");
+		outq[s] = nan_f32(nq);
+		outk[s] = nan_f32(nk);
+		dget(s, outq[s], dq, nq * 4);
+		dfree(s, dq, nq * 4);
+		if (nk) {
+			dget(s, outk[s], dk, nk * 4);
+			dfree(s, dk, nk * 4);
+		}
+	}
+	char what[160];
+	snprintf(what, sizeof(what), "rope rows=%d hd=%d nh_q=%d nh_k=%d type=%d", c->rows, c->hd,
+		 c->nh_q, c->nh_k, (int)c->type);
+	check_close(what, outq[0], outq[1], nq, TOL_FP32);
+	if (nk)
+		check_close(what, outk[0], outk[1], nk, TOL_FP32);
+	for (int r = 0; r < c->rows; r++) {
+		for (int j = c->nh_q * c->hd; j < ldq; j++)
+			CHECK(outq[1][(size_t)r * ldq + j] == SENTINEL, "%s: q padding written", what);
+		for (int j = c->nh_k * c->hd; j < ldk; j++)
+			CHECK(outk[1][(size_t)r * ldk + j] == SENTINEL, "%s: k padding written", what);
+	}
+	for (int s = 0; s < 2; s++) {
+		free(outq[s]);
+		free(outk[s]);
+	}
+	free(q);
+	free(k);
+	free(pos);
+}
+END_TEST
+
+typedef struct swiglu_case {
+	int rows, n;
+	bool fused; /* gate | up halves of one row, out over gate */
+} swiglu_case;
+
+static const swiglu_case swiglu_cases[] = {
+	{ 1, 11008, false }, { 3, 14336, true }, { 200, 344, false }, { 70000, 3, true },
+	{ 4, 1, false },
+};
+
+START_TEST(test_swiglu)
+{
+	const swiglu_case *c = &swiglu_cases[_i];
+	rng_seed(2900 + _i);
+	/* fused: one buffer (rows, 2n + 1), gate | up | pad, out over gate;
+	 * else: gate (rows, n + 2), up (rows, n), out (rows, n + 1) */
+	const int ldg = c->fused ? 2 * c->n + 1 : c->n + 2, ldu = c->fused ? ldg : c->n;
+	const int ldo = c->fused ? ldg : c->n + 1;
+	const size_t ng = (size_t)c->rows * ldg, nu = (size_t)c->rows * ldu;
+	const size_t no = (size_t)c->rows * ldo;
+	float *g = fill_f32(ng, 10.0f), *u = fill_f32(nu, 2.0f);
+	float *o0 = nan_f32(no);
+	for (int r = 0; r < c->rows; r++) /* the columns past gate and up */
+		for (int j = c->fused ? 2 * c->n : c->n; j < ldo; j++)
+			(c->fused ? g : o0)[(size_t)r * ldo + j] = SENTINEL;
+	float *out[2];
+	for (int s = 0; s < 2; s++) {
+		float *dg = dput(s, g, ng * 4);
+		float *du = c->fused ? dg + c->n : dput(s, u, nu * 4);
+		float *dout = c->fused ? dg : dput(s, o0, no * 4);
+		ok(g_be[s]->ops->swiglu(g_be[s], g_q[s], c->rows, c->n, dg, ldg, du, ldu, dout, ldo),
+		   "swiglu");
+		out[s] = nan_f32(no);
+		dget(s, out[s], dout, no * 4);
+		dfree(s, dg, ng * 4);
+		if (!c->fused) {
+			dfree(s, du, nu * 4);
+			dfree(s, dout, no * 4);
+		}
+	}
+	char what[128];
+	snprintf(what, sizeof(what), "swiglu rows=%d n=%d fused=%d", c->rows, c->n, c->fused);
+	for (int r = 0; r < c->rows; r++) {
+		check_close(what, out[0] + (size_t)r * ldo, out[1] + (size_t)r * ldo, (size_t)c->n,
+			    TOL_FP32);
+		for (int j = c->n; j < ldo; j++) {
+			const size_t i = (size_t)r * ldo + j;
+			const float want = c->fused ? g[i] : SENTINEL; /* up, or the pad */
+			CHECK(out[0][i] == want && out[1][i] == want,
+			      "%s: column %d of row %d was written", what, j, r);
+		}
+	}
+	free(out[0]);
+	free(out[1]);
+	free(g);
+	free(u);
+	free(o0);
+}
+END_TEST
+
 /* ---- embed ---------------------------------------------------------------------- */
 
 typedef struct embed_case {
@@ -1170,6 +1370,16 @@ START_TEST(test_errors)
 		ha.len = len2;
 		ha.cur = cur;
 		ck_assert_int_eq(b->ops->h2o_evict(b, g_q[s], &ha), SL_EINVAL);
+		/* the Llama ops: an odd head dim, rows shorter than n */
+		int32_t pos[1] = { 0 };
+		sl_rope_args ra = { .rows = 1, .hd = 7, .nh_q = 1, .q = dummy, .ldq = 7,
+				    .pos = pos, .inv_freq = dummy };
+		ck_assert_int_eq(b->ops->rope(b, g_q[s], &ra), SL_EINVAL);
+		ck_assert_ptr_nonnull(strstr(sl_errmsg(), "head dim 7"));
+		ck_assert_int_eq(b->ops->rmsnorm(b, g_q[s], 2, 8, dummy, 4, hdummy, 1e-6f, dummy, 8),
+				 SL_EINVAL);
+		ck_assert_int_eq(b->ops->swiglu(b, g_q[s], 2, 8, dummy, 8, dummy, 8, dummy, 7),
+				 SL_EINVAL);
 	}
 }
 END_TEST
@@ -1269,6 +1479,9 @@ static Suite *cross_suite(void)
 	tcase_add_loop_test(tc, test_gemm, 0, (int)SL_ARRAY_LEN(gemm_cases));
 	tcase_add_loop_test(tc, test_gemm_q4, 0, (int)SL_ARRAY_LEN(gemm_cases));
 	tcase_add_loop_test(tc, test_layernorm, 0, (int)SL_ARRAY_LEN(ln_cases));
+	tcase_add_loop_test(tc, test_rmsnorm, 0, (int)SL_ARRAY_LEN(rms_cases));
+	tcase_add_loop_test(tc, test_rope, 0, (int)SL_ARRAY_LEN(rope_cases));
+	tcase_add_loop_test(tc, test_swiglu, 0, (int)SL_ARRAY_LEN(swiglu_cases));
 	tcase_add_loop_test(tc, test_embed, 0, (int)SL_ARRAY_LEN(embed_cases));
 	tcase_add_loop_test(tc, test_argmax, 0, (int)SL_ARRAY_LEN(argmax_cases));
 	tcase_add_loop_test(tc, test_attn_prefill, 0, (int)SL_ARRAY_LEN(prefill_cases));

@@ -1055,6 +1055,375 @@ START_TEST(test_layernorm)
 }
 END_TEST
 
+/* ---- rmsnorm ------------------------------------------------------------ */
+
+static const int rms_rows[] = { 1, 3, 17 };
+static const int rms_ns[] = { 1, 5, 64, 1000 };
+#define RMS_CASES ((int)(SL_ARRAY_LEN(rms_rows) * SL_ARRAY_LEN(rms_ns)) * 2)
+
+/* y = x / sqrt(mean(x^2) + eps) * gamma against an fp64 reference; rows with
+ * an offset and a scale (the mean of squares must not be the variance),
+ * strides, in place, and the gaps between rows left alone */
+START_TEST(test_rmsnorm)
+{
+	const int rows = rms_rows[_i / 8], n = rms_ns[_i / 2 % 4];
+	const bool inplace = _i & 1;
+	const int ldx = n + 3, ldy = inplace ? ldx : n + 7;
+	const float eps = 1e-6f;
+	rng r = rng_seed(4500 + (uint64_t)_i);
+	float *x = xmalloc(sizeof(float) * (size_t)rows * ldx);
+	float *x0 = xmalloc(sizeof(float) * (size_t)rows * ldx);
+	float *ybuf = inplace ? x : xmalloc(sizeof(float) * (size_t)rows * ldy);
+	sl_half *gamma = xmalloc(sizeof(sl_half) * (size_t)n);
+	for (size_t i = 0; i < (size_t)rows * ldx; i++)
+		x[i] = (int)(i % (size_t)ldx) < n ? 2.0f + 3.0f * rng_unif(&r) : bitsf(POISON_F32);
+	memcpy(x0, x, sizeof(float) * (size_t)rows * ldx);
+	if (!inplace)
+		for (size_t i = 0; i < (size_t)rows * ldy; i++)
+			ybuf[i] = bitsf(POISON_F32);
+	for (int i = 0; i < n; i++)
+		gamma[i] = ref_f2h(1.0f + 0.5f * rng_unif(&r));
+	ck_assert_int_eq(be->ops->rmsnorm(be, qu, rows, n, x, ldx, gamma, eps, ybuf, ldy), 0);
+	for (int i = 0; i < rows; i++) {
+		const float *xr = x0 + (size_t)i * ldx;
+		double ms = 0;
+		for (int j = 0; j < n; j++)
+			ms += (double)xr[j] * xr[j];
+		ms /= n;
+		const double rstd = 1.0 / sqrt(ms + (double)eps);
+		for (int j = 0; j < ldy; j++) {
+			const float got = ybuf[(size_t)i * ldy + j];
+			if (j >= n) {
+				FAIL_IF(fbits(got) != POISON_F32,
+					"rmsnorm rows=%d n=%d: gap y[%d][%d] written", rows, n, i, j);
+				continue;
+			}
+			const double g = ref_half(gamma[j]);
+			const double want = xr[j] * rstd * g;
+			const double tol = 1e-6 * fabs(want) + 1e-30;
+			FAIL_IF(!(fabs(got - want) <= tol),
+				"rmsnorm rows=%d n=%d inplace=%d: y[%d][%d] = %.9g, want %.9g", rows, n,
+				inplace, i, j, (double)got, want);
+		}
+	}
+	if (!inplace) { /* x is const */
+		ck_assert_msg(memcmp(x, x0, sizeof(float) * (size_t)rows * ldx) == 0,
+			      "rmsnorm wrote to its input");
+		free(ybuf);
+	}
+	free(x);
+	free(x0);
+	free(gamma);
+}
+END_TEST
+
+/* ---- rope --------------------------------------------------------------- */
+
+typedef struct rope_case {
+	int rows, hd, nh_q, nh_k;
+	int qpad, kpad; /* extra floats at the end of each q / k row */
+	bool no_k;
+	int maxpos;     /* positions drawn from [0, maxpos) */
+	sl_rope_type type;
+} rope_case;
+
+static const rope_case rope_cases[] = {
+	{ 1, 2, 1, 1, 0, 0, false, 4, SL_ROPE_DEFAULT },
+	{ 5, 8, 4, 2, 3, 1, false, 20, SL_ROPE_DEFAULT },     /* GQA */
+	{ 7, 64, 8, 1, 0, 5, false, 2048, SL_ROPE_LINEAR },   /* one KV head */
+	{ 33, 128, 4, 4, 0, 0, false, 131072, SL_ROPE_LLAMA3 },
+	{ 3, 128, 2, 0, 2, 0, true, 100, SL_ROPE_DEFAULT },   /* q only */
+	{ 2, 512, 1, 1, 0, 0, false, 9000, SL_ROPE_LLAMA3 },  /* the widest head */
+	{ 600, 16, 2, 1, 1, 1, false, 4096, SL_ROPE_DEFAULT },/* over a CUDA launch's rows */
+};
+
+/*
+ * The rotation against an fp64 reference of the specification (backend.h):
+ * the angle is the fp32 product of position and inverse frequency (the one
+ * rounding the specification names), its cos and sin and the rotation in
+ * double.  Positions are random, repeated and out of order (left padding,
+ * H2O's kept tokens); q and k have their own head counts and strides, and
+ * the padding at the end of each row stays poisoned.
+ */
+START_TEST(test_rope)
+{
+	const rope_case *c = &rope_cases[_i];
+	const int half = c->hd / 2;
+	const int ldq = c->nh_q * c->hd + c->qpad, ldk = c->nh_k * c->hd + c->kpad;
+	rng r = rng_seed(4700 + (uint64_t)_i);
+	const size_t nq = (size_t)c->rows * ldq, nk = (size_t)c->rows * ldk;
+	float *q = xmalloc(sizeof(float) * nq), *q0 = xmalloc(sizeof(float) * nq);
+	float *k = xmalloc(sizeof(float) * (nk ? nk : 1)), *k0 = xmalloc(sizeof(float) * (nk ? nk : 1));
+	int32_t *pos = xmalloc(sizeof(int32_t) * (size_t)c->rows);
+	float *inv = xmalloc(sizeof(float) * (size_t)half);
+	for (size_t i = 0; i < nq; i++)
+		q[i] = (int)(i % (size_t)ldq) < c->nh_q * c->hd ? rng_unif(&r) : bitsf(POISON_F32);
+	for (size_t i = 0; i < nk; i++)
+		k[i] = (int)(i % (size_t)ldk) < c->nh_k * c->hd ? rng_unif(&r) : bitsf(POISON_F32);
+	memcpy(q0, q, sizeof(float) * nq);
+	memcpy(k0, k, sizeof(float) * nk);
+	for (int i = 0; i < c->rows; i++)
+		pos[i] = i > 0 && rng_int(&r, 4) == 0 ? pos[i - 1] : rng_int(&r, c->maxpos);
+	const sl_rope_scaling sc = { c->type, 8.0, 1.0, 4.0, 8192 };
+	ck_assert_int_eq(sl_rope_inv_freq(c->hd, 500000.0, &sc, inv), 0);
+	const sl_rope_args a = {
+		.rows = c->rows, .hd = c->hd, .nh_q = c->nh_q, .nh_k = c->nh_k,
+		.q = q, .ldq = ldq, .k = c->no_k ? NULL : k, .ldk = ldk,
+		.pos = pos, .inv_freq = inv,
+	};
+	ck_assert_msg(be->ops->rope(be, qu, &a) == 0, "rope: %s", sl_errmsg());
+	for (int side = 0; side < 2; side++) {
+		const int nh = side ? c->nh_k : c->nh_q, ld = side ? ldk : ldq;
+		const float *x0 = side ? k0 : q0, *got = side ? k : q;
+		for (int i = 0; i < c->rows; i++)
+			for (int j = 0; j < ld; j++) {
+				const size_t at = (size_t)i * ld + j;
+				if (j >= nh * c->hd || (side && c->no_k)) {
+					FAIL_IF(fbits(got[at]) != fbits(x0[at]),
+						"rope case %d: %s[%d][%d] written", _i, side ? "k" : "q",
+						i, j);
+					continue;
+				}
+				const int h = j / c->hd, d = j % c->hd, f = d % half;
+				const float *row = x0 + (size_t)i * ld + (size_t)h * c->hd;
+				const double ang = (double)((float)pos[i] * inv[f]);
+				const double cs = cos(ang), sn = sin(ang);
+				const double want = d < half ? row[d] * cs - (double)row[d + half] * sn
+							     : row[d] * cs + (double)row[d - half] * sn;
+				const double tol = 1e-6 * (fabs(row[f]) + fabs(row[f + half])) + 1e-30;
+				FAIL_IF(!(fabs(got[at] - want) <= tol),
+					"rope case %d: %s[%d][%d] (pos %d) = %.9g, want %.9g", _i,
+					side ? "k" : "q", i, j, pos[i], (double)got[at], want);
+			}
+	}
+	free(q);
+	free(q0);
+	free(k);
+	free(k0);
+	free(pos);
+	free(inv);
+}
+END_TEST
+
+/* Bad shapes are refused with a message, and nothing is written. */
+START_TEST(test_rope_bad_args)
+{
+	float q[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	const float inv[4] = { 1, 0.5f, 0.25f, 0.125f };
+	int32_t pos[2] = { 0, 3 };
+	sl_rope_args a = { .rows = 2, .hd = 4, .nh_q = 1, .q = q, .ldq = 4, .pos = pos,
+			   .inv_freq = inv };
+	sl_rope_args bad = a;
+	bad.hd = 3;
+	ck_assert_int_eq(be->ops->rope(be, qu, &bad), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "head dim 3") != NULL, "%s", sl_errmsg());
+	bad = a;
+	bad.ldq = 3;
+	ck_assert_int_eq(be->ops->rope(be, qu, &bad), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "ldq 3") != NULL, "%s", sl_errmsg());
+	bad = a;
+	pos[1] = -1;
+	ck_assert_int_eq(be->ops->rope(be, qu, &bad), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "row 1 has position -1") != NULL, "%s", sl_errmsg());
+	for (int i = 0; i < 8; i++)
+		ck_assert_float_eq(q[i], (float)(i + 1));
+}
+END_TEST
+
+/* The inverse frequencies: against an fp64 evaluation of the formulas
+ * (each case's tolerance covers transformers' fp32 rounding), and against
+ * the values transformers computed (tests/fixtures/rope-inv-freq.json,
+ * tools/make_rope_fixture.py) to one fp32 ulp; bad scalings refused. */
+START_TEST(test_rope_inv_freq_formula)
+{
+	static const int hds[] = { 2, 16, 64, 128 };
+	static const double thetas[] = { 10000.0, 500000.0, 1e6 };
+	float inv[SL_ROPE_MAX_HD / 2];
+	for (size_t ih = 0; ih < SL_ARRAY_LEN(hds); ih++)
+		for (size_t it = 0; it < SL_ARRAY_LEN(thetas); it++)
+			for (int type = 0; type < 3; type++) {
+				const int hd = hds[ih];
+				const double th = thetas[it];
+				const sl_rope_scaling sc = { (sl_rope_type)type, 8.0, 1.0, 4.0, 8192 };
+				ck_assert_int_eq(sl_rope_inv_freq(hd, th, &sc, inv), 0);
+				for (int i = 0; i < hd / 2; i++) {
+					double f = pow(th, -2.0 * i / hd);
+					if (type == SL_ROPE_LINEAR)
+						f /= 8.0;
+					if (type == SL_ROPE_LLAMA3) {
+						const double wl = 2 * M_PI / f;
+						if (wl > 8192.0)
+							f /= 8.0;
+						else if (wl >= 2048.0) {
+							const double sm = (8192.0 / wl - 1.0) / 3.0;
+							f = (1 - sm) * f / 8.0 + sm * f;
+						}
+					}
+					FAIL_IF(!(fabs(inv[i] - f) <= 4e-7 * f),
+						"inv_freq hd=%d theta=%g type=%d [%d] = %.9g, want %.9g",
+						hd, th, type, i, (double)inv[i], f);
+				}
+			}
+	/* no scaling and a NULL scaling are the same */
+	float a[64], b2[64];
+	ck_assert_int_eq(sl_rope_inv_freq(128, 10000.0, NULL, a), 0);
+	const sl_rope_scaling none = { SL_ROPE_DEFAULT, 0, 0, 0, 0 };
+	ck_assert_int_eq(sl_rope_inv_freq(128, 10000.0, &none, b2), 0);
+	ck_assert_mem_eq(a, b2, sizeof a);
+
+	const sl_rope_scaling bad_factor = { SL_ROPE_LINEAR, 0.0, 0, 0, 0 };
+	ck_assert_int_eq(sl_rope_inv_freq(64, 1e4, &bad_factor, a), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "factor 0") != NULL, "%s", sl_errmsg());
+	const sl_rope_scaling bad_lohi = { SL_ROPE_LLAMA3, 8.0, 4.0, 1.0, 8192 };
+	ck_assert_int_eq(sl_rope_inv_freq(64, 1e4, &bad_lohi, a), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "low_freq_factor") != NULL, "%s", sl_errmsg());
+	const sl_rope_scaling bad_ctx = { SL_ROPE_LLAMA3, 8.0, 1.0, 4.0, 0 };
+	ck_assert_int_eq(sl_rope_inv_freq(64, 1e4, &bad_ctx, a), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "original_max_position_embeddings") != NULL, "%s",
+		      sl_errmsg());
+	ck_assert_int_eq(sl_rope_inv_freq(63, 1e4, NULL, a), SL_EINVAL);
+	ck_assert_int_eq(sl_rope_inv_freq(64, 0.0, NULL, a), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "rope_theta") != NULL, "%s", sl_errmsg());
+}
+END_TEST
+
+static const char *g_rope_fixture; /* argv[1]: tests/fixtures/rope-inv-freq.json */
+
+START_TEST(test_rope_inv_freq_transformers)
+{
+	ck_assert_msg(g_rope_fixture != NULL, "usage: test_ops ROPE_FIXTURE.json");
+	json_error_t err;
+	json_t *root = json_load_file(g_rope_fixture, 0, &err);
+	ck_assert_msg(root != NULL, "cannot read %s: %s", g_rope_fixture, err.text);
+	json_t *cases = json_object_get(root, "cases");
+	ck_assert_uint_ge(json_array_size(cases), 4);
+	bool seen_llama3_mid = false;
+	for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+		json_t *cj = json_array_get(cases, ci);
+		const char *name = json_string_value(json_object_get(cj, "name"));
+		const char *type = json_string_value(json_object_get(cj, "rope_type"));
+		ck_assert_ptr_nonnull(name);
+		ck_assert_ptr_nonnull(type);
+		sl_rope_scaling sc = { SL_ROPE_DEFAULT, 0, 0, 0, 0 };
+		if (!strcmp(type, "linear")) {
+			sc.type = SL_ROPE_LINEAR;
+		} else if (!strcmp(type, "llama3")) {
+			sc.type = SL_ROPE_LLAMA3;
+			sc.low_freq_factor = json_number_value(json_object_get(cj, "low_freq_factor"));
+			sc.high_freq_factor = json_number_value(json_object_get(cj, "high_freq_factor"));
+			sc.original_max_position_embeddings = (int)json_integer_value(
+				json_object_get(cj, "original_max_position_embeddings"));
+		} else {
+			ck_assert_str_eq(type, "default");
+		}
+		if (sc.type != SL_ROPE_DEFAULT)
+			sc.factor = json_number_value(json_object_get(cj, "factor"));
+		const int hd = (int)json_integer_value(json_object_get(cj, "head_dim"));
+		const double theta = json_number_value(json_object_get(cj, "rope_theta"));
+		json_t *want = json_object_get(cj, "inv_freq");
+		ck_assert_int_eq((int)json_array_size(want), hd / 2);
+		float got[SL_ROPE_MAX_HD / 2], plain[SL_ROPE_MAX_HD / 2];
+		ck_assert_msg(sl_rope_inv_freq(hd, theta, &sc, got) == 0, "%s: %s", name, sl_errmsg());
+		ck_assert_int_eq(sl_rope_inv_freq(hd, theta, NULL, plain), 0);
+		int mid = 0;
+		for (int i = 0; i < hd / 2; i++) {
+			/* the fixture holds each fp32 value exactly (repr of a double) */
+			const float w = (float)json_number_value(json_array_get(want, (size_t)i));
+			/* pow may differ by an ulp between libm and torch (one
+			 * value of the 1e6-theta table does, with transformers
+			 * 5.25 and glibc); everything else is the same fp32
+			 * arithmetic in the same order */
+			const float ulp = nextafterf(w, INFINITY) - w;
+			FAIL_IF(!(fabsf(got[i] - w) <= ulp),
+				"%s: inv_freq[%d] = %.9g, transformers %.9g", name, i, (double)got[i],
+				(double)w);
+			const double wl = 2 * M_PI / plain[i];
+			if (sc.type == SL_ROPE_LLAMA3 &&
+			    wl < sc.original_max_position_embeddings / sc.low_freq_factor &&
+			    wl > sc.original_max_position_embeddings / sc.high_freq_factor)
+				mid++;
+		}
+		if (mid)
+			seen_llama3_mid = true;
+	}
+	/* the fixture covers llama3's smooth band, not only its two ends */
+	ck_assert_msg(seen_llama3_mid, "%s has no llama3 frequency in the smooth band",
+		      g_rope_fixture);
+	json_decref(root);
+}
+END_TEST
+
+/* ---- swiglu ------------------------------------------------------------- */
+
+static const int sw_rows[] = { 1, 4, 19 };
+static const int sw_ns[] = { 1, 7, 344, 1100 };
+#define SW_CASES ((int)(SL_ARRAY_LEN(sw_rows) * SL_ARRAY_LEN(sw_ns)) * 3)
+
+/* out = silu(gate) * up against fp64; gate and up the two halves of one
+ * row (the fused gate/up GEMM's layout) or rows of their own; out apart,
+ * or written over gate; values wide enough to reach both tails of silu */
+START_TEST(test_swiglu)
+{
+	const int rows = sw_rows[_i / 12], n = sw_ns[_i / 3 % 4], mode = _i % 3;
+	/* mode 0: gate | up in one row (ld 2n + 1), out apart (ld n + 2)
+	 * mode 1: separate buffers with their own strides, out apart
+	 * mode 2: separate buffers, out over gate */
+	rng r = rng_seed(4900 + (uint64_t)_i);
+	const int ldg = mode == 0 ? 2 * n + 1 : n + 3, ldu = mode == 0 ? ldg : n + 5;
+	const int ldo = mode == 2 ? ldg : n + 2;
+	const size_t ng = (size_t)rows * ldg, nu = (size_t)rows * ldu, no = (size_t)rows * ldo;
+	float *gbuf = xmalloc(sizeof(float) * ng);
+	float *ubuf = mode == 0 ? gbuf : xmalloc(sizeof(float) * nu);
+	float *obuf = mode == 2 ? gbuf : xmalloc(sizeof(float) * no);
+	float *g0 = xmalloc(sizeof(float) * ng), *u0 = xmalloc(sizeof(float) * nu);
+	for (size_t i = 0; i < ng; i++)
+		gbuf[i] = bitsf(POISON_F32);
+	if (mode)
+		for (size_t i = 0; i < nu; i++)
+			ubuf[i] = bitsf(POISON_F32);
+	if (mode != 2)
+		for (size_t i = 0; i < no; i++)
+			obuf[i] = bitsf(POISON_F32);
+	float *gate = gbuf, *up = mode == 0 ? gbuf + n : ubuf;
+	for (int i = 0; i < rows; i++)
+		for (int j = 0; j < n; j++) {
+			gate[(size_t)i * ldg + j] = 12.0f * rng_unif(&r);
+			up[(size_t)i * ldu + j] = 2.0f * rng_unif(&r);
+		}
+	memcpy(g0, gbuf, sizeof(float) * ng);
+	if (mode)
+		memcpy(u0, ubuf, sizeof(float) * nu);
+	ck_assert_int_eq(be->ops->swiglu(be, qu, rows, n, gate, ldg, up, ldu, obuf, ldo), 0);
+	const float *gr0 = g0, *ur0 = mode == 0 ? g0 + n : u0;
+	for (int i = 0; i < rows; i++)
+		for (int j = 0; j < ldo; j++) {
+			const float got = obuf[(size_t)i * ldo + j];
+			if (j >= n) { /* the row's rest: untouched */
+				const float was = mode == 2 ? g0[(size_t)i * ldo + j] : bitsf(POISON_F32);
+				FAIL_IF(fbits(got) != fbits(was), "swiglu rows=%d n=%d mode=%d: "
+					"out[%d][%d] written", rows, n, mode, i, j);
+				continue;
+			}
+			const double g = gr0[(size_t)i * ldg + j], u = ur0[(size_t)i * ldu + j];
+			const double want = g / (1.0 + exp(-g)) * u;
+			FAIL_IF(!(fabs(got - want) <= 1e-6 * fabs(want) + 1e-30),
+				"swiglu rows=%d n=%d mode=%d: out[%d][%d] = %.9g, want %.9g", rows, n,
+				mode, i, j, (double)got, want);
+		}
+	if (mode != 2)
+		ck_assert_msg(memcmp(gbuf, g0, sizeof(float) * ng) == 0, "swiglu wrote to gate");
+	if (mode == 1)
+		ck_assert_msg(memcmp(ubuf, u0, sizeof(float) * nu) == 0, "swiglu wrote to up");
+	free(gbuf);
+	if (mode)
+		free(ubuf);
+	if (mode != 2)
+		free(obuf);
+	free(g0);
+	free(u0);
+}
+END_TEST
+
 /* ---- embed ------------------------------------------------------------------ */
 
 static const int emb_rows[] = { 1, 5, 33 };
@@ -1919,8 +2288,9 @@ END_TEST
 
 /* ---- main ------------------------------------------------------------------- */
 
-int main(void)
+int main(int argc, char **argv)
 {
+	g_rope_fixture = argc > 1 ? argv[1] : NULL;
 	if (!cpu_has_hw_half())
 		fprintf(stderr, "test_ops: this CPU has no fp16 conversions: they are checked "
 				"against the test's reference only, not the hardware\n");
@@ -1954,6 +2324,17 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_layernorm, 0, LN_CASES);
 	tcase_add_loop_test(tc, test_embed, 0, EMB_CASES);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("llama_ops");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_rmsnorm, 0, RMS_CASES);
+	tcase_add_loop_test(tc, test_rope, 0, (int)SL_ARRAY_LEN(rope_cases));
+	tcase_add_test(tc, test_rope_bad_args);
+	tcase_add_test(tc, test_rope_inv_freq_formula);
+	tcase_add_test(tc, test_rope_inv_freq_transformers);
+	tcase_add_loop_test(tc, test_swiglu, 0, SW_CASES);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("attention");

@@ -12,7 +12,8 @@
  *    first task, joined by queue_free, which drains first).  A copy or
  *    memset under 64 KiB on a queue with nothing pending runs inline on the
  *    calling thread instead: the hand-off would cost more than the copy.
- *  - ops (gemm, layernorm, embed, attention, H2O, argmax; OpenMP inside)
+ *  - ops (gemm, layernorm, embed, attention, H2O, argmax, and the Llama
+ *    family's rmsnorm, rope, swiglu in cpu_llama.c; OpenMP inside)
  *    run inline on the calling thread, after every earlier task of their
  *    queue is done, including the waits the queue was given: the order a
  *    stream gives.  The GEMM accounting (b->gemm_seconds) times the op only.

@@ -40,6 +40,7 @@ cc_one() { # compiler, source, extra flags...
 
 cc_one gcc "$root/common/sl_common.c" -std=c11
 cc_one gcc "$root/kernels/backend.c" -std=c11
+cc_one gcc "$root/kernels/rope_freq.c" -std=c11
 for f in "$root"/kernels/cpu/*.c; do
 	cc_one gcc "$f" -std=c11
 done
