@@ -1,13 +1,27 @@
 /*
- * bpe.c - byte-pair encoding of one pre-token: its bytes become the ids of
- * single bytes, then the adjacent pair of lowest merge rank is merged,
- * leftmost first on a tie, until no pair has a merge; the order of HF's
- * Word::merge_all.  Short words merge over a compact array, long ones
+ * bpe.c - byte-pair encoding of one pre-token: its bytes (byte-level) or
+ * its characters (SentencePiece-style, with byte fallback and unk) become
+ * the ids of its symbols, then the adjacent pair of lowest merge rank is
+ * merged, leftmost first on a tie, until no pair has a merge; the order of
+ * HF's Word::merge_all.  Short words merge over a compact array, long ones
  * over a heap of candidate pairs; both give the same ids.
  */
 #include "text_internal.h"
 
 #include <string.h>
+
+int sl_tok_grow(void **a, size_t *cap, size_t n, size_t sz)
+{
+	if (n <= *cap)
+		return 0;
+	size_t nc = SL_MAX(n, 2 * *cap);
+	void *na = realloc(*a, nc * sz);
+	if (!na)
+		return sl_err(SL_ENOMEM, "tokenizer: out of memory");
+	*a = na;
+	*cap = nc;
+	return 0;
+}
 
 int sl_tok_push_id(struct sl_tok_work *w, int32_t id)
 {
@@ -69,15 +83,10 @@ static struct sl_tok_cand sl_tok_heap_pop(struct sl_tok_cand *h, size_t *n)
 #define SL_TOK_SMALL_WORD 24
 
 static int sl_tok_bpe_small(const sl_tokenizer *t, struct sl_tok_work *w,
-			    const uint8_t *p, size_t m)
+			    const int32_t *init, int k)
 {
 	int32_t id[SL_TOK_SMALL_WORD], rank[SL_TOK_SMALL_WORD], to[SL_TOK_SMALL_WORD];
-	int k = 0;
-	for (size_t i = 0; i < m; i++) {
-		int32_t b = t->byte_id[p[i]];
-		if (b >= 0) /* no token for this byte and no unk: dropped */
-			id[k++] = b;
-	}
+	memcpy(id, init, (size_t)k * sizeof *id);
 	/* rank[i], to[i]: the merge of id[i] and id[i + 1], INT32_MAX if none */
 	for (int i = 0; i + 1 < k; i++) {
 		const struct sl_tok_merge *mg = sl_tok_merge_find(t, id[i], id[i + 1]);
@@ -112,22 +121,15 @@ static int sl_tok_bpe_small(const sl_tokenizer *t, struct sl_tok_work *w,
 }
 
 /*
- * BPE one pre-token, the way HF's Word::merge_all does: a min-heap of
+ * BPE of a long word, the way HF's Word::merge_all does: a min-heap of
  * candidate pairs ordered by (rank, left position); a popped candidate is
  * stale unless the pair now at its position still has that rank.
  */
-int sl_tok_bpe(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p, size_t m)
+static int sl_tok_bpe_heap(const sl_tokenizer *t, struct sl_tok_work *w, const int32_t *init,
+			   int32_t k)
 {
-	if (m == 1) {
-		int32_t id = t->byte_id[p[0]];
-		return id >= 0 ? sl_tok_push_id(w, id) : 0;
-	}
-	if (m <= SL_TOK_SMALL_WORD)
-		return sl_tok_bpe_small(t, w, p, m);
-	if (m > SL_TOK_MAX_WORD)
-		return sl_err(SL_EINVAL, "tokenizer: a word of %zu bytes is too long", m);
-	if (m > w->word_cap) {
-		size_t nc = SL_MAX(m, 2 * w->word_cap);
+	if (w->word_cap < (size_t)k) {
+		size_t nc = SL_MAX((size_t)k, 2 * w->word_cap);
 		struct sl_tok_sym *ns = realloc(w->sym, nc * sizeof *ns);
 		if (ns)
 			w->sym = ns;
@@ -140,18 +142,11 @@ int sl_tok_bpe(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p, s
 	}
 	struct sl_tok_sym *s = w->sym;
 	struct sl_tok_cand *h = w->heap;
-	int32_t k = 0;
-	for (size_t i = 0; i < m; i++) {
-		int32_t id = t->byte_id[p[i]];
-		if (id < 0)
-			continue; /* no token for this byte and no unk: dropped */
-		s[k].id = id;
-		s[k].prev = k - 1;
-		s[k].next = k + 1;
-		k++;
+	for (int32_t i = 0; i < k; i++) {
+		s[i].id = init[i];
+		s[i].prev = i - 1;
+		s[i].next = i + 1;
 	}
-	if (k == 0)
-		return 0;
 	s[k - 1].next = -1;
 	size_t hn = 0;
 	for (int32_t i = 0; i + 1 < k; i++) {
@@ -187,4 +182,76 @@ int sl_tok_bpe(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p, s
 	for (int32_t i = 0; i >= 0; i = s[i].next)
 		SL_TRY(sl_tok_push_id(w, s[i].id));
 	return 0;
+}
+
+/* HF's BPE::merge_word start: each char's id; else with byte fallback its
+ * bytes' "<0xNN>" ids when all exist; else unk (a run of unks fused into
+ * one with fuse_unk); else nothing. */
+static int32_t sl_tok_chars(const sl_tokenizer *t, const uint8_t *p, size_t m, int32_t *init)
+{
+	int32_t k = 0;
+	bool prev_unk = false;
+	for (size_t i = 0; i < m;) {
+		uint32_t cp;
+		int need, l = sl_utf8_scan(p + i, m - i, &cp, &need);
+		size_t cl = l > 0 ? (size_t)l : 1;
+		int32_t id = sl_tok_lookup2(t, (const char *)p + i, cl, "", 0);
+		bool fb = id < 0 && t->byte_fallback;
+		for (size_t j = 0; fb && j < cl; j++)
+			fb = t->fallback_id[p[i + j]] >= 0;
+		if (id >= 0) {
+			init[k++] = id;
+			prev_unk = false;
+		} else if (fb) {
+			for (size_t j = 0; j < cl; j++)
+				init[k++] = t->fallback_id[p[i + j]];
+			prev_unk = false;
+		} else if (t->unk_id >= 0) {
+			if (!(t->fuse_unk && prev_unk))
+				init[k++] = t->unk_id;
+			prev_unk = true;
+		}
+		i += cl;
+	}
+	return k;
+}
+
+/* BPE one pre-token of m bytes at p, appending its ids to w. */
+int sl_tok_bpe(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p, size_t m)
+{
+	if (m > SL_TOK_MAX_WORD)
+		return sl_err(SL_EINVAL, "tokenizer: a word of %zu bytes is too long", m);
+	if (t->ignore_merges) {
+		/* a word in the vocabulary is one token, merges or not */
+		int32_t id = -1;
+		if (t->byte_level) {
+			SL_TRY(sl_tok_grow((void **)&w->buf, &w->buf_cap, 2 * m, 1));
+			size_t n = 0;
+			for (size_t i = 0; i < m; i++) {
+				memcpy(w->buf + n, t->byte_utf8[p[i]], t->byte_utf8_len[p[i]]);
+				n += t->byte_utf8_len[p[i]];
+			}
+			id = sl_tok_lookup2(t, w->buf, n, "", 0);
+		} else {
+			id = sl_tok_lookup2(t, (const char *)p, m, "", 0);
+		}
+		if (id >= 0)
+			return sl_tok_push_id(w, id);
+	}
+	SL_TRY(sl_tok_grow((void **)&w->init, &w->init_cap, m, sizeof *w->init));
+	int32_t k = 0;
+	if (t->byte_level) {
+		for (size_t i = 0; i < m; i++)
+			if (t->byte_id[p[i]] >= 0) /* no token for it and no unk: dropped */
+				w->init[k++] = t->byte_id[p[i]];
+	} else {
+		k = sl_tok_chars(t, p, m, w->init);
+	}
+	if (k == 0)
+		return 0;
+	if (k == 1)
+		return sl_tok_push_id(w, w->init[0]);
+	if (k <= SL_TOK_SMALL_WORD)
+		return sl_tok_bpe_small(t, w, w->init, (int)k);
+	return sl_tok_bpe_heap(t, w, w->init, k);
 }

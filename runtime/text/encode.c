@@ -1,7 +1,8 @@
 /*
- * encode.c - text to ids: special tokens split out first (leftmost,
- * longest at a tie), each piece between them cut by the pre-tokenizer
- * (pretok.c) and each word merged by BPE (bpe.c); and the same walk
+ * encode.c - text to ids: added (special) tokens split out first
+ * (leftmost, longest at a tie), each piece between them cut by the
+ * pre-tokenizer (pretok.c), or for SentencePiece-style tokenizers given
+ * its "▁" marks, and each word merged by BPE (bpe.c); and the same walk
  * recording only where the pieces end (sl_tokenizer_pretokenize).
  */
 #ifndef _GNU_SOURCE
@@ -10,6 +11,7 @@
 #include "text_internal.h"
 
 #include <string.h>
+#include <sys/types.h>
 
 static int sl_tok_push_end(struct sl_tok_work *w, size_t end)
 {
@@ -25,54 +27,128 @@ static int sl_tok_push_end(struct sl_tok_work *w, size_t end)
 	return 0;
 }
 
-/* Split out special tokens, pre-tokenize the rest, then BPE each word, or
+#define SL_TOK_MARK "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+
+/* A piece of SentencePiece-style text [pos, end): spaces become "▁", one
+ * "▁" is put in front as the normalizer or Metaspace says, then BPE on the
+ * whole piece, or on each "▁"-led part with Metaspace's split. */
+static int sl_tok_spm_piece(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p,
+			    size_t pos, size_t end)
+{
+	size_t n = end - pos, o = 0;
+	SL_TRY(sl_tok_grow((void **)&w->mark, &w->mark_cap, 3 * n + 3, 1));
+	bool lead = p[pos] == ' ' || (n >= 3 && memcmp(p + pos, SL_TOK_MARK, 3) == 0);
+	if (t->spm == SL_TOK_SPM_PREPEND || (t->spm == SL_TOK_SPM_META_ALWAYS && !lead) ||
+	    (t->spm == SL_TOK_SPM_META_FIRST && !lead && pos == 0)) {
+		memcpy(w->mark, SL_TOK_MARK, 3);
+		o = 3;
+	}
+	for (size_t i = pos; i < end; i++) {
+		if (p[i] == ' ') {
+			memcpy(w->mark + o, SL_TOK_MARK, 3);
+			o += 3;
+		} else {
+			w->mark[o++] = (char)p[i];
+		}
+	}
+	const uint8_t *q = (const uint8_t *)w->mark;
+	if (!t->meta_split || t->spm == SL_TOK_SPM_PREPEND)
+		return sl_tok_bpe(t, w, q, o);
+	size_t s = 0;
+	for (size_t i = 3; i + 3 <= o; i++)
+		if (memcmp(q + i, SL_TOK_MARK, 3) == 0) {
+			SL_TRY(sl_tok_bpe(t, w, q + s, i - s));
+			s = i;
+			i += 2;
+		}
+	return sl_tok_bpe(t, w, q + s, o - s);
+}
+
+/* One piece of text between added tokens: pre-tokenized and BPE'd, or
+ * with w->pieces_only the ends of its words recorded (one for the whole
+ * piece when it is SentencePiece-style). */
+static int sl_tok_piece(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p,
+			size_t pos, size_t end)
+{
+	if (t->pretok == SL_TOK_PRE_NONE)
+		return w->pieces_only ? sl_tok_push_end(w, end) : sl_tok_spm_piece(t, w, p, pos, end);
+	while (pos < end) {
+		size_t j;
+		if (t->pretok == SL_TOK_PRE_GPT2)
+			j = pos + sl_tok_next_word(p + pos, 0, end - pos);
+		else
+			j = pos + sl_tok_next_word_llama3(p + pos, 0, end - pos,
+							  t->pretok == SL_TOK_PRE_QWEN2);
+		if (w->pieces_only)
+			SL_TRY(sl_tok_push_end(w, j));
+		else
+			SL_TRY(sl_tok_bpe(t, w, p + pos, j - pos));
+		pos = j;
+	}
+	return 0;
+}
+
+/* Split out added tokens, pre-tokenize the rest, then BPE each word, or
  * with w->pieces_only record where each piece ends instead. */
 static int sl_tok_process(const sl_tokenizer *t, const uint8_t *p, size_t len,
 			  unsigned flags, struct sl_tok_work *w)
 {
-	/* Specials: leftmost match, longest at a tie.  next[s] caches where
-	 * special s occurs next (len + 1: nowhere further). */
-	size_t next[SL_TOK_NSPECIAL];
-	bool split = !(flags & SL_TOKENIZER_NO_SPECIAL);
-	for (int s = 0; s < SL_TOK_NSPECIAL; s++) {
+	/* Added tokens: leftmost match, longest at a tie.  next[s] caches
+	 * where token s occurs next (len + 1: nowhere further). */
+	size_t na = flags & SL_TOKENIZER_NO_SPECIAL ? 0 : t->n_added;
+	size_t *next = malloc((na + 1) * sizeof *next);
+	if (!next)
+		return sl_err(SL_ENOMEM, "tokenizer: out of memory");
+	for (size_t s = 0; s < na; s++) {
 		const uint8_t *q = NULL;
-		if (split && t->special_id[s] >= 0 && len > 0)
-			q = memmem(p, len, sl_tok_special_text[s], t->special_len[s]);
+		if (len > 0)
+			q = memmem(p, len, t->added[s].text, t->added[s].len);
 		next[s] = q ? (size_t)(q - p) : len + 1;
 	}
+	int rc = 0;
 	size_t pos = 0;
-	while (pos < len) {
+	while (rc == 0 && pos < len) {
 		size_t best = len, best_len = 0;
-		int best_s = -1;
-		for (int s = 0; s < SL_TOK_NSPECIAL; s++) {
+		ssize_t best_s = -1;
+		for (size_t s = 0; s < na; s++) {
 			if (next[s] < pos) {
-				const uint8_t *q = memmem(p + pos, len - pos, sl_tok_special_text[s],
-							  t->special_len[s]);
+				const uint8_t *q = memmem(p + pos, len - pos, t->added[s].text,
+							  t->added[s].len);
 				next[s] = q ? (size_t)(q - p) : len + 1;
 			}
 			if (next[s] < best || (next[s] == best && best_s >= 0 &&
-					       t->special_len[s] > best_len)) {
+					       t->added[s].len > best_len)) {
 				best = next[s];
-				best_len = t->special_len[s];
-				best_s = s;
+				best_len = t->added[s].len;
+				best_s = (ssize_t)s;
 			}
 		}
-		/* Each piece between specials is a whole text to the regex. */
-		while (pos < best) {
-			size_t j = pos + sl_tok_next_word(p + pos, 0, best - pos);
-			if (w->pieces_only)
-				SL_TRY(sl_tok_push_end(w, j));
-			else
-				SL_TRY(sl_tok_bpe(t, w, p + pos, j - pos));
-			pos = j;
-		}
-		if (best_s >= 0) {
-			if (w->pieces_only)
-				SL_TRY(sl_tok_push_end(w, best + best_len));
-			else
-				SL_TRY(sl_tok_push_id(w, t->special_id[best_s]));
-		}
+		/* Each piece between added tokens is a whole text to the
+		 * pre-tokenizer. */
+		if (pos < best)
+			rc = sl_tok_piece(t, w, p, pos, best);
+		if (rc == 0 && best_s >= 0)
+			rc = w->pieces_only ? sl_tok_push_end(w, best + best_len) :
+				sl_tok_push_id(w, t->added[best_s].id);
 		pos = best + best_len;
+	}
+	free(next);
+	return rc;
+}
+
+/* tokenizer.json tokenizers take text, i.e. UTF-8: HF cannot be given
+ * anything else, so there are no ids to match for it. */
+static int sl_tok_check_utf8(const char *text, size_t len)
+{
+	const uint8_t *p = (const uint8_t *)text;
+	for (size_t i = 0; i < len;) {
+		uint32_t cp;
+		int need, l = sl_utf8_scan(p + i, len - i, &cp, &need);
+		if (l < 0)
+			return sl_err(SL_EFORMAT, "the text is not valid UTF-8 (byte 0x%02X at "
+				      "offset %zu); this tokenizer (tokenizer.json) takes UTF-8 only",
+				      p[i], i);
+		i += (size_t)l;
 	}
 	return 0;
 }
@@ -95,14 +171,22 @@ int sl_tokenizer_encode_ex(const sl_tokenizer *t, const char *text, size_t len,
 		rc = sl_utf8_lossy(text, len, &fixed, &len);
 		if (fixed)
 			text = fixed;
+	} else if (t->from_json) {
+		rc = sl_tok_check_utf8(text, len);
 	}
-	if (rc == 0 && (flags & SL_TOKENIZER_ADD_BOS) && sl_tokenizer_bos_id(t) >= 0)
-		rc = sl_tok_push_id(&w, sl_tokenizer_bos_id(t));
+	bool special = flags & SL_TOKENIZER_ADD_BOS;
+	if (rc == 0 && special && t->add_bos && t->bos_id >= 0)
+		rc = sl_tok_push_id(&w, t->bos_id);
 	if (rc == 0)
 		rc = sl_tok_process(t, (const uint8_t *)text, len, flags, &w);
+	if (rc == 0 && special && t->add_eos && t->eos_id >= 0)
+		rc = sl_tok_push_id(&w, t->eos_id);
 	free(fixed);
 	free(w.sym);
 	free(w.heap);
+	free(w.init);
+	free(w.buf);
+	free(w.mark);
 	if (rc < 0) {
 		free(w.ids);
 		return rc;
@@ -124,6 +208,9 @@ int sl_tokenizer_pretokenize(const sl_tokenizer *t, const char *text, size_t len
 	if (!w.ends)
 		return sl_err(SL_ENOMEM, "tokenizer: out of memory");
 	int rc = sl_tok_process(t, (const uint8_t *)text, len, flags, &w);
+	free(w.init);
+	free(w.buf);
+	free(w.mark);
 	if (rc < 0) {
 		free(w.ends);
 		return rc;

@@ -7,14 +7,18 @@
  *               (U+FFFD per maximal subpart), the streaming stable length
  *   uniclass.c  the Unicode classes the pre-tokenizer needs (letter,
  *               number, space, other) over unicode_tables.h
- *   vocab.c     loading vocab.json and merges.txt into the tokenizer: the
- *               byte map, the spelling and merge hash tables, the special
- *               ids, and the small queries on them
- *   pretok.c    the GPT-2 pre-tokenizer regex, written out by hand
+ *   vocab.c     the tokenizer's tables: the byte map, the spelling and
+ *               merge hash tables, the added (special) tokens, and the
+ *               small queries on them; loading vocab.json + merges.txt
+ *   hfjson.c    loading a Hugging Face tokenizer.json (and
+ *               tokenizer_config.json) into the same tables: the
+ *               pipelines it recognises, the rest refused
+ *   pretok.c    the pre-tokenizer regexes (GPT-2, Llama 3, Qwen2),
+ *               written out by hand
  *   bpe.c       byte-pair merging of one pre-token (two variants: a
  *               compact array for short words, a heap for long ones)
- *   encode.c    the special-token split, and encode/pretokenize driving
- *               pretok.c and bpe.c
+ *   encode.c    the added-token split, the SentencePiece-style space
+ *               marking, and encode/pretokenize driving pretok.c and bpe.c
  *   decode.c    ids back to bytes, repaired unless raw bytes are asked for
  */
 #ifndef SL_TEXT_INTERNAL_H
@@ -23,6 +27,7 @@
 #include "tokenizer.h"
 
 #include <stdbool.h>
+#include <jansson.h>
 #include <stdint.h>
 
 /* ---- the tokenizer (built by vocab.c, read by the rest) ---------------- */
@@ -30,11 +35,34 @@
 #define SL_TOK_MAX_ID (1 << 24)    /* ids in vocab.json stay below this */
 #define SL_TOK_MAX_WORD (1u << 28) /* longest pre-token BPE accepts */
 
-enum { SL_TOK_PRESENT = 1, SL_TOK_SPECIAL = 2 };
+/* SL_TOK_BYTE: a "<0xNN>" token the ByteFallback decoder turns into byte
+ * NN (its raw bytes are that one byte). */
+enum { SL_TOK_PRESENT = 1, SL_TOK_SPECIAL = 2, SL_TOK_BYTE = 4 };
 
-/* What HF's OPT tokenizer splits out of text before pre-tokenizing. */
-extern const char *const sl_tok_special_text[];
-#define SL_TOK_NSPECIAL 2
+/* How a piece of text between added tokens is cut into words. */
+enum sl_tok_pretok {
+	SL_TOK_PRE_GPT2,   /* the GPT-2 regex (vocab.json, ByteLevel use_regex) */
+	SL_TOK_PRE_LLAMA3, /* Llama 3's Split regex (digit runs of 1..3) */
+	SL_TOK_PRE_QWEN2,  /* Qwen2's Split regex (single digits) */
+	SL_TOK_PRE_NONE,   /* no pre-tokenizer: the piece is one word */
+};
+
+/* The SentencePiece-style space marking of a piece (U+2581 "▁"). */
+enum sl_tok_spm {
+	SL_TOK_SPM_OFF,           /* byte-level: no marking */
+	SL_TOK_SPM_PREPEND,       /* normalizer Prepend("▁") + Replace(" ", "▁") */
+	SL_TOK_SPM_META_ALWAYS,   /* Metaspace, prepend_scheme "always" */
+	SL_TOK_SPM_META_FIRST,    /* Metaspace, "first": only at offset 0 */
+	SL_TOK_SPM_META_NEVER,    /* Metaspace, "never": replace only */
+};
+
+/* A token split out of the text before pre-tokenizing (HF's added
+ * tokens; for vocab.json, OPT's "</s>" and "<pad>"). */
+struct sl_tok_added {
+	char *text;
+	size_t len;
+	int32_t id;
+};
 
 struct sl_tok_entry {
 	uint32_t piece_off, piece_len; /* vocab.json spelling, in pool */
@@ -56,9 +84,26 @@ struct sl_tokenizer {
 	size_t piece_mask;
 	struct sl_tok_merge *merges;   /* open addressing */
 	size_t merge_mask;
-	int32_t byte_id[256];          /* id of each single byte, -1 if none */
-	int32_t special_id[SL_TOK_NSPECIAL];
-	size_t special_len[SL_TOK_NSPECIAL];
+	int32_t byte_id[256];          /* byte-level: id of each single byte, -1 if none */
+	char byte_utf8[256][2];        /* byte-level: each byte's stand-in char */
+	uint8_t byte_utf8_len[256];
+	int32_t fallback_id[256];      /* byte fallback: id of "<0xNN>", -1 if none */
+	struct sl_tok_added *added;    /* split out first, leftmost-longest */
+	size_t n_added;
+	int32_t bos_id, eos_id, pad_id; /* -1: none */
+	bool add_bos, add_eos;         /* what SL_TOKENIZER_ADD_BOS adds */
+	bool from_json;                /* tokenizer.json (strict UTF-8 input) */
+	bool byte_level;               /* words are bytes (else chars, SPM) */
+	bool ignore_merges;            /* a word in the vocab is one token */
+	bool byte_fallback;            /* unknown char -> its <0xNN> tokens */
+	bool fuse_unk;
+	int32_t unk_id;
+	enum sl_tok_pretok pretok;
+	enum sl_tok_spm spm;
+	bool meta_split;               /* Metaspace split: a word per "▁" */
+	bool dec_byte_fallback;        /* decoder: ByteFallback groups */
+	uint8_t dec_strip;             /* decoder Strip(" ", n, 0) after Fuse */
+	bool dec_meta_first;           /* Metaspace decoder: no "▁" in token 0 */
 };
 
 /* Whether id (>= 0) has an entry in vocab.json; one without (beyond it, or
@@ -102,6 +147,31 @@ static inline const struct sl_tok_merge *sl_tok_merge_find(const sl_tokenizer *t
 /* Id of the token spelled a followed by b (b may be empty), or -1. */
 int32_t sl_tok_lookup2(const sl_tokenizer *t, const char *a, size_t alen, const char *b,
 		       size_t blen);
+
+/* ---- building the tables (vocab.c, used by hfjson.c) ------------------- */
+
+int sl_tok_read_file(const char *path, char **buf, size_t *len);
+
+/*
+ * Fill the spelling table from a vocab object {"spelling": id, ...} and
+ * the added tokens (content and id, NULL ok) not in it.  t->byte_level,
+ * t->dec_byte_fallback say how each spelling decodes (ByteLevel map, or
+ * "▁" -> " " and "<0xNN>" -> byte).  Errors name path.
+ */
+int sl_tok_build_vocab(sl_tokenizer *t, const char *path, json_t *vocab, json_t *added);
+
+/* Size the merge table for n merges. */
+int sl_tok_merges_init(sl_tokenizer *t, const char *path, size_t n);
+
+/* Add merge (a, b) with rank rank; where names it in errors. */
+int sl_tok_merge_add(sl_tokenizer *t, const char *path, const char *where, const char *a,
+		     size_t al, const char *b, size_t bl, int32_t rank);
+
+/* Append an added token (text copied). */
+int sl_tok_added_push(sl_tokenizer *t, const char *text, size_t len, int32_t id);
+
+/* Load DIR/tokenizer.json (hfjson.c) into t, freshly calloc'd. */
+int sl_tok_load_hf(sl_tokenizer *t, const char *dir);
 
 /* ---- UTF-8 (utf8.c) ------------------------------------------------------ */
 
@@ -168,6 +238,12 @@ struct sl_tok_work {
 	bool pieces_only; /* sl_tokenizer_pretokenize: record piece ends */
 	size_t *ends;
 	size_t nends, ends_cap;
+	int32_t *init;    /* a word's symbols before merging */
+	size_t init_cap;
+	char *buf;        /* a word's spelling (ignore_merges) */
+	size_t buf_cap;
+	char *mark;       /* a SentencePiece-style piece with its "▁" marks */
+	size_t mark_cap;
 };
 
 /* Append id to w->ids. */
@@ -178,5 +254,12 @@ int sl_tok_bpe(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p, s
 
 /* The end of the pre-token (GPT-2 regex) that starts at p[i], i < e. */
 size_t sl_tok_next_word(const uint8_t *p, size_t i, size_t e);
+
+/* The same for Llama 3's regex (digits at most 3 to a word) or, with
+ * digits1, Qwen2's (one digit a word). */
+size_t sl_tok_next_word_llama3(const uint8_t *p, size_t i, size_t e, bool digits1);
+
+/* Grow a scratch array to hold n items of size sz. */
+int sl_tok_grow(void **a, size_t *cap, size_t n, size_t sz);
 
 #endif

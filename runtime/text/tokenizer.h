@@ -158,7 +158,15 @@ int32_t sl_tokenizer_bos_id(const sl_tokenizer *t);
 int32_t sl_tokenizer_eos_id(const sl_tokenizer *t);
 int32_t sl_tokenizer_pad_id(const sl_tokenizer *t);
 
-/* Whether id is one of the special tokens ("</s>", "<pad>"). */
+/* Whether id is one of the special tokens ("</s>", "<pad>"; for
+ * tokenizer.json the added tokens marked special). */
 bool sl_tokenizer_is_special(const sl_tokenizer *t, int32_t id);
+
+/* Whether SL_TOKENIZER_ADD_BOS prepends sl_tokenizer_bos_id(). */
+bool sl_tokenizer_adds_bos(const sl_tokenizer *t);
+
+/* Whether DIR holds a tokenizer sl_tokenizer_load reads (tokenizer.json,
+ * or vocab.json); without one a model runs on input_ids only. */
+bool sl_tokenizer_present(const char *dir);
 
 #endif

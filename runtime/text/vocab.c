@@ -8,15 +8,15 @@
 #include "text_internal.h"
 #include "sl_hash.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <string.h>
-
-const char *const sl_tok_special_text[SL_TOK_NSPECIAL] = { "</s>", "<pad>" };
+#include <unistd.h>
 
 /* ---- files ------------------------------------------------------------- */
 
-static int sl_tok_read_file(const char *path, char **buf, size_t *len)
+int sl_tok_read_file(const char *path, char **buf, size_t *len)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f) {
@@ -100,64 +100,128 @@ static size_t sl_tok_pow2_at_least(size_t n)
 
 /* ---- loading ----------------------------------------------------------- */
 
-static int sl_tok_load_vocab(sl_tokenizer *t, const char *path)
+/* The bytes spelling key decodes to, into out (room for klen): the
+ * ByteLevel map back to bytes (HF's ByteLevel decoder: a spelling with a
+ * char outside the map decodes to its own UTF-8), or for the
+ * SentencePiece-style decoders "▁" -> " " and, with ByteFallback, "<0xNN>"
+ * -> byte NN.  Returns the length; *is_byte for a fallback byte token. */
+static size_t sl_tok_raw_of(const sl_tokenizer *t, const int16_t *byte_of, const char *key,
+			    size_t klen, char *out, bool *is_byte)
 {
-	char *buf;
-	size_t len;
-	SL_TRY(sl_tok_read_file(path, &buf, &len));
-	json_error_t jerr;
-	json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-	free(buf);
-	if (!root)
-		return sl_err(SL_EFORMAT, "%s:%d:%d: bad JSON: %s", path, jerr.line,
-			      jerr.column, jerr.text);
-	int rc = 0;
-	if (!json_is_object(root)) {
-		rc = sl_err(SL_EFORMAT, "%s: top level is not a JSON object", path);
-		goto out;
+	const uint8_t *k = (const uint8_t *)key;
+	*is_byte = false;
+	if (t->byte_level) {
+		size_t i = 0, r = 0;
+		while (i < klen) {
+			uint32_t cp;
+			int need, l = sl_utf8_scan(k + i, klen - i, &cp, &need);
+			if (l < 0 || cp >= 324 || byte_of[cp] < 0) {
+				memcpy(out, key, klen);
+				return klen;
+			}
+			out[r++] = (char)byte_of[cp];
+			i += (size_t)l;
+		}
+		return r;
 	}
-	if (json_object_size(root) == 0) {
-		rc = sl_err(SL_EFORMAT, "%s: empty vocabulary", path);
-		goto out;
+	if (t->dec_byte_fallback && klen == 6 && memcmp(key, "<0x", 3) == 0 && key[5] == '>' &&
+	    isxdigit(k[3]) && isxdigit(k[4])) {
+		char hex[3] = { key[3], key[4], 0 };
+		out[0] = (char)strtol(hex, NULL, 16);
+		*is_byte = true;
+		return 1;
 	}
+	size_t r = 0;
+	for (size_t i = 0; i < klen; i++) {
+		if (i + 3 <= klen && memcmp(key + i, "\xe2\x96\x81", 3) == 0) {
+			out[r++] = ' ';
+			i += 2;
+		} else {
+			out[r++] = key[i];
+		}
+	}
+	return r;
+}
+
+static int sl_tok_check_id(const char *path, const char *key, json_t *val, json_int_t *id)
+{
+	if (!json_is_integer(val))
+		return sl_err(SL_EFORMAT, "%s: token \"%.60s\": id is not an integer", path, key);
+	*id = json_integer_value(val);
+	if (*id < 0 || *id >= SL_TOK_MAX_ID)
+		return sl_err(SL_EFORMAT, "%s: token \"%.60s\": id %lld outside [0, %d)", path, key,
+			      (long long)*id, SL_TOK_MAX_ID);
+	return 0;
+}
+
+/* Store one spelling (pass 2 of sl_tok_build_vocab). */
+static int sl_tok_store(sl_tokenizer *t, const char *path, const int16_t *byte_of,
+			const char *key, size_t klen, int32_t id, size_t *off)
+{
+	if (t->flags[id] & SL_TOK_PRESENT) {
+		const struct sl_tok_entry *o = &t->ent[id];
+		return sl_err(SL_EFORMAT, "%s: id %d given to both \"%.*s\" and \"%.60s\"", path,
+			      (int)id, (int)SL_MIN(o->piece_len, 60u), t->pool + o->piece_off, key);
+	}
+	if (sl_tok_lookup2(t, key, klen, "", 0) >= 0)
+		return sl_err(SL_EFORMAT, "%s: token \"%.60s\" has two ids", path, key);
+	struct sl_tok_entry *e = &t->ent[id];
+	t->flags[id] = SL_TOK_PRESENT;
+	e->piece_off = (uint32_t)*off;
+	e->piece_len = (uint32_t)klen;
+	memcpy(t->pool + *off, key, klen);
+	*off += klen;
+	bool is_byte;
+	e->raw_off = (uint32_t)*off;
+	e->raw_len = (uint32_t)sl_tok_raw_of(t, byte_of, key, klen, t->pool + *off, &is_byte);
+	*off += e->raw_len;
+	if (is_byte)
+		t->flags[id] |= SL_TOK_BYTE;
+	uint64_t h = sl_fnv1a64(SL_FNV1A64_INIT, key, klen);
+	size_t s = sl_tok_mix(h) & t->piece_mask;
+	while (t->piece_hash[s] >= 0)
+		s = (s + 1) & t->piece_mask;
+	t->piece_hash[s] = id;
+	return 0;
+}
+
+int sl_tok_build_vocab(sl_tokenizer *t, const char *path, json_t *root, json_t *added)
+{
+	if (!json_is_object(root))
+		return sl_err(SL_EFORMAT, "%s: the vocabulary is not a JSON object", path);
+	if (json_object_size(root) == 0)
+		return sl_err(SL_EFORMAT, "%s: empty vocabulary", path);
+	size_t n_added = added ? json_array_size(added) : 0;
 
 	/* Pass 1: check ids, size the tables. */
 	const char *key;
 	json_t *val;
-	json_int_t max_id = -1;
+	json_int_t max_id = -1, id = 0;
 	size_t pool_len = 0;
 	json_object_foreach(root, key, val) {
-		if (!json_is_integer(val)) {
-			rc = sl_err(SL_EFORMAT, "%s: token \"%.60s\": id is not an integer",
-				    path, key);
-			goto out;
-		}
-		json_int_t id = json_integer_value(val);
-		if (id < 0 || id >= SL_TOK_MAX_ID) {
-			rc = sl_err(SL_EFORMAT, "%s: token \"%.60s\": id %lld outside [0, %d)",
-				    path, key, (long long)id, SL_TOK_MAX_ID);
-			goto out;
-		}
-		if (id > max_id)
-			max_id = id;
+		SL_TRY(sl_tok_check_id(path, key, val, &id));
+		max_id = SL_MAX(max_id, id);
 		pool_len += 2 * strlen(key);
 	}
-	if (pool_len >= UINT32_MAX) {
-		rc = sl_err(SL_EFORMAT, "%s: vocabulary too large", path);
-		goto out;
+	for (size_t i = 0; i < n_added; i++) {
+		json_t *a = json_array_get(added, i);
+		const char *c = json_string_value(json_object_get(a, "content"));
+		SL_TRY(sl_tok_check_id(path, c, json_object_get(a, "id"), &id));
+		max_id = SL_MAX(max_id, id);
+		pool_len += 2 * strlen(c);
 	}
+	if (pool_len >= UINT32_MAX)
+		return sl_err(SL_EFORMAT, "%s: vocabulary too large", path);
 
 	t->n_ids = (int32_t)max_id + 1;
 	t->ent = calloc((size_t)t->n_ids, sizeof *t->ent);
 	t->flags = calloc((size_t)t->n_ids, 1);
 	t->pool = malloc(pool_len + 1);
-	size_t hcap = sl_tok_pow2_at_least(2 * json_object_size(root));
+	size_t hcap = sl_tok_pow2_at_least(2 * (json_object_size(root) + n_added));
 	t->piece_hash = malloc(hcap * sizeof *t->piece_hash);
 	t->piece_mask = hcap - 1;
-	if (!t->ent || !t->flags || !t->pool || !t->piece_hash) {
-		rc = sl_err(SL_ENOMEM, "%s: out of memory", path);
-		goto out;
-	}
+	if (!t->ent || !t->flags || !t->pool || !t->piece_hash)
+		return sl_err(SL_ENOMEM, "%s: out of memory", path);
 	memset(t->piece_hash, 0xff, hcap * sizeof *t->piece_hash);
 
 	uint32_t cp_of[256];
@@ -169,66 +233,115 @@ static int sl_tok_load_vocab(sl_tokenizer *t, const char *path)
 
 	/* Pass 2: store spellings and decoded bytes, index the spellings. */
 	size_t off = 0;
-	json_object_foreach(root, key, val) {
-		int32_t id = (int32_t)json_integer_value(val);
-		size_t klen = strlen(key);
-		if (t->flags[id] & SL_TOK_PRESENT) {
-			const struct sl_tok_entry *o = &t->ent[id];
-			rc = sl_err(SL_EFORMAT, "%s: id %d given to both \"%.*s\" and \"%.60s\"",
-				    path, (int)id, (int)SL_MIN(o->piece_len, 60u),
-				    t->pool + o->piece_off, key);
-			goto out;
-		}
-		struct sl_tok_entry *e = &t->ent[id];
-		t->flags[id] = SL_TOK_PRESENT;
-		e->piece_off = (uint32_t)off;
-		e->piece_len = (uint32_t)klen;
-		memcpy(t->pool + off, key, klen);
-		off += klen;
-		/* HF ByteLevel decoder: map every char back to its byte; a token
-		 * with a char outside the table decodes to its own UTF-8. */
-		e->raw_off = (uint32_t)off;
-		const uint8_t *k = (const uint8_t *)key;
-		size_t i = 0, r = 0;
-		bool mapped = true;
-		while (i < klen) {
-			uint32_t cp;
-			int need, l = sl_utf8_scan(k + i, klen - i, &cp, &need);
-			if (l < 0 || cp >= 324 || byte_of[cp] < 0) {
-				mapped = false;
-				break;
-			}
-			t->pool[off + r++] = (char)byte_of[cp];
-			i += (size_t)l;
-		}
-		if (!mapped) {
-			memcpy(t->pool + off, key, klen);
-			r = klen;
-		}
-		e->raw_len = (uint32_t)r;
-		off += r;
-		uint64_t h = sl_fnv1a64(SL_FNV1A64_INIT, key, klen);
-		size_t s = sl_tok_mix(h) & t->piece_mask;
-		while (t->piece_hash[s] >= 0)
-			s = (s + 1) & t->piece_mask;
-		t->piece_hash[s] = id;
+	json_object_foreach(root, key, val)
+		SL_TRY(sl_tok_store(t, path, byte_of, key, strlen(key),
+				    (int32_t)json_integer_value(val), &off));
+	/* An added token already in the vocabulary must keep its id there. */
+	for (size_t i = 0; i < n_added; i++) {
+		json_t *a = json_array_get(added, i);
+		const char *c = json_string_value(json_object_get(a, "content"));
+		size_t cl = strlen(c);
+		int32_t aid = (int32_t)json_integer_value(json_object_get(a, "id"));
+		int32_t have = sl_tok_lookup2(t, c, cl, "", 0);
+		if (have == aid)
+			continue;
+		if (have >= 0)
+			return sl_err(SL_EFORMAT, "%s: added token \"%.60s\" has id %d but the "
+				      "vocabulary gives it %d", path, c, (int)aid, (int)have);
+		SL_TRY(sl_tok_store(t, path, byte_of, c, cl, aid, &off));
 	}
 
 	for (int b = 0; b < 256; b++) {
-		char u[4];
-		size_t ul = sl_utf8_put(cp_of[b], u);
-		t->byte_id[b] = sl_tok_lookup2(t, u, ul, "", 0);
+		t->byte_utf8_len[b] = (uint8_t)sl_utf8_put(cp_of[b], t->byte_utf8[b]);
+		t->byte_id[b] = t->byte_level ?
+			sl_tok_lookup2(t, t->byte_utf8[b], t->byte_utf8_len[b], "", 0) : -1;
+		char fb[8];
+		snprintf(fb, sizeof fb, "<0x%02X>", b);
+		t->fallback_id[b] = sl_tok_lookup2(t, fb, 6, "", 0);
 	}
-	for (int s = 0; s < SL_TOK_NSPECIAL; s++) {
-		t->special_len[s] = strlen(sl_tok_special_text[s]);
-		t->special_id[s] = sl_tok_lookup2(t, sl_tok_special_text[s],
-						  t->special_len[s], "", 0);
-		if (t->special_id[s] >= 0)
-			t->flags[t->special_id[s]] |= SL_TOK_SPECIAL;
+	return 0;
+}
+
+int sl_tok_added_push(sl_tokenizer *t, const char *text, size_t len, int32_t id)
+{
+	struct sl_tok_added *na = realloc(t->added, (t->n_added + 1) * sizeof *na);
+	char *c = malloc(len + 1);
+	if (na)
+		t->added = na;
+	if (!na || !c) {
+		free(c);
+		return sl_err(SL_ENOMEM, "tokenizer: out of memory");
 	}
-out:
+	memcpy(c, text, len);
+	c[len] = 0;
+	t->added[t->n_added++] = (struct sl_tok_added){ c, len, id };
+	return 0;
+}
+
+static int sl_tok_load_vocab(sl_tokenizer *t, const char *path)
+{
+	char *buf;
+	size_t len;
+	SL_TRY(sl_tok_read_file(path, &buf, &len));
+	json_error_t jerr;
+	json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	free(buf);
+	if (!root)
+		return sl_err(SL_EFORMAT, "%s:%d:%d: bad JSON: %s", path, jerr.line,
+			      jerr.column, jerr.text);
+	int rc = json_is_object(root) ? sl_tok_build_vocab(t, path, root, NULL) :
+		sl_err(SL_EFORMAT, "%s: top level is not a JSON object", path);
 	json_decref(root);
-	return rc;
+	if (rc < 0)
+		return rc;
+	/* OPT's special tokens, as HF's OPT tokenizer has them: bos = eos =
+	 * "</s>", pad = "<pad>", split out of text; "</s>" prepended. */
+	t->bos_id = t->eos_id = sl_tok_lookup2(t, "</s>", 4, "", 0);
+	t->pad_id = sl_tok_lookup2(t, "<pad>", 5, "", 0);
+	t->add_bos = true;
+	if (t->bos_id >= 0)
+		SL_TRY(sl_tok_added_push(t, "</s>", 4, t->bos_id));
+	if (t->pad_id >= 0)
+		SL_TRY(sl_tok_added_push(t, "<pad>", 5, t->pad_id));
+	for (size_t i = 0; i < t->n_added; i++)
+		t->flags[t->added[i].id] |= SL_TOK_SPECIAL;
+	return 0;
+}
+
+int sl_tok_merges_init(sl_tokenizer *t, const char *path, size_t n)
+{
+	size_t cap = sl_tok_pow2_at_least(2 * n + 1);
+	t->merges = malloc(cap * sizeof *t->merges);
+	if (!t->merges)
+		return sl_err(SL_ENOMEM, "%s: out of memory", path);
+	t->merge_mask = cap - 1;
+	for (size_t i = 0; i < cap; i++)
+		t->merges[i].key = UINT64_MAX;
+	return 0;
+}
+
+int sl_tok_merge_add(sl_tokenizer *t, const char *path, const char *where, const char *p,
+		     size_t al, const char *q, size_t bl, int32_t rank)
+{
+	int32_t a = sl_tok_lookup2(t, p, al, "", 0);
+	int32_t b = sl_tok_lookup2(t, q, bl, "", 0);
+	int32_t ab = sl_tok_lookup2(t, p, al, q, bl);
+	if (a < 0 || b < 0)
+		return sl_err(SL_EFORMAT, "%s%s: token \"%.*s\" is not in the vocabulary", path,
+			      where, (int)SL_MIN(a < 0 ? al : bl, (size_t)60), a < 0 ? p : q);
+	if (ab < 0)
+		return sl_err(SL_EFORMAT, "%s%s: merged token of \"%.*s %.*s\" is not in the "
+			      "vocabulary", path, where, (int)SL_MIN(al, (size_t)60), p,
+			      (int)SL_MIN(bl, (size_t)60), q);
+	uint64_t key = sl_tok_merge_key(a, b);
+	size_t s = sl_tok_mix(key) & t->merge_mask;
+	while (t->merges[s].key != UINT64_MAX && t->merges[s].key != key)
+		s = (s + 1) & t->merge_mask;
+	/* A repeated pair takes its later rank, as in HF. */
+	t->merges[s].key = key;
+	t->merges[s].rank = rank;
+	t->merges[s].id = ab;
+	return 0;
 }
 
 static int sl_tok_load_merges(sl_tokenizer *t, const char *path)
@@ -239,21 +352,11 @@ static int sl_tok_load_merges(sl_tokenizer *t, const char *path)
 	size_t lines = 1;
 	for (size_t i = 0; i < len; i++)
 		lines += buf[i] == '\n';
-	size_t cap = sl_tok_pow2_at_least(2 * lines);
-	t->merges = malloc(cap * sizeof *t->merges);
-	if (!t->merges) {
-		free(buf);
-		return sl_err(SL_ENOMEM, "%s: out of memory", path);
-	}
-	t->merge_mask = cap - 1;
-	for (size_t i = 0; i < cap; i++)
-		t->merges[i].key = UINT64_MAX;
-
-	int rc = 0;
+	int rc = sl_tok_merges_init(t, path, lines);
 	int32_t rank = 0;
 	size_t lineno = 0;
 	char *p = buf, *end = buf + len;
-	while (p < end) {
+	while (rc == 0 && p < end) {
 		char *nl = memchr(p, '\n', (size_t)(end - p));
 		char *le = nl ? nl : end;
 		char *next = nl ? nl + 1 : end;
@@ -270,31 +373,14 @@ static int sl_tok_load_merges(sl_tokenizer *t, const char *path)
 			rc = sl_err(SL_EFORMAT, "%s:%zu: expected two tokens separated by "
 				    "one space, got \"%.*s\"", path, lineno,
 				    (int)SL_MIN(ll, (size_t)60), p);
-			goto out;
+			break;
 		}
-		size_t al = (size_t)(sp - p), bl = (size_t)(le - sp - 1);
-		int32_t a = sl_tok_lookup2(t, p, al, "", 0);
-		int32_t b = sl_tok_lookup2(t, sp + 1, bl, "", 0);
-		int32_t ab = sl_tok_lookup2(t, p, al, sp + 1, bl);
-		if (a < 0 || b < 0 || ab < 0) {
-			const char *what = a < 0 ? p : b < 0 ? sp + 1 : p;
-			size_t wl = a < 0 ? al : b < 0 ? bl : ll;
-			rc = sl_err(SL_EFORMAT, "%s:%zu: %s\"%.*s\" is not in vocab.json",
-				    path, lineno, a >= 0 && b >= 0 ? "merged token of " : "token ",
-				    (int)SL_MIN(wl, (size_t)60), what);
-			goto out;
-		}
-		uint64_t key = sl_tok_merge_key(a, b);
-		size_t s = sl_tok_mix(key) & t->merge_mask;
-		while (t->merges[s].key != UINT64_MAX && t->merges[s].key != key)
-			s = (s + 1) & t->merge_mask;
-		/* A repeated pair takes its later rank, as in HF. */
-		t->merges[s].key = key;
-		t->merges[s].rank = rank++;
-		t->merges[s].id = ab;
+		char where[32];
+		snprintf(where, sizeof where, ":%zu", lineno);
+		rc = sl_tok_merge_add(t, path, where, p, (size_t)(sp - p), sp + 1,
+				      (size_t)(le - sp - 1), rank++);
 		p = next;
 	}
-out:
 	free(buf);
 	return rc;
 }
@@ -312,11 +398,22 @@ int sl_tokenizer_load(const char *dir, sl_tokenizer **out)
 		free(t);
 		return sl_err(SL_ENOMEM, "%s: out of memory", dir);
 	}
-	snprintf(path, dl + 32, "%s/vocab.json", dir);
-	int rc = sl_tok_load_vocab(t, path);
-	if (rc == 0) {
-		snprintf(path, dl + 32, "%s/merges.txt", dir);
-		rc = sl_tok_load_merges(t, path);
+	t->bos_id = t->eos_id = t->pad_id = t->unk_id = -1;
+	int rc;
+	snprintf(path, dl + 32, "%s/tokenizer.json", dir);
+	if (access(path, F_OK) == 0) {
+		/* transformers' fast tokenizers take tokenizer.json before
+		 * vocab.json + merges.txt; so does sluice. */
+		rc = sl_tok_load_hf(t, dir);
+	} else {
+		t->byte_level = true;
+		t->pretok = SL_TOK_PRE_GPT2;
+		snprintf(path, dl + 32, "%s/vocab.json", dir);
+		rc = sl_tok_load_vocab(t, path);
+		if (rc == 0) {
+			snprintf(path, dl + 32, "%s/merges.txt", dir);
+			rc = sl_tok_load_merges(t, path);
+		}
 	}
 	free(path);
 	if (rc < 0) {
@@ -336,6 +433,9 @@ void sl_tokenizer_free(sl_tokenizer *t)
 	free(t->pool);
 	free(t->piece_hash);
 	free(t->merges);
+	for (size_t i = 0; i < t->n_added; i++)
+		free(t->added[i].text);
+	free(t->added);
 	free(t);
 }
 
@@ -355,17 +455,33 @@ int32_t sl_tokenizer_token_id(const sl_tokenizer *t, const char *piece, size_t l
 
 int32_t sl_tokenizer_bos_id(const sl_tokenizer *t)
 {
-	return t->special_id[0];
+	return t->bos_id;
 }
 
 int32_t sl_tokenizer_eos_id(const sl_tokenizer *t)
 {
-	return t->special_id[0];
+	return t->eos_id;
 }
 
 int32_t sl_tokenizer_pad_id(const sl_tokenizer *t)
 {
-	return t->special_id[1];
+	return t->pad_id;
+}
+
+bool sl_tokenizer_adds_bos(const sl_tokenizer *t)
+{
+	return t->add_bos && t->bos_id >= 0;
+}
+
+bool sl_tokenizer_present(const char *dir)
+{
+	char path[4096];
+	if (snprintf(path, sizeof path, "%s/tokenizer.json", dir) >= (int)sizeof path)
+		return false;
+	if (access(path, F_OK) == 0)
+		return true;
+	snprintf(path, sizeof path, "%s/vocab.json", dir);
+	return access(path, F_OK) == 0;
 }
 
 bool sl_tokenizer_is_special(const sl_tokenizer *t, int32_t id)
