@@ -737,6 +737,423 @@ START_TEST(test_bad_vocab)
 }
 END_TEST
 
+/* ---- tokenizer.json (tests/fixtures/tokenizer/hf) ------------------------- */
+
+/* The four kinds tools/make_hf_tokenizer_fixture.py trains. */
+static const char *const hf_kinds[] = { "llama3", "qwen2", "llama2", "metaspace" };
+
+static void hf_dir(char *dir, size_t cap, const char *kind)
+{
+	ck_assert(snprintf(dir, cap, "%s/hf/%s", fixture_dir, kind) < (int)cap);
+}
+
+static sl_tokenizer *load_hf(const char *kind)
+{
+	char dir[SL_TEST_PATH_MAX];
+	hf_dir(dir, sizeof dir, kind);
+	sl_tokenizer *t = NULL;
+	int rc = sl_tokenizer_load(dir, &t);
+	ck_assert_msg(rc == 0, "load %s: %s", dir, sl_errmsg());
+	return t;
+}
+
+static size_t json_ids(json_t *arr, int32_t **out)
+{
+	size_t n = json_array_size(arr);
+	*out = malloc((n + 1) * sizeof **out);
+	ck_assert_ptr_nonnull(*out);
+	for (size_t i = 0; i < n; i++)
+		(*out)[i] = (int32_t)json_integer_value(json_array_get(arr, i));
+	return n;
+}
+
+static void expect_ids(const char *kind, int line, const char *what, const int32_t *got,
+		       size_t ng, const int32_t *want, size_t nw)
+{
+	if (ng == nw && (nw == 0 || memcmp(got, want, nw * sizeof *want) == 0))
+		return;
+	fprintf(stderr, "%s line %d: %s differ\n", kind, line, what);
+	print_ids("sluice", got, ng);
+	print_ids("hf", want, nw);
+	ck_abort_msg("%s line %d: %s differ from HF", kind, line, what);
+}
+
+static void expect_text(const char *kind, int line, const char *what, const int32_t *ids,
+			size_t n, unsigned flags, const char *want, size_t wl,
+			const sl_tokenizer *t)
+{
+	char *s;
+	size_t sl;
+	ck_assert_msg(sl_tokenizer_decode_ex(t, ids, n, flags, &s, &sl) == 0, "%s", sl_errmsg());
+	ck_assert_msg(sl == wl && memcmp(s, want, wl) == 0, "%s line %d: %s \"%.80s\", HF \"%.80s\"",
+		      kind, line, what, s, want);
+	free(s);
+}
+
+/* Every string: ids with and without the special tokens, both decodes and
+ * the round trip, as the `tokenizers` library gives them. */
+START_TEST(test_hf_json_matches)
+{
+	const char *kind = hf_kinds[_i];
+	sl_tokenizer *t = load_hf(kind);
+	char path[SL_TEST_PATH_MAX];
+	hf_dir(path, sizeof path, kind);
+	strcat(path, "/expected.jsonl");
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	char *line = NULL;
+	size_t cap = 0;
+	int lineno = 0, cases = 0, trips = 0, pieces = 0;
+	while (getline(&line, &cap, f) > 0) {
+		lineno++;
+		json_error_t jerr;
+		json_t *r = json_loads(line, 0, &jerr);
+		ck_assert_msg(r != NULL, "%s:%d: %s", path, lineno, jerr.text);
+		if (!json_object_get(r, "text_b64")) { /* the version line */
+			json_decref(r);
+			continue;
+		}
+		size_t tl, dl, kl;
+		char *text = b64_decode(json_string_value(json_object_get(r, "text_b64")), &tl);
+		char *dec = b64_decode(json_string_value(json_object_get(r, "decoded_b64")), &dl);
+		char *skip = b64_decode(json_string_value(json_object_get(r, "decoded_skip_b64")), &kl);
+		ck_assert(text && dec && skip);
+		int32_t *want, *want_sp, *got;
+		size_t nw = json_ids(json_object_get(r, "ids"), &want);
+		size_t nws = json_ids(json_object_get(r, "ids_special"), &want_sp);
+		size_t ng;
+		ck_assert_msg(sl_tokenizer_encode(t, text, tl, &got, &ng) == 0, "%s", sl_errmsg());
+		expect_ids(kind, lineno, "ids", got, ng, want, nw);
+		free(got);
+		ck_assert_msg(sl_tokenizer_encode_ex(t, text, tl, SL_TOKENIZER_ADD_BOS, &got, &ng) == 0,
+			      "%s", sl_errmsg());
+		expect_ids(kind, lineno, "ids with special tokens", got, ng, want_sp, nws);
+		free(got);
+		expect_text(kind, lineno, "decode", want_sp, nws, 0, dec, dl, t);
+		expect_text(kind, lineno, "decode skipping special", want_sp, nws,
+			    SL_TOKENIZER_SKIP_SPECIAL, skip, kl, t);
+		json_t *pe = json_object_get(r, "piece_ends");
+		if (pe) { /* the pre-tokenizer alone: where its pieces end */
+			size_t *ends, ne;
+			ck_assert_int_eq(sl_tokenizer_pretokenize(t, text, tl, SL_TOKENIZER_NO_SPECIAL,
+								  &ends, &ne), 0);
+			bool same = ne == json_array_size(pe);
+			for (size_t k = 0; same && k < ne; k++)
+				same = ends[k] == (size_t)json_integer_value(json_array_get(pe, k));
+			ck_assert_msg(same, "%s line %d: pre-tokenizer pieces differ from HF (%zu "
+				      "pieces, HF %zu)", kind, lineno, ne, json_array_size(pe));
+			free(ends);
+			pieces++;
+		}
+		if (json_is_true(json_object_get(r, "roundtrip"))) {
+			expect_text(kind, lineno, "round trip", want, nw, 0, text, tl, t);
+			trips++;
+		}
+		cases++;
+		free(want);
+		free(want_sp);
+		free(text);
+		free(dec);
+		free(skip);
+		json_decref(r);
+	}
+	free(line);
+	fclose(f);
+	ck_assert_int_ge(cases, 100);
+	/* the byte-level and Llama 2 kinds give back nearly every string */
+	if (strcmp(kind, "metaspace"))
+		ck_assert_int_ge(trips, cases - 6);
+	if (strcmp(kind, "llama2")) /* it has a normalizer, no pre-tokenizer */
+		ck_assert_int_eq(pieces, cases);
+	sl_tokenizer_free(t);
+}
+END_TEST
+
+/* HF takes text only: invalid UTF-8 is refused (naming the byte and where),
+ * or with REPLACE_INVALID encoded as the text with U+FFFD in its place. */
+START_TEST(test_hf_json_invalid_utf8)
+{
+	sl_tokenizer *t = load_hf(hf_kinds[_i]);
+	static const char *const bad[] = { "abc\xff", "caf\xc3", "\xed\xa0\x80 surrogate",
+					   "over\xc0\xaflong", "\x80" };
+	for (size_t k = 0; k < SL_ARRAY_LEN(bad); k++) {
+		int32_t *ids = (int32_t *)1;
+		size_t n = 7;
+		sl_err_clear();
+		ck_assert_int_eq(sl_tokenizer_encode(t, bad[k], strlen(bad[k]), &ids, &n), SL_EFORMAT);
+		ck_assert_ptr_null(ids);
+		ck_assert_msg(strstr(sl_errmsg(), "not valid UTF-8"), "%s", sl_errmsg());
+	}
+	sl_err_clear();
+	int32_t *ids, *want;
+	size_t n, nw;
+	ck_assert_int_eq(sl_tokenizer_encode(t, "abc\xff", 4, &ids, &n), SL_EFORMAT);
+	ck_assert_msg(strstr(sl_errmsg(), "0xFF at offset 3"), "%s", sl_errmsg());
+	ck_assert_int_eq(sl_tokenizer_encode_ex(t, "abc\xff", 4, SL_TOKENIZER_REPLACE_INVALID, &ids,
+						&n), 0);
+	ck_assert_int_eq(sl_tokenizer_encode(t, "abc\xef\xbf\xbd", 6, &want, &nw), 0);
+	expect_ids(hf_kinds[_i], 0, "replaced ids", ids, n, want, nw);
+	free(ids);
+	free(want);
+	sl_tokenizer_free(t);
+}
+END_TEST
+
+/* BOS, EOS and special tokens as the files say. */
+START_TEST(test_hf_json_specials)
+{
+	sl_tokenizer *t = load_hf("llama3");
+	ck_assert(sl_tokenizer_adds_bos(t));
+	ck_assert_int_eq(sl_tokenizer_bos_id(t), sl_tokenizer_token_id(t, "<|begin_of_text|>", 17));
+	ck_assert_int_eq(sl_tokenizer_bos_id(t), 2500); /* added after the 2500 of the model */
+	ck_assert_int_eq(sl_tokenizer_vocab_size(t), 2503);
+	ck_assert(sl_tokenizer_is_special(t, 2502));
+	ck_assert(!sl_tokenizer_is_special(t, 100));
+	sl_tokenizer_free(t);
+
+	t = load_hf("qwen2");
+	ck_assert(!sl_tokenizer_adds_bos(t));
+	ck_assert_int_eq(sl_tokenizer_bos_id(t), -1);
+	int32_t *ids, *plain;
+	size_t n, np;
+	ck_assert_int_eq(sl_tokenizer_encode_ex(t, "hi", 2, SL_TOKENIZER_ADD_BOS, &ids, &n), 0);
+	ck_assert_int_eq(sl_tokenizer_encode(t, "hi", 2, &plain, &np), 0);
+	expect_ids("qwen2", 0, "ids with ADD_BOS", ids, n, plain, np); /* nothing added */
+	free(ids);
+	free(plain);
+	/* NO_SPECIAL: the added tokens' text is plain text */
+	ck_assert_int_eq(sl_tokenizer_encode_ex(t, "<|im_end|>", 10, SL_TOKENIZER_NO_SPECIAL, &ids,
+						&n), 0);
+	ck_assert_uint_gt(n, 1);
+	free(ids);
+	sl_tokenizer_free(t);
+
+	t = load_hf("llama2"); /* tokenizer_config.json: add_bos_token, bos, eos */
+	ck_assert(sl_tokenizer_adds_bos(t));
+	ck_assert_int_eq(sl_tokenizer_bos_id(t), 1);
+	ck_assert_int_eq(sl_tokenizer_eos_id(t), 2);
+	ck_assert(sl_tokenizer_is_special(t, 0) && sl_tokenizer_is_special(t, 2));
+	ck_assert(!sl_tokenizer_is_special(t, 3 + 'A')); /* <0x41>: a vocab token */
+	/* byte fallback: a token's bytes for streaming are the byte itself */
+	const char *b;
+	size_t bl;
+	ck_assert_int_eq(sl_tokenizer_token_bytes(t, 3 + 0xE4, &b, &bl), 0);
+	ck_assert_uint_eq(bl, 1);
+	ck_assert_int_eq((unsigned char)b[0], 0xE4);
+	/* an incomplete byte run decodes to one U+FFFD per byte (ByteFallback) */
+	int32_t part[] = { 3 + 0xE4, 3 + 0xB8 };
+	char *s;
+	size_t sl;
+	ck_assert_int_eq(sl_tokenizer_decode(t, part, 2, &s, &sl), 0);
+	ck_assert_str_eq(s, "\xef\xbf\xbd\xef\xbf\xbd");
+	free(s);
+	ck_assert_int_eq(sl_tokenizer_decode_ex(t, part, 2, SL_TOKENIZER_RAW_BYTES, &s, &sl), 0);
+	ck_assert_str_eq(s, "\xe4\xb8");
+	free(s);
+	sl_tokenizer_free(t);
+}
+END_TEST
+
+/* A scratch model folder holding the given files (name, contents). */
+static void make_model_dir(char *dir, size_t cap, const char *const files[][2], size_t nf)
+{
+	const char *tmp = getenv("TMPDIR");
+	snprintf(dir, cap, "%s/sl_tokj_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	for (size_t i = 0; i < nf; i++) {
+		char path[SL_TEST_PATH_MAX];
+		snprintf(path, sizeof path, "%s/%s", dir, files[i][0]);
+		write_file(path, files[i][1], strlen(files[i][1]));
+	}
+}
+
+static void remove_model_dir(const char *dir)
+{
+	static const char *const names[] = { "tokenizer.json", "tokenizer_config.json",
+					     "vocab.json", "merges.txt" };
+	for (size_t i = 0; i < SL_ARRAY_LEN(names); i++) {
+		char path[SL_TEST_PATH_MAX];
+		snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+/* tokenizer.json is read before vocab.json + merges.txt, as transformers'
+ * fast tokenizers do; a folder with neither has no tokenizer. */
+START_TEST(test_hf_json_precedence)
+{
+	char src[SL_TEST_PATH_MAX], dir[SL_TEST_DIR_MAX];
+	size_t n;
+	hf_dir(src, sizeof src, "qwen2");
+	strcat(src, "/tokenizer.json");
+	char *tj = read_all(src, &n);
+	snprintf(src, sizeof src, "%s/vocab.json", fixture_dir);
+	char *vj = read_all(src, &n);
+	const char *files[][2] = { { "tokenizer.json", tj }, { "vocab.json", vj },
+				   { "merges.txt", "#version: 0.2\n" } };
+	make_model_dir(dir, sizeof dir, files, 3);
+	ck_assert(sl_tokenizer_present(dir));
+	sl_tokenizer *t = NULL;
+	ck_assert_msg(sl_tokenizer_load(dir, &t) == 0, "%s", sl_errmsg());
+	ck_assert_int_eq(sl_tokenizer_token_id(t, "<|im_end|>", 10), 2502);
+	ck_assert(!sl_tokenizer_adds_bos(t));
+	sl_tokenizer_free(t);
+	remove_model_dir(dir);
+
+	make_model_dir(dir, sizeof dir, files, 0);
+	ck_assert(!sl_tokenizer_present(dir));
+	remove_model_dir(dir);
+	free(tj);
+	free(vj);
+}
+END_TEST
+
+/* Write the qwen2 (or llama2) fixture with one part replaced by the JSON
+ * repl, and expect loading to fail with code and the fragments. */
+static void expect_json_error(const char *kind, const char *key, const char *repl, int code,
+			      const char *frag1, const char *frag2)
+{
+	char src[SL_TEST_PATH_MAX], dir[SL_TEST_DIR_MAX];
+	hf_dir(src, sizeof src, kind);
+	strcat(src, "/tokenizer.json");
+	json_error_t jerr;
+	json_t *root = json_load_file(src, 0, &jerr);
+	ck_assert_ptr_nonnull(root);
+	json_t *val = json_loads(repl, JSON_DECODE_ANY, &jerr);
+	ck_assert_msg(val != NULL, "%s: %s", repl, jerr.text);
+	if (!strncmp(key, "model.", 6))
+		json_object_set_new(json_object_get(root, "model"), key + 6, val);
+	else
+		json_object_set_new(root, key, val);
+	char *text = json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	const char *files[][2] = { { "tokenizer.json", text } };
+	make_model_dir(dir, sizeof dir, files, 1);
+	expect_load_error(dir, code, frag1, frag2);
+	char path[SL_TEST_PATH_MAX];
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	ck_assert_msg(strstr(sl_errmsg(), path), "message \"%s\" lacks the file", sl_errmsg());
+	remove_model_dir(dir);
+	free(text);
+}
+
+/* variants.jsonl: model options the trained files leave untried
+ * (ignore_merges with no merges, unk with and without fuse_unk), and
+ * decodes of id runs no encode gives (partial UTF-8 in byte tokens). */
+START_TEST(test_hf_json_variants)
+{
+	char path[SL_TEST_PATH_MAX];
+	ck_assert(snprintf(path, sizeof path, "%s/hf/variants.jsonl", fixture_dir) <
+		  (int)sizeof path);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	char *line = NULL;
+	size_t cap = 0;
+	int lineno = 0, encodes = 0, decodes = 0;
+	while (getline(&line, &cap, f) > 0) {
+		lineno++;
+		json_error_t jerr;
+		json_t *r = json_loads(line, 0, &jerr);
+		ck_assert_msg(r != NULL, "%s:%d: %s", path, lineno, jerr.text);
+		const char *kind = json_string_value(json_object_get(r, "kind"));
+		if (!kind) {
+			json_decref(r);
+			continue;
+		}
+		char src[SL_TEST_PATH_MAX], dir[SL_TEST_DIR_MAX];
+		hf_dir(src, sizeof src, kind);
+		json_t *patch = json_object_get(r, "patch");
+		if (patch) { /* the kind's tokenizer.json with model fields replaced */
+			strcat(src, "/tokenizer.json");
+			json_t *root = json_load_file(src, 0, &jerr);
+			ck_assert_ptr_nonnull(root);
+			json_object_update(json_object_get(root, "model"), patch);
+			char *text = json_dumps(root, JSON_COMPACT);
+			json_decref(root);
+			const char *files[][2] = { { "tokenizer.json", text } };
+			make_model_dir(dir, sizeof dir, files, 1);
+			free(text);
+		}
+		sl_tokenizer *t = NULL;
+		ck_assert_msg(sl_tokenizer_load(patch ? dir : src, &t) == 0, "%s", sl_errmsg());
+		int32_t *want, *got;
+		size_t nw = json_ids(json_object_get(r, "ids"), &want), ng, dl;
+		char *dec = b64_decode(json_string_value(json_object_get(r, "decoded_b64")), &dl);
+		json_t *tb = json_object_get(r, "text_b64");
+		if (tb) {
+			size_t tl;
+			char *text = b64_decode(json_string_value(tb), &tl);
+			ck_assert_msg(sl_tokenizer_encode(t, text, tl, &got, &ng) == 0, "%s",
+				      sl_errmsg());
+			expect_ids(kind, lineno, "variant ids", got, ng, want, nw);
+			free(got);
+			free(text);
+			encodes++;
+		}
+		expect_text(kind, lineno, "variant decode", want, nw, 0, dec, dl, t);
+		decodes++;
+		sl_tokenizer_free(t);
+		if (patch)
+			remove_model_dir(dir);
+		free(want);
+		free(dec);
+		json_decref(r);
+	}
+	free(line);
+	fclose(f);
+	ck_assert_int_ge(encodes, 8);
+	ck_assert_int_ge(decodes, 14);
+}
+END_TEST
+
+/* What sluice does not implement is refused in one line naming the file. */
+START_TEST(test_hf_json_refused)
+{
+	expect_json_error("qwen2", "pre_tokenizer",
+			  "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+			  "\"pattern\": {\"Regex\": \"\\\\w+|\\\\s+\"}, \"behavior\": \"Isolated\", "
+			  "\"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+			  "\"trim_offsets\": true, \"use_regex\": false}]}",
+			  SL_EUNSUPPORTED, "Split pattern \\w+|\\s+", "Llama 3");
+	expect_json_error("qwen2", "pre_tokenizer", "{\"type\": \"Whitespace\"}", SL_EUNSUPPORTED,
+			  "pre_tokenizer", "Whitespace");
+	expect_json_error("qwen2", "normalizer", "{\"type\": \"NFKC\"}", SL_EUNSUPPORTED,
+			  "normalizer", "NFKC");
+	expect_json_error("qwen2", "model.type", "\"WordPiece\"", SL_EUNSUPPORTED, "model type",
+			  "WordPiece");
+	expect_json_error("qwen2", "model.dropout", "0.1", SL_EUNSUPPORTED, "dropout", NULL);
+	expect_json_error("qwen2", "decoder", "{\"type\": \"WordPiece\"}", SL_EUNSUPPORTED,
+			  "decoder", NULL);
+	expect_json_error("qwen2", "post_processor", "{\"type\": \"BertProcessing\"}",
+			  SL_EUNSUPPORTED, "post_processor", NULL);
+	expect_json_error("qwen2", "added_tokens",
+			  "[{\"id\": 5, \"content\": \"<x>\", \"lstrip\": true, \"special\": true}]",
+			  SL_EUNSUPPORTED, "<x>", "lstrip");
+	expect_json_error("qwen2", "added_tokens", "[{\"id\": 5, \"content\": \"\"}]",
+			  SL_EFORMAT, "added_tokens[0]", NULL);
+	expect_json_error("qwen2", "added_tokens", "[{\"id\": 5, \"content\": \"<new>\"}]",
+			  SL_EFORMAT, "id 5 given to both", NULL);
+	expect_json_error("qwen2", "model.merges", "[[\"q\", \"nosuch\"]]", SL_EFORMAT,
+			  "merges[0]", "nosuch");
+	expect_json_error("qwen2", "model.merges", "[\"q\"]", SL_EFORMAT, "merges[0]", NULL);
+	expect_json_error("qwen2", "model.vocab", "[1]", SL_EFORMAT, "not a JSON object", NULL);
+	/* the SentencePiece kind: its pieces must fit together */
+	expect_json_error("llama2", "decoder", "{\"type\": \"ByteLevel\"}", SL_EUNSUPPORTED,
+			  "ByteLevel", NULL);
+	expect_json_error("llama2", "normalizer", "null", SL_EUNSUPPORTED, "SentencePiece", NULL);
+	expect_json_error("llama2", "model.unk_token", "\"<nosuch>\"", SL_EFORMAT, "<nosuch>",
+			  NULL);
+
+	/* bad JSON names the file and the place */
+	char dir[SL_TEST_DIR_MAX];
+	const char *files[][2] = { { "tokenizer.json", "{\"model\": " } };
+	make_model_dir(dir, sizeof dir, files, 1);
+	expect_load_error(dir, SL_EFORMAT, "tokenizer.json:1:", "JSON");
+	remove_model_dir(dir);
+}
+END_TEST
+
 static Suite *tokenizer_suite(void)
 {
 	Suite *s = suite_create("tokenizer");
@@ -756,6 +1173,15 @@ static Suite *tokenizer_suite(void)
 	tcase_add_test(te, test_bad_merges);
 	tcase_add_test(te, test_bad_vocab);
 	suite_add_tcase(s, te);
+	TCase *tj = tcase_create("tokenizer.json");
+	tcase_set_timeout(tj, 120);
+	tcase_add_loop_test(tj, test_hf_json_matches, 0, (int)SL_ARRAY_LEN(hf_kinds));
+	tcase_add_loop_test(tj, test_hf_json_invalid_utf8, 0, (int)SL_ARRAY_LEN(hf_kinds));
+	tcase_add_test(tj, test_hf_json_specials);
+	tcase_add_test(tj, test_hf_json_precedence);
+	tcase_add_test(tj, test_hf_json_variants);
+	tcase_add_test(tj, test_hf_json_refused);
+	suite_add_tcase(s, tj);
 	return s;
 }
 
