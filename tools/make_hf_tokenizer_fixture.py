@@ -9,8 +9,9 @@ Writes into tests/fixtures/tokenizer/hf/ (or OUTDIR), one folder each:
             <|begin_of_text|> prepended by a TemplateProcessing
             post-processor, special tokens added after the vocabulary,
             merges in the older ["a b", ...] form
-  qwen2/    byte-level BPE with Qwen2's Split regex (single digits), no
-            BOS, merges in the newer [["a", "b"], ...] form
+  qwen2/    byte-level BPE with Qwen2's Split regex (single digits) and its
+            NFC normalizer, no BOS, merges in the newer [["a", "b"], ...]
+            form
   llama2/   SentencePiece-style BPE as Llama 2 and Mistral v0.1 ship it:
             normalizer Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer,
             byte fallback tokens <0x00>..<0xFF> at ids 3..258 after
@@ -27,9 +28,9 @@ expected.jsonl, one JSON object per string:
   {"text_b64", "ids" (encode without special tokens), "ids_special"
    (add_special_tokens=True), "decoded_b64" (decode(ids_special)),
    "decoded_skip_b64" (decode(ids_special, skip_special_tokens=True)),
-   "roundtrip" (whether decode(ids) gives the text back), and for the
-   byte-level kinds "piece_ends" (the byte offsets where the pre-tokenizer's
-   pieces of the whole text end)}
+   "roundtrip" (whether decode(ids) gives the text back), and where there
+   is a pre-tokenizer "piece_ends" (the byte offsets where its pieces of
+   the whole text end, without the normalizer)}
 
 Trained on Debian's license texts (/usr/share/common-licenses), vocab a few
 thousand, so that CJK, emoji and most accents are not in the vocabulary and
@@ -70,8 +71,10 @@ def lines_of(texts):
     return [ln for t in texts for ln in t.split('\n')]
 
 
-def byte_level(texts, regex, ignore_merges, specials, bos):
+def byte_level(texts, regex, ignore_merges, specials, bos, nfc=False):
     tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    if nfc:
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(regex), behavior='isolated', invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
@@ -143,6 +146,11 @@ def hard_cases(texts):
         "I'mma", "'dunno", "'Sup", "'LLama", "'REally", "'veggie'd", "'tis", "'Twas", "'ma'am",
         'café naïve résumé', 'Zürich Ærøskøbing', 'e\u0301 a\u0300 combining',
         'Größe Straße', 'Ελληνικά κείμενα', 'Русский текст',
+        # NFC: composed, reordered marks, singletons, exclusions, Hangul
+        'a\u0323\u0302 a\u0302\u0323 e\u0301\u0301 \u212b \u2126 \u0958 \u1e9b\u0323',
+        '\u1100\u1161\u11a8 \u1100\u1161 \uac00\u11a8 Vie\u0323\u0302t',
+        'blocked a\u0363\u0301 e\u0363\u0302 o\u0328\u0304',
+        '\u0301 leading mark, \u0f73 and \u0344 decompose, \ufb2c, \u00c5\u0301',
         '中文字符测试', '日本語のテキスト', '한국어 텍스트', 'العربية', 'עברית', 'हिन्दी',
         '😀', '👍🏽', '👨‍👩‍👧', '🇫🇷', 'emoji 😀 in text 🎉!', 'Hello世界123abc',
         'mixed 日本 and English', 'ＡＢＣ１２３', 'NBSP\u00a0here and\u3000ideographic',
@@ -194,9 +202,10 @@ def write(tok, out, cases, config=None, old_merges=False):
                 'decoded_skip_b64': b64(tok.decode(ids_sp, skip_special_tokens=True)),
                 'roundtrip': tok.decode(ids, skip_special_tokens=False) == text,
             }
-            if tok.pre_tokenizer and not tok.normalizer:
-                # the pre-tokenizer's pieces over the whole text (no added
-                # tokens split out), as byte offsets where each ends
+            if tok.pre_tokenizer:
+                # the pre-tokenizer's pieces over the whole text (no
+                # normalizer, no added tokens split out), as byte offsets
+                # where each ends
                 pieces = tok.pre_tokenizer.pre_tokenize_str(text)
                 rec['piece_ends'] = [len(text[:e].encode('utf-8')) for _, (_, e) in pieces]
             f.write(json.dumps(rec) + '\n')
@@ -229,13 +238,13 @@ def write_variants(out):
             tok = Tokenizer.from_str(json.dumps(d))
             for text in texts:
                 ids = tok.encode(text, add_special_tokens=False).ids
+                dec = tok.decode(ids, skip_special_tokens=False)
                 f.write(json.dumps({'kind': kind, 'patch': patch, 'text_b64': b64(text),
-                                    'ids': ids,
-                                    'decoded_b64': b64(tok.decode(ids, skip_special_tokens=False))}) + '\n')
+                                    'ids': ids, 'decoded_b64': b64(dec)}) + '\n')
         for kind, ids in DECODES:
             tok = Tokenizer.from_file(os.path.join(out, kind, 'tokenizer.json'))
-            f.write(json.dumps({'kind': kind, 'ids': ids,
-                                'decoded_b64': b64(tok.decode(ids, skip_special_tokens=False))}) + '\n')
+            dec = tok.decode(ids, skip_special_tokens=False)
+            f.write(json.dumps({'kind': kind, 'ids': ids, 'decoded_b64': b64(dec)}) + '\n')
 
 
 def main():
@@ -246,7 +255,7 @@ def main():
                      ['<|begin_of_text|>', '<|end_of_text|>', '<|eot_id|>'],
                      '<|begin_of_text|>'), os.path.join(out, 'llama3'), cases, old_merges=True)
     write(byte_level(texts, QWEN2_RE, False,
-                     ['<|endoftext|>', '<|im_start|>', '<|im_end|>'], None),
+                     ['<|endoftext|>', '<|im_start|>', '<|im_end|>'], None, nfc=True),
           os.path.join(out, 'qwen2'), cases)
     l2 = spm_llama2(spm_model(texts))
     write(l2, os.path.join(out, 'llama2'), cases,

@@ -64,28 +64,41 @@ static int sl_tok_spm_piece(const sl_tokenizer *t, struct sl_tok_work *w, const 
 	return sl_tok_bpe(t, w, q + s, o - s);
 }
 
-/* One piece of text between added tokens: pre-tokenized and BPE'd, or
- * with w->pieces_only the ends of its words recorded (one for the whole
- * piece when it is SentencePiece-style). */
+/* The end of the word at p[i] (i < e) by the tokenizer's regex. */
+static size_t sl_tok_word_end(const sl_tokenizer *t, const uint8_t *p, size_t i, size_t e)
+{
+	if (t->pretok == SL_TOK_PRE_GPT2)
+		return sl_tok_next_word(p, i, e);
+	return sl_tok_next_word_llama3(p, i, e, t->pretok == SL_TOK_PRE_QWEN2);
+}
+
+/* One piece of text between added tokens: normalized (NFC) if the
+ * tokenizer says so, pre-tokenized and BPE'd; or with w->pieces_only the
+ * ends of the pre-tokenizer's words in the text as given (no normalizer,
+ * as HF's pre_tokenize_str), one for the whole piece when it is
+ * SentencePiece-style. */
 static int sl_tok_piece(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p,
 			size_t pos, size_t end)
 {
 	if (t->pretok == SL_TOK_PRE_NONE)
 		return w->pieces_only ? sl_tok_push_end(w, end) : sl_tok_spm_piece(t, w, p, pos, end);
-	while (pos < end) {
-		size_t j;
-		if (t->pretok == SL_TOK_PRE_GPT2)
-			j = pos + sl_tok_next_word(p + pos, 0, end - pos);
-		else
-			j = pos + sl_tok_next_word_llama3(p + pos, 0, end - pos,
-							  t->pretok == SL_TOK_PRE_QWEN2);
-		if (w->pieces_only)
-			SL_TRY(sl_tok_push_end(w, j));
-		else
-			SL_TRY(sl_tok_bpe(t, w, p + pos, j - pos));
+	char *norm = NULL;
+	size_t nl;
+	if (t->nfc && !w->pieces_only)
+		SL_TRY(sl_tok_nfc(p + pos, end - pos, &norm, &nl));
+	if (norm) {
+		p = (const uint8_t *)norm;
+		pos = 0;
+		end = nl;
+	}
+	int rc = 0;
+	while (rc == 0 && pos < end) {
+		size_t j = sl_tok_word_end(t, p, pos, end);
+		rc = w->pieces_only ? sl_tok_push_end(w, j) : sl_tok_bpe(t, w, p + pos, j - pos);
 		pos = j;
 	}
-	return 0;
+	free(norm);
+	return rc;
 }
 
 /* Split out added tokens, pre-tokenize the rest, then BPE each word, or

@@ -8,7 +8,7 @@
  * and the part (tokenizer.h lists them):
  *   byte-level BPE: pre_tokenizer ByteLevel(use_regex) (the GPT-2 regex)
  *     or Sequence[Split(Llama 3's or Qwen2's regex), ByteLevel(no regex)];
- *     decoder ByteLevel; normalizer none.
+ *     decoder ByteLevel; normalizer none or NFC (Qwen2's).
  *   SentencePiece-style BPE: normalizer Prepend("▁") + Replace(" ", "▁")
  *     and no pre_tokenizer, or Metaspace; decoder Replace("▁", " "),
  *     ByteFallback, Fuse, Strip(" ", n, 0) in that order, or Metaspace.
@@ -135,6 +135,12 @@ static int sl_tok_parse_normalizer(sl_tokenizer *t, const char *path, json_t *n)
 {
 	if (!n || json_is_null(n))
 		return 0;
+	if (t->spm != SL_TOK_SPM_OFF)
+		return sl_tok_refuse(path, "normalizer (beside a Metaspace pre_tokenizer)", n);
+	if (sl_tok_is(n, "NFC")) {
+		t->nfc = true;
+		return 0;
+	}
 	json_t *seq = json_object_get(n, "normalizers");
 	if (sl_tok_is(n, "Sequence") && json_array_size(seq) == 2) {
 		json_t *a = json_array_get(seq, 0), *b = json_array_get(seq, 1);
@@ -285,7 +291,7 @@ static int sl_tok_check_added(sl_tokenizer *t, const char *path, json_t *added)
 				      json_string_value(c));
 		/* normalized tokens are matched in normalized text; the same
 		 * text only when there is no normalizer */
-		if (sl_tok_true(a, "normalized") && t->spm == SL_TOK_SPM_PREPEND)
+		if (sl_tok_true(a, "normalized") && (t->spm == SL_TOK_SPM_PREPEND || t->nfc))
 			return sl_err(SL_EUNSUPPORTED, "%s: added token \"%.60s\" is normalized "
 				      "and the normalizer changes text; not supported", path,
 				      json_string_value(c));
@@ -408,7 +414,9 @@ int sl_tok_load_hf(sl_tokenizer *t, const char *dir)
 		rc = sl_tok_parse_decoder(t, path, json_object_get(root, "decoder"), &dec_bl);
 	if (rc == 0 && t->byte_level && (t->spm != SL_TOK_SPM_OFF || !dec_bl))
 		rc = sl_err(SL_EUNSUPPORTED, "%s: a ByteLevel pre_tokenizer needs the ByteLevel "
-			    "decoder and no normalizer", path);
+			    "decoder and no normalizer but NFC", path);
+	if (rc == 0 && !t->byte_level && t->nfc)
+		rc = sl_tok_refuse(path, "normalizer NFC without a ByteLevel pre_tokenizer", NULL);
 	if (rc == 0 && !t->byte_level && (t->spm == SL_TOK_SPM_OFF || dec_bl))
 		rc = sl_err(SL_EUNSUPPORTED, "%s: without a ByteLevel pre_tokenizer sluice reads "
 			    "only the SentencePiece-style pipeline (Prepend + Replace normalizer or "

@@ -13,6 +13,7 @@
  *   hfjson.c    loading a Hugging Face tokenizer.json (and
  *               tokenizer_config.json) into the same tables: the
  *               pipelines it recognises, the rest refused
+ *   nfc.c       NFC normalization (Qwen2's normalizer) over nfc_tables.h
  *   pretok.c    the pre-tokenizer regexes (GPT-2, Llama 3, Qwen2),
  *               written out by hand
  *   bpe.c       byte-pair merging of one pre-token (two variants: a
@@ -101,6 +102,7 @@ struct sl_tokenizer {
 	enum sl_tok_pretok pretok;
 	enum sl_tok_spm spm;
 	bool meta_split;               /* Metaspace split: a word per "▁" */
+	bool nfc;                      /* normalizer NFC (Qwen2) */
 	bool dec_byte_fallback;        /* decoder: ByteFallback groups */
 	uint8_t dec_strip;             /* decoder Strip(" ", n, 0) after Fuse */
 	bool dec_meta_first;           /* Metaspace decoder: no "▁" in token 0 */
@@ -258,6 +260,10 @@ size_t sl_tok_next_word(const uint8_t *p, size_t i, size_t e);
 /* The same for Llama 3's regex (digits at most 3 to a word) or, with
  * digits1, Qwen2's (one digit a word). */
 size_t sl_tok_next_word_llama3(const uint8_t *p, size_t i, size_t e, bool digits1);
+
+/* NFC of n bytes of UTF-8 (nfc.c): *out a malloc'd copy, or NULL when
+ * the text is unchanged. */
+int sl_tok_nfc(const uint8_t *p, size_t n, char **out, size_t *olen);
 
 /* Grow a scratch array to hold n items of size sz. */
 int sl_tok_grow(void **a, size_t *cap, size_t n, size_t sz);
