@@ -211,13 +211,17 @@ def write(tok, out, cases, config=None, old_merges=False):
             f.write(json.dumps(rec) + '\n')
 
 
-# Variants of the tokenizers above, each a patch of model fields, for the
-# options the trained files do not exercise: ignore_merges on a vocabulary
-# its merges cannot reach, unk with and without fuse_unk in place of byte
-# fallback.  And decodes of id runs no encode gives (partial UTF-8 in byte
+# Variants of the tokenizers above, each a patch of model fields (and of
+# top-level fields), for the options the trained files do not exercise:
+# ignore_merges on a vocabulary its merges cannot reach, unk with and
+# without fuse_unk in place of byte fallback, the GPT-2 regex of
+# ByteLevel(use_regex=True).  And decodes of id runs no encode gives (partial UTF-8 in byte
 # fallback tokens).
+GPT2_PRE = {'pre_tokenizer': {'type': 'ByteLevel', 'add_prefix_space': False,
+                              'trim_offsets': True, 'use_regex': True}, 'normalizer': None}
 VARIANTS = [
     ('llama3', {'merges': []}, ['the', ' the', ' thesis', 'Hello world', ' the the']),
+    ('qwen2', {}, ["GPT-2's regex: 12345  x\n\n y  ", "I'M 'Sup?! caf\u00e9"], GPT2_PRE),
     ('llama2', {'byte_fallback': False}, ['caf\u00e9 \u65e5\u672c\u8a9e', '\U0001F600\U0001F600 x']),
     ('llama2', {'byte_fallback': False, 'fuse_unk': False}, ['\u65e5\u672c\u8a9e \U0001F600\U0001F600']),
 ]
@@ -231,16 +235,20 @@ DECODES = [
 def write_variants(out):
     with open(os.path.join(out, 'variants.jsonl'), 'w', encoding='ascii') as f:
         f.write(json.dumps({'tokenizers': tokenizers.__version__}) + '\n')
-        for kind, patch, texts in VARIANTS:
+        for kind, patch, texts, *root in VARIANTS:
             with open(os.path.join(out, kind, 'tokenizer.json'), encoding='utf-8') as g:
                 d = json.load(g)
             d['model'].update(patch)
+            d.update(root[0] if root else {})
             tok = Tokenizer.from_str(json.dumps(d))
             for text in texts:
                 ids = tok.encode(text, add_special_tokens=False).ids
                 dec = tok.decode(ids, skip_special_tokens=False)
-                f.write(json.dumps({'kind': kind, 'patch': patch, 'text_b64': b64(text),
-                                    'ids': ids, 'decoded_b64': b64(dec)}) + '\n')
+                rec = {'kind': kind, 'patch': patch, 'text_b64': b64(text), 'ids': ids,
+                       'decoded_b64': b64(dec)}
+                if root:
+                    rec['root_patch'] = root[0]
+                f.write(json.dumps(rec) + '\n')
         for kind, ids in DECODES:
             tok = Tokenizer.from_file(os.path.join(out, kind, 'tokenizer.json'))
             dec = tok.decode(ids, skip_special_tokens=False)
