@@ -1040,7 +1040,7 @@ static void expect_json_error(const char *kind, const char *key, const char *rep
 
 /* variants.jsonl: model options the trained files leave untried
  * (ignore_merges with no merges, unk with and without fuse_unk, GPT-2's
- * regex through ByteLevel(use_regex)), and
+ * regex through ByteLevel(use_regex), normalized added tokens), and
  * decodes of id runs no encode gives (partial UTF-8 in byte tokens). */
 START_TEST(test_hf_json_variants)
 {
@@ -1106,7 +1106,7 @@ START_TEST(test_hf_json_variants)
 	}
 	free(line);
 	fclose(f);
-	ck_assert_int_ge(encodes, 10);
+	ck_assert_int_ge(encodes, 40);
 	ck_assert_int_ge(decodes, 14);
 }
 END_TEST

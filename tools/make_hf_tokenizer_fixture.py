@@ -215,13 +215,20 @@ def write(tok, out, cases, config=None, old_merges=False):
 # top-level fields), for the options the trained files do not exercise:
 # ignore_merges on a vocabulary its merges cannot reach, unk with and
 # without fuse_unk in place of byte fallback, the GPT-2 regex of
-# ByteLevel(use_regex=True).  And decodes of id runs no encode gives (partial UTF-8 in byte
+# ByteLevel(use_regex=True), added tokens marked "normalized" (older Llama 2
+# files), which HF matches in the normalized text.  And decodes of id runs no encode gives (partial UTF-8 in byte
 # fallback tokens).
+NORM_TEXTS = ['<s>Hello', 'Hello<s> world', 'a <s>b</s>', ' <s> ', '<unk><s>', '<s>',
+              '<|begin_of_text|>Hi there<|eot_id|>', '<|im_start|>user\nhi<|im_end|>']
 GPT2_PRE = {'pre_tokenizer': {'type': 'ByteLevel', 'add_prefix_space': False,
                               'trim_offsets': True, 'use_regex': True}, 'normalizer': None}
 VARIANTS = [
     ('llama3', {'merges': []}, ['the', ' the', ' thesis', 'Hello world', ' the the']),
     ('qwen2', {}, ["GPT-2's regex: 12345  x\n\n y  ", "I'M 'Sup?! caf\u00e9"], GPT2_PRE),
+    ('llama2', {}, NORM_TEXTS, 'normalized'),
+    ('metaspace', {}, NORM_TEXTS, 'normalized'),
+    ('llama3', {}, NORM_TEXTS, 'normalized'),
+    ('qwen2', {}, NORM_TEXTS + ['<|im_start|>e\u0301<|im_end|>x'], 'normalized'),
     ('llama2', {'byte_fallback': False}, ['caf\u00e9 \u65e5\u672c\u8a9e', '\U0001F600\U0001F600 x']),
     ('llama2', {'byte_fallback': False, 'fuse_unk': False}, ['\u65e5\u672c\u8a9e \U0001F600\U0001F600']),
 ]
@@ -238,6 +245,8 @@ def write_variants(out):
         for kind, patch, texts, *root in VARIANTS:
             with open(os.path.join(out, kind, 'tokenizer.json'), encoding='utf-8') as g:
                 d = json.load(g)
+            if root and root[0] == 'normalized':  # every added token normalized
+                root = [{'added_tokens': [dict(a, normalized=True) for a in d['added_tokens']]}]
             d['model'].update(patch)
             d.update(root[0] if root else {})
             tok = Tokenizer.from_str(json.dumps(d))

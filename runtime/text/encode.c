@@ -29,17 +29,68 @@ static int sl_tok_push_end(struct sl_tok_work *w, size_t end)
 
 #define SL_TOK_MARK "\xe2\x96\x81" /* U+2581, SentencePiece's space */
 
-/* A piece of SentencePiece-style text [pos, end): spaces become "▁", one
- * "▁" is put in front as the normalizer or Metaspace says, then BPE on the
- * whole piece, or on each "▁"-led part with Metaspace's split. */
-static int sl_tok_spm_piece(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p,
-			    size_t pos, size_t end)
+/* What takes the text between added tokens of one pass. */
+typedef int (*sl_tok_between_fn)(const sl_tokenizer *t, struct sl_tok_work *w,
+				 const uint8_t *p, size_t pos, size_t end);
+
+/*
+ * Split p[pos, end) by the added tokens of one pass, leftmost match,
+ * longest at a tie: HF's first pass takes the tokens not "normalized" on
+ * the text as given, the second the normalized ones on each piece left
+ * after the normalizer.  between() gets the text around them; a token
+ * gives its id (or with w->pieces_only where it ends).  next[s] caches
+ * where token s occurs next (end + 1: nowhere further).
+ */
+static int sl_tok_split(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p,
+			size_t pos, size_t end, bool normalized, unsigned flags,
+			sl_tok_between_fn between)
 {
-	size_t n = end - pos, o = 0;
-	SL_TRY(sl_tok_grow((void **)&w->mark, &w->mark_cap, 3 * n + 3, 1));
-	bool lead = p[pos] == ' ' || (n >= 3 && memcmp(p + pos, SL_TOK_MARK, 3) == 0);
-	if (t->spm == SL_TOK_SPM_PREPEND || (t->spm == SL_TOK_SPM_META_ALWAYS && !lead) ||
-	    (t->spm == SL_TOK_SPM_META_FIRST && !lead && pos == 0)) {
+	size_t na = flags & SL_TOKENIZER_NO_SPECIAL ? 0 : t->n_added;
+	size_t *next = malloc((na + 1) * sizeof *next);
+	if (!next)
+		return sl_err(SL_ENOMEM, "tokenizer: out of memory");
+	for (size_t s = 0; s < na; s++) {
+		const uint8_t *q = NULL;
+		if (end > pos && t->added[s].normalized == normalized)
+			q = memmem(p + pos, end - pos, t->added[s].text, t->added[s].len);
+		next[s] = q ? (size_t)(q - p) : end + 1;
+	}
+	int rc = 0;
+	while (rc == 0 && pos < end) {
+		size_t best = end, best_len = 0;
+		ssize_t best_s = -1;
+		for (size_t s = 0; s < na; s++) {
+			if (next[s] < pos) {
+				const uint8_t *q = memmem(p + pos, end - pos, t->added[s].text,
+							  t->added[s].len);
+				next[s] = q ? (size_t)(q - p) : end + 1;
+			}
+			if (next[s] < best || (next[s] == best && best_s >= 0 &&
+					       t->added[s].len > best_len)) {
+				best = next[s];
+				best_len = t->added[s].len;
+				best_s = (ssize_t)s;
+			}
+		}
+		if (pos < best)
+			rc = between(t, w, p, pos, best);
+		if (rc == 0 && best_s >= 0)
+			rc = w->pieces_only ? sl_tok_push_end(w, best + best_len) :
+				sl_tok_push_id(w, t->added[best_s].id);
+		pos = best + best_len;
+	}
+	free(next);
+	return rc;
+}
+
+/* p[pos, end) with spaces as "▁" and, with lead, one "▁" in front, into
+ * w->mark; returns its length. */
+static int sl_tok_mark(struct sl_tok_work *w, const uint8_t *p, size_t pos, size_t end,
+		       bool lead, size_t *len)
+{
+	size_t o = 0;
+	SL_TRY(sl_tok_grow((void **)&w->mark, &w->mark_cap, 3 * (end - pos) + 3, 1));
+	if (lead) {
 		memcpy(w->mark, SL_TOK_MARK, 3);
 		o = 3;
 	}
@@ -51,8 +102,31 @@ static int sl_tok_spm_piece(const sl_tokenizer *t, struct sl_tok_work *w, const 
 			w->mark[o++] = (char)p[i];
 		}
 	}
+	*len = o;
+	return 0;
+}
+
+/* A SentencePiece-style word: BPE on the whole of it. */
+static int sl_tok_spm_word(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p,
+			   size_t pos, size_t end)
+{
+	return sl_tok_bpe(t, w, p + pos, end - pos);
+}
+
+/* A piece under the Metaspace pre-tokenizer: spaces become "▁", one "▁"
+ * goes in front unless there is one (prepend_scheme always, or first for
+ * the piece at the start of the text), then BPE on the whole or on each
+ * "▁"-led part (split). */
+static int sl_tok_meta_piece(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p,
+			     size_t pos, size_t end)
+{
+	bool has = p[pos] == ' ' || (end - pos >= 3 && memcmp(p + pos, SL_TOK_MARK, 3) == 0);
+	bool lead = !has && (t->spm == SL_TOK_SPM_META_ALWAYS ||
+			     (t->spm == SL_TOK_SPM_META_FIRST && pos == 0));
+	size_t o;
+	SL_TRY(sl_tok_mark(w, p, pos, end, lead, &o));
 	const uint8_t *q = (const uint8_t *)w->mark;
-	if (!t->meta_split || t->spm == SL_TOK_SPM_PREPEND)
+	if (!t->meta_split)
 		return sl_tok_bpe(t, w, q, o);
 	size_t s = 0;
 	for (size_t i = 3; i + 3 <= o; i++)
@@ -72,16 +146,41 @@ static size_t sl_tok_word_end(const sl_tokenizer *t, const uint8_t *p, size_t i,
 	return sl_tok_next_word_llama3(p, i, e, t->pretok == SL_TOK_PRE_QWEN2);
 }
 
-/* One piece of text between added tokens: normalized (NFC) if the
- * tokenizer says so, pre-tokenized and BPE'd; or with w->pieces_only the
- * ends of the pre-tokenizer's words in the text as given (no normalizer,
- * as HF's pre_tokenize_str), one for the whole piece when it is
- * SentencePiece-style. */
+/* Byte-level text after the normalizer: the regex's words, each BPE'd,
+ * or with w->pieces_only where each ends. */
+static int sl_tok_words(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p,
+			size_t pos, size_t end)
+{
+	while (pos < end) {
+		size_t j = sl_tok_word_end(t, p, pos, end);
+		SL_TRY(w->pieces_only ? sl_tok_push_end(w, j) : sl_tok_bpe(t, w, p + pos, j - pos));
+		pos = j;
+	}
+	return 0;
+}
+
+/*
+ * One piece of text between the first pass's added tokens: normalized
+ * (NFC; SentencePiece's "▁" marks), split by the normalized added tokens,
+ * then pre-tokenized and BPE'd.  With w->pieces_only: the pre-tokenizer's
+ * words in the text as given (no normalizer, as HF's pre_tokenize_str),
+ * one for the whole piece when it is SentencePiece-style.
+ */
 static int sl_tok_piece(const sl_tokenizer *t, struct sl_tok_work *w, const uint8_t *p,
 			size_t pos, size_t end)
 {
+	unsigned flags = w->flags;
+	if (t->pretok == SL_TOK_PRE_NONE && w->pieces_only)
+		return sl_tok_push_end(w, end);
+	if (t->spm == SL_TOK_SPM_PREPEND) {
+		size_t o;
+		SL_TRY(sl_tok_mark(w, p, pos, end, true, &o));
+		/* the second pass walks w->mark; BPE does not touch it */
+		return sl_tok_split(t, w, (const uint8_t *)w->mark, 0, o, true, flags,
+				    sl_tok_spm_word);
+	}
 	if (t->pretok == SL_TOK_PRE_NONE)
-		return w->pieces_only ? sl_tok_push_end(w, end) : sl_tok_spm_piece(t, w, p, pos, end);
+		return sl_tok_split(t, w, p, pos, end, true, flags, sl_tok_meta_piece);
 	char *norm = NULL;
 	size_t nl;
 	if (t->nfc && !w->pieces_only)
@@ -91,62 +190,18 @@ static int sl_tok_piece(const sl_tokenizer *t, struct sl_tok_work *w, const uint
 		pos = 0;
 		end = nl;
 	}
-	int rc = 0;
-	while (rc == 0 && pos < end) {
-		size_t j = sl_tok_word_end(t, p, pos, end);
-		rc = w->pieces_only ? sl_tok_push_end(w, j) : sl_tok_bpe(t, w, p + pos, j - pos);
-		pos = j;
-	}
+	int rc = sl_tok_split(t, w, p, pos, end, true, flags, sl_tok_words);
 	free(norm);
 	return rc;
 }
 
-/* Split out added tokens, pre-tokenize the rest, then BPE each word, or
- * with w->pieces_only record where each piece ends instead. */
+/* Split out the added tokens, normalize and pre-tokenize the rest, then
+ * BPE each word, or with w->pieces_only record where each piece ends. */
 static int sl_tok_process(const sl_tokenizer *t, const uint8_t *p, size_t len,
 			  unsigned flags, struct sl_tok_work *w)
 {
-	/* Added tokens: leftmost match, longest at a tie.  next[s] caches
-	 * where token s occurs next (len + 1: nowhere further). */
-	size_t na = flags & SL_TOKENIZER_NO_SPECIAL ? 0 : t->n_added;
-	size_t *next = malloc((na + 1) * sizeof *next);
-	if (!next)
-		return sl_err(SL_ENOMEM, "tokenizer: out of memory");
-	for (size_t s = 0; s < na; s++) {
-		const uint8_t *q = NULL;
-		if (len > 0)
-			q = memmem(p, len, t->added[s].text, t->added[s].len);
-		next[s] = q ? (size_t)(q - p) : len + 1;
-	}
-	int rc = 0;
-	size_t pos = 0;
-	while (rc == 0 && pos < len) {
-		size_t best = len, best_len = 0;
-		ssize_t best_s = -1;
-		for (size_t s = 0; s < na; s++) {
-			if (next[s] < pos) {
-				const uint8_t *q = memmem(p + pos, len - pos, t->added[s].text,
-							  t->added[s].len);
-				next[s] = q ? (size_t)(q - p) : len + 1;
-			}
-			if (next[s] < best || (next[s] == best && best_s >= 0 &&
-					       t->added[s].len > best_len)) {
-				best = next[s];
-				best_len = t->added[s].len;
-				best_s = (ssize_t)s;
-			}
-		}
-		/* Each piece between added tokens is a whole text to the
-		 * pre-tokenizer. */
-		if (pos < best)
-			rc = sl_tok_piece(t, w, p, pos, best);
-		if (rc == 0 && best_s >= 0)
-			rc = w->pieces_only ? sl_tok_push_end(w, best + best_len) :
-				sl_tok_push_id(w, t->added[best_s].id);
-		pos = best + best_len;
-	}
-	free(next);
-	return rc;
+	w->flags = flags;
+	return sl_tok_split(t, w, p, 0, len, false, flags, sl_tok_piece);
 }
 
 /* tokenizer.json tokenizers take text, i.e. UTF-8: HF cannot be given

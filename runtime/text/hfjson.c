@@ -268,7 +268,8 @@ static int sl_tok_parse_model(sl_tokenizer *t, const char *path, json_t *m, json
 }
 
 /* The added tokens: checked, then split out of text (all of them, special
- * or not, as HF does); the special ones are skipped by SKIP_SPECIAL. */
+ * or not, as HF does: the "normalized" ones from the normalized text); the
+ * special ones are skipped by SKIP_SPECIAL. */
 static int sl_tok_check_added(sl_tokenizer *t, const char *path, json_t *added)
 {
 	if (!added)
@@ -288,12 +289,6 @@ static int sl_tok_check_added(sl_tokenizer *t, const char *path, json_t *added)
 		    sl_tok_true(a, "rstrip"))
 			return sl_err(SL_EUNSUPPORTED, "%s: added token \"%.60s\": single_word, "
 				      "lstrip and rstrip are not supported", path,
-				      json_string_value(c));
-		/* normalized tokens are matched in normalized text; the same
-		 * text only when there is no normalizer */
-		if (sl_tok_true(a, "normalized") && (t->spm == SL_TOK_SPM_PREPEND || t->nfc))
-			return sl_err(SL_EUNSUPPORTED, "%s: added token \"%.60s\" is normalized "
-				      "and the normalizer changes text; not supported", path,
 				      json_string_value(c));
 	}
 	return 0;
@@ -389,6 +384,44 @@ static int sl_tok_parse_config(sl_tokenizer *t, const char *dir)
 	return rc;
 }
 
+/* Add an added token.  A "normalized" one is matched in the normalized
+ * text by its own content normalized (HF normalizes it with the same
+ * normalizer): "<s>" is looked for as "▁<s>" behind Prepend("▁"), and
+ * decodes as that, " <s>". */
+static int sl_tok_push_added(sl_tokenizer *t, const char *c, size_t cl, int32_t id,
+			     bool normalized)
+{
+	if (!normalized || (t->spm != SL_TOK_SPM_PREPEND && !t->nfc))
+		return sl_tok_added_push(t, c, cl, id, normalized);
+	char *m = NULL;
+	size_t ml = 0;
+	if (t->nfc) {
+		SL_TRY(sl_tok_nfc((const uint8_t *)c, cl, &m, &ml));
+		if (!m)
+			return sl_tok_added_push(t, c, cl, id, true);
+	} else {
+		m = malloc(3 * cl + 4);
+		if (!m)
+			return sl_err(SL_ENOMEM, "tokenizer: out of memory");
+		memcpy(m, SL_TOK_MARK, 3);
+		ml = 3;
+		for (size_t i = 0; i < cl; i++) {
+			if (c[i] == ' ') {
+				memcpy(m + ml, SL_TOK_MARK, 3);
+				ml += 3;
+			} else {
+				m[ml++] = c[i];
+			}
+		}
+	}
+	/* and it decodes as its normalized form: "<s>" as " <s>" */
+	int rc = sl_tok_added_push(t, m, ml, id, true);
+	if (rc == 0)
+		rc = sl_tok_set_raw(t, id, m, ml);
+	free(m);
+	return rc;
+}
+
 int sl_tok_load_hf(sl_tokenizer *t, const char *dir)
 {
 	char path[4200];
@@ -429,7 +462,8 @@ int sl_tok_load_hf(sl_tokenizer *t, const char *dir)
 		json_t *a = json_array_get(added, i);
 		json_t *c = json_object_get(a, "content");
 		int32_t id = (int32_t)json_integer_value(json_object_get(a, "id"));
-		rc = sl_tok_added_push(t, json_string_value(c), json_string_length(c), id);
+		rc = sl_tok_push_added(t, json_string_value(c), json_string_length(c), id,
+				       sl_tok_true(a, "normalized"));
 		if (sl_tok_true(a, "special"))
 			t->flags[id] |= SL_TOK_SPECIAL;
 	}

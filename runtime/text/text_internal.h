@@ -63,6 +63,7 @@ struct sl_tok_added {
 	char *text;
 	size_t len;
 	int32_t id;
+	bool normalized; /* matched in the normalized text (HF's second pass) */
 };
 
 struct sl_tok_entry {
@@ -81,6 +82,7 @@ struct sl_tokenizer {
 	struct sl_tok_entry *ent;      /* [n_ids] */
 	uint8_t *flags;                /* [n_ids] SL_TOK_PRESENT | SL_TOK_SPECIAL */
 	char *pool;
+	size_t pool_used, pool_cap;
 	int32_t *piece_hash;           /* open addressing, -1 empty */
 	size_t piece_mask;
 	struct sl_tok_merge *merges;   /* open addressing */
@@ -169,8 +171,14 @@ int sl_tok_merges_init(sl_tokenizer *t, const char *path, size_t n);
 int sl_tok_merge_add(sl_tokenizer *t, const char *path, const char *where, const char *a,
 		     size_t al, const char *b, size_t bl, int32_t rank);
 
+/* Make id decode as the given spelling would (a normalized added token
+ * decodes as its normalized form, as in HF), in room the vocabulary keeps
+ * for each added token. */
+int sl_tok_set_raw(sl_tokenizer *t, int32_t id, const char *spelling, size_t len);
+
 /* Append an added token (text copied). */
-int sl_tok_added_push(sl_tokenizer *t, const char *text, size_t len, int32_t id);
+int sl_tok_added_push(sl_tokenizer *t, const char *text, size_t len, int32_t id,
+		      bool normalized);
 
 /* Load DIR/tokenizer.json (hfjson.c) into t, freshly calloc'd. */
 int sl_tok_load_hf(sl_tokenizer *t, const char *dir);
@@ -246,6 +254,7 @@ struct sl_tok_work {
 	size_t buf_cap;
 	char *mark;       /* a SentencePiece-style piece with its "▁" marks */
 	size_t mark_cap;
+	unsigned flags;   /* the encode's SL_TOKENIZER_* flags */
 };
 
 /* Append id to w->ids. */

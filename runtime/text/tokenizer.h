@@ -1,9 +1,10 @@
 /*
- * tokenizer.h - the GPT-2 byte-level BPE tokenizer of Hugging Face OPT
- * checkpoints (vocab.json + merges.txt), matching the `tokenizers` library.
+ * tokenizer.h - a checkpoint's tokenizer, matching the `tokenizers`
+ * library: OPT's GPT-2 byte-level BPE (vocab.json + merges.txt), or a
+ * Hugging Face tokenizer.json of the LLaMA family (below).
  *
- * Encoding is what HF's OPT/GPT-2 tokenizer gives for
- * `tok(text, add_special_tokens=False)`:
+ * vocab.json + merges.txt.  Encoding is what HF's OPT/GPT-2 tokenizer
+ * gives for `tok(text, add_special_tokens=False)`:
  *   1. Special tokens are split out first: the literal strings "</s>" and
  *      "<pad>" anywhere in the text become their ids (leftmost-longest
  *      match, no stripping of neighbouring spaces), exactly as HF does for
@@ -27,11 +28,54 @@
  * SL_TOKENIZER_REPLACE_INVALID each maximal ill-formed subsequence is
  * first replaced by U+FFFD, giving exactly HF's ids for
  * tok(raw.decode("utf-8", errors="replace")).
- *
  * BOS: HF's OPT tokenizer prepends "</s>" (id 2) to every encoded text when
  * add_special_tokens=True (the default).  sl_tokenizer_encode never adds
  * it; pass SL_TOKENIZER_ADD_BOS to sl_tokenizer_encode_ex, or prepend
  * sl_tokenizer_bos_id() yourself.
+ *
+ * tokenizer.json, read instead of vocab.json + merges.txt when the folder
+ * has it (transformers' fast tokenizers do the same).  Two kinds, each
+ * recognised whole; any other normalizer, pre-tokenizer, model, decoder
+ * or post-processor is refused (SL_EUNSUPPORTED, one line naming the file
+ * and the part):
+ *   - byte-level BPE: pre_tokenizer Sequence[Split(Llama 3's or Qwen2's
+ *     regex, Isolated), ByteLevel(use_regex=false)] or ByteLevel(use_regex)
+ *     (GPT-2's regex, above); normalizer none or NFC (Qwen2); decoder
+ *     ByteLevel.  Llama 3's regex:
+ *       (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *        ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *     Qwen2's is the same with \p{N} for \p{N}{1,3}.  The patterns are
+ *     compared as strings and implemented by hand (pretok.c).
+ *   - SentencePiece-style BPE (Llama 2, Mistral): normalizer
+ *     Prepend("▁") + Replace(" ", "▁") with no pre-tokenizer (a piece
+ *     between added tokens is one word, "▁" put in front), or the
+ *     Metaspace pre-tokenizer (prepend_scheme always / first / never,
+ *     split or not); BPE over characters, a character not in the
+ *     vocabulary becoming its <0xNN> byte tokens (byte_fallback) or unk
+ *     (fuse_unk fusing a run); decoder Replace("▁", " ") [+ ByteFallback]
+ *     [+ Fuse [+ Strip(" ", n, 0)]], or Metaspace.
+ *   The BPE model's ignore_merges (Llama 3: a word in the vocabulary is one
+ *   token), unk_token, byte_fallback and fuse_unk are honoured; dropout,
+ *   continuing_subword_prefix and end_of_word_suffix refused.  Merges may
+ *   be "a b" strings or ["a", "b"] pairs.  Every added token (special or
+ *   not) is split out of the text first, leftmost-longest, as for OPT;
+ *   lstrip, rstrip and single_word are refused, as are normalized added
+ *   tokens beside a normalizer that changes text.  The special ones are
+ *   sl_tokenizer_is_special and dropped by SL_TOKENIZER_SKIP_SPECIAL.
+ *   SL_TOKENIZER_ADD_BOS adds what add_special_tokens=True adds: the
+ *   post_processor's TemplateProcessing "[BOS] $A [EOS]" (either optional;
+ *   other templates are refused), overridden by tokenizer_config.json's
+ *   add_bos_token / add_eos_token, whose bos_token, eos_token and pad_token
+ *   give the ids (as transformers' Llama tokenizer does).
+ *   The input must be UTF-8, as HF's is: an ill-formed byte is refused
+ *   (SL_EFORMAT naming the byte and its offset), unless
+ *   SL_TOKENIZER_REPLACE_INVALID replaces it by U+FFFD first.
+ *   Decoding follows the decoder: ByteLevel as for OPT; the
+ *   SentencePiece-style ones give "▁" as a space, a run of byte tokens as
+ *   its bytes when they are valid UTF-8 and else one U+FFFD per byte
+ *   (ByteFallback), and strip the decoded text's leading spaces (Strip; for
+ *   Metaspace, every "▁" of the first token).  sl_tokenizer_token_bytes
+ *   gives a token's bytes without that strip.
  *
  * Decoding concatenates each token's bytes (the inverse byte mapping of its
  * vocab string; special tokens give their text, e.g. "</s>"; an id with no
@@ -52,7 +96,8 @@
  * and live until sl_tokenizer_free.
  *
  * Errors: 0 or a negative SL_E* code with a message (sl_errmsg()) naming
- * the file and, for merges.txt, the line.
+ * the file and, for merges.txt, the line (for tokenizer.json, the merge's
+ * index or the part refused).
  *
  * The implementation is the text layer's parts in runtime/text/, one job
  * each (text_internal.h lists them).
@@ -68,8 +113,8 @@ typedef struct sl_tokenizer sl_tokenizer;
 
 /* Flags for sl_tokenizer_encode_ex. */
 enum {
-	SL_TOKENIZER_ADD_BOS = 1u << 0,    /* prepend bos "</s>" like HF OPT */
-	SL_TOKENIZER_NO_SPECIAL = 1u << 1, /* "</s>", "<pad>" in text are plain text */
+	SL_TOKENIZER_ADD_BOS = 1u << 0,    /* add_special_tokens: OPT's "</s>" */
+	SL_TOKENIZER_NO_SPECIAL = 1u << 1, /* added tokens in text are plain text */
 	SL_TOKENIZER_REPLACE_INVALID = 1u << 2, /* invalid UTF-8 -> U+FFFD first */
 };
 
@@ -80,7 +125,8 @@ enum {
 };
 
 /*
- * Read DIR/vocab.json and DIR/merges.txt.  A missing file gives
+ * Read DIR/tokenizer.json (with DIR/tokenizer_config.json if present), or
+ * else DIR/vocab.json and DIR/merges.txt.  A missing file gives
  * SL_ENOTFOUND, an unreadable one SL_EIO, bad contents SL_EFORMAT (bad
  * JSON, a non-integer or negative or duplicate id, ids >= 2^24, a merges
  * line that is not "A B", a merge token not in vocab.json).  As in HF,
@@ -94,7 +140,8 @@ void sl_tokenizer_free(sl_tokenizer *t); /* NULL ok */
 /*
  * Encode len bytes of text (need not be NUL-terminated; any bytes).  On
  * success *ids is a malloc'd array of *n ids (non-NULL even when *n == 0).
- * No BOS is added.  SL_EINVAL for NULL arguments, SL_ENOMEM.
+ * No BOS is added.  SL_EINVAL for NULL arguments, SL_ENOMEM, SL_EFORMAT for
+ * ill-formed UTF-8 given to a tokenizer.json tokenizer.
  */
 int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len,
 			int32_t **ids, size_t *n);
@@ -146,14 +193,16 @@ size_t sl_tokenizer_utf8_stable_len(const char *buf, size_t len);
  */
 int sl_tokenizer_utf8_repair(const char *in, size_t n, char **out, size_t *olen);
 
-/* One more than the largest id in vocab.json. */
+/* One more than the largest id in vocab.json (tokenizer.json: in the
+ * vocabulary or the added tokens). */
 int32_t sl_tokenizer_vocab_size(const sl_tokenizer *t);
 
 /* Id of a token spelled as in vocab.json (e.g. "Ġthe", "</s>"), or -1. */
 int32_t sl_tokenizer_token_id(const sl_tokenizer *t, const char *piece, size_t len);
 
 /* OPT's special ids: bos = eos = "</s>" (2), pad = "<pad>" (1); -1 if the
- * vocabulary lacks the token. */
+ * vocabulary lacks the token.  tokenizer.json: as its template and
+ * tokenizer_config.json say; -1 where they name none. */
 int32_t sl_tokenizer_bos_id(const sl_tokenizer *t);
 int32_t sl_tokenizer_eos_id(const sl_tokenizer *t);
 int32_t sl_tokenizer_pad_id(const sl_tokenizer *t);

@@ -208,7 +208,8 @@ int sl_tok_build_vocab(sl_tokenizer *t, const char *path, json_t *root, json_t *
 		const char *c = json_string_value(json_object_get(a, "content"));
 		SL_TRY(sl_tok_check_id(path, c, json_object_get(a, "id"), &id));
 		max_id = SL_MAX(max_id, id);
-		pool_len += 2 * strlen(c);
+		/* and room for the bytes of its normalized form (sl_tok_set_raw) */
+		pool_len += 2 * strlen(c) + 4 * strlen(c) + 8;
 	}
 	if (pool_len >= UINT32_MAX)
 		return sl_err(SL_EFORMAT, "%s: vocabulary too large", path);
@@ -251,6 +252,8 @@ int sl_tok_build_vocab(sl_tokenizer *t, const char *path, json_t *root, json_t *
 		SL_TRY(sl_tok_store(t, path, byte_of, c, cl, aid, &off));
 	}
 
+	t->pool_used = off;
+	t->pool_cap = pool_len;
 	for (int b = 0; b < 256; b++) {
 		t->byte_utf8_len[b] = (uint8_t)sl_utf8_put(cp_of[b], t->byte_utf8[b]);
 		t->byte_id[b] = t->byte_level ?
@@ -262,7 +265,28 @@ int sl_tok_build_vocab(sl_tokenizer *t, const char *path, json_t *root, json_t *
 	return 0;
 }
 
-int sl_tok_added_push(sl_tokenizer *t, const char *text, size_t len, int32_t id)
+int sl_tok_set_raw(sl_tokenizer *t, int32_t id, const char *spelling, size_t len)
+{
+	if (t->pool_used + len > t->pool_cap) /* the room sl_tok_build_vocab keeps */
+		return sl_err(SL_ENOMEM, "tokenizer: no room for the decoded bytes of id %d",
+			      (int)id);
+	uint32_t cp_of[256];
+	int16_t byte_of[324];
+	sl_tok_byte_map(cp_of);
+	memset(byte_of, 0xff, sizeof byte_of);
+	for (int b = 0; b < 256; b++)
+		byte_of[cp_of[b]] = (int16_t)b;
+	bool is_byte;
+	struct sl_tok_entry *e = &t->ent[id];
+	e->raw_off = (uint32_t)t->pool_used;
+	e->raw_len = (uint32_t)sl_tok_raw_of(t, byte_of, spelling, len, t->pool + t->pool_used,
+					     &is_byte);
+	t->pool_used += e->raw_len;
+	return 0;
+}
+
+int sl_tok_added_push(sl_tokenizer *t, const char *text, size_t len, int32_t id,
+		      bool normalized)
 {
 	struct sl_tok_added *na = realloc(t->added, (t->n_added + 1) * sizeof *na);
 	char *c = malloc(len + 1);
@@ -274,7 +298,7 @@ int sl_tok_added_push(sl_tokenizer *t, const char *text, size_t len, int32_t id)
 	}
 	memcpy(c, text, len);
 	c[len] = 0;
-	t->added[t->n_added++] = (struct sl_tok_added){ c, len, id };
+	t->added[t->n_added++] = (struct sl_tok_added){ c, len, id, normalized };
 	return 0;
 }
 
@@ -300,9 +324,9 @@ static int sl_tok_load_vocab(sl_tokenizer *t, const char *path)
 	t->pad_id = sl_tok_lookup2(t, "<pad>", 5, "", 0);
 	t->add_bos = true;
 	if (t->bos_id >= 0)
-		SL_TRY(sl_tok_added_push(t, "</s>", 4, t->bos_id));
+		SL_TRY(sl_tok_added_push(t, "</s>", 4, t->bos_id, false));
 	if (t->pad_id >= 0)
-		SL_TRY(sl_tok_added_push(t, "<pad>", 5, t->pad_id));
+		SL_TRY(sl_tok_added_push(t, "<pad>", 5, t->pad_id, false));
 	for (size_t i = 0; i < t->n_added; i++)
 		t->flags[t->added[i].id] |= SL_TOK_SPECIAL;
 	return 0;
