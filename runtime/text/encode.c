@@ -46,6 +46,10 @@ static int sl_tok_split(const sl_tokenizer *t, struct sl_tok_work *w, const uint
 			sl_tok_between_fn between)
 {
 	size_t na = flags & SL_TOKENIZER_NO_SPECIAL ? 0 : t->n_added;
+	if (t->n_added_norm == (normalized ? 0 : t->n_added)) /* none in this pass */
+		na = 0;
+	if (na == 0)
+		return pos < end ? between(t, w, p, pos, end) : 0;
 	size_t *next = malloc((na + 1) * sizeof *next);
 	if (!next)
 		return sl_err(SL_ENOMEM, "tokenizer: out of memory");

@@ -93,6 +93,7 @@ struct sl_tokenizer {
 	int32_t fallback_id[256];      /* byte fallback: id of "<0xNN>", -1 if none */
 	struct sl_tok_added *added;    /* split out first, leftmost-longest */
 	size_t n_added;
+	size_t n_added_norm;           /* how many of them are "normalized" */
 	int32_t bos_id, eos_id, pad_id; /* -1: none */
 	bool add_bos, add_eos;         /* what SL_TOKENIZER_ADD_BOS adds */
 	bool from_json;                /* tokenizer.json (strict UTF-8 input) */

@@ -299,6 +299,7 @@ int sl_tok_added_push(sl_tokenizer *t, const char *text, size_t len, int32_t id,
 	memcpy(c, text, len);
 	c[len] = 0;
 	t->added[t->n_added++] = (struct sl_tok_added){ c, len, id, normalized };
+	t->n_added_norm += normalized;
 	return 0;
 }
 
