@@ -507,7 +507,7 @@ int sl_job_generate(sl_model *m, const sl_tokenizer *tok, const sl_prompts *ps, 
 	memset(st, 0, sizeof *st);
 	if (o->nstop && !tok)
 		return sl_err(SL_EUNSUPPORTED,
-			      "--stop needs the model's tokenizer (vocab.json and merges.txt)");
+			      "--stop needs the model's tokenizer (tokenizer.json, or vocab.json and merges.txt)");
 	gen_job c = { .j = { .m = m, .ps = ps, .out = out, .o = o, .st = st }, .tok = tok };
 	return job_run(&c.j, &gen_kind);
 }

@@ -174,7 +174,7 @@ static int get_tokens(const char *path, int line, json_t *root, const char *ids_
 			return sl_err(SL_EFORMAT, "%s:%d: \"%s\" must be a string", path, line, text_key);
 		if (!o->tok)
 			return sl_err(SL_EUNSUPPORTED,
-				      "%s:%d: \"%s\" is text but the model has no tokenizer (vocab.json and merges.txt); give \"%s\" instead",
+				      "%s:%d: \"%s\" is text but the model has no tokenizer (tokenizer.json, or vocab.json and merges.txt); give \"%s\" instead",
 				      path, line, text_key, ids_key);
 		size_t cnt = 0;
 		int rc = sl_tokenizer_encode_ex(o->tok, json_string_value(text), json_string_length(text),

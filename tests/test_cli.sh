@@ -1436,5 +1436,47 @@ if [ -e "$tmp/ca-x2.out" ] || [ -e "$tmp/ca-x2.out.partial" ]; then bad "output 
 expect_exit "--policy auto with --batch max" 2 "--policy auto chooses the batch" -- bench "${ca[@]}" \
 	--policy auto --batch max --gpu-mem 1G
 
+# a model folder with a Hugging Face tokenizer.json (and no vocab.json):
+# text prompts are encoded with it and completions decoded with it (the
+# byte-level vocabulary read back here); opt-wide's 1000 ids stay within
+# the qwen2 fixture tokenizer's
+mkdir -p "$tmp/tokj"
+cp "$fx"/opt-wide/*.json "$fx"/opt-wide/*.safetensors "$tmp/tokj/"
+cp "$fx/tokenizer/hf/qwen2/tokenizer.json" "$tmp/tokj/"
+printf '{"id": "a", "prompt": "the"}\n{"id": "b", "prompt": "a"}\n' >"$tmp/tokj.jsonl"
+if "$sluice" generate --backend cpu --quiet --model "$tmp/tokj" --prompts "$tmp/tokj.jsonl" \
+	--out "$tmp/tokj.out" --max-new-tokens 5 2>"$tmp/stderr" &&
+	python3 - "$tmp/tokj/tokenizer.json" "$tmp/tokj.out" <<'PY'; then ok; else bad "tokenizer.json in the model folder: $(cat "$tmp/stderr")"; fi
+import json, sys
+v = {i: t for t, i in json.load(open(sys.argv[1], encoding="utf-8"))["model"]["vocab"].items()}
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b)
+        cs.append(256 + n)
+        n += 1
+byte = {chr(c): b for b, c in zip(bs, cs)}
+out = [json.loads(l) for l in open(sys.argv[2])]
+assert [o["id"] for o in out] == ["a", "b"], out
+for o in out:
+    assert len(o["output_ids"]) == 5, o
+    raw = bytes(byte[c] for i in o["output_ids"] for c in v[i])
+    assert o["completion"] == raw.decode("utf-8", errors="replace"), o
+PY
+# a text prompt the tokenizer gives an id beyond the model's vocabulary for
+printf '{"prompt": "<|im_end|>"}\n' >"$tmp/tokj-big.jsonl"
+expect_fail "tokenizer.json id beyond the model" "outside the model's vocabulary" "$tmp/tokj-big.out" -- \
+	generate --backend cpu --quiet --model "$tmp/tokj" --prompts "$tmp/tokj-big.jsonl" --out "$tmp/tokj-big.out"
+# a tokenizer.json sluice does not read stops the job before it starts
+python3 - "$tmp/tokj/tokenizer.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1], encoding="utf-8"))
+d["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\w+|\s+"
+json.dump(d, open(sys.argv[1], "w", encoding="utf-8"))
+PY
+expect_fail "unknown Split regex" "tokenizer.json: pre_tokenizer Split pattern \\w+|\\s+ is not one" "$tmp/tokj-bad.out" -- \
+	generate --backend cpu --quiet --model "$tmp/tokj" --prompts "$tmp/tokj.jsonl" --out "$tmp/tokj-bad.out"
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

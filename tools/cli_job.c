@@ -192,12 +192,11 @@ int run_job(const char *cmd, job_cli *j, bool score)
 	sl_opt_config cfg;
 	if ((rc = model_config(&j->co, &cfg)) < 0)
 		goto fail;
-	if (j->co.model_dir) {
-		char vpath[4096];
-		snprintf(vpath, sizeof vpath, "%s/vocab.json", j->co.model_dir);
-		if (access(vpath, F_OK) == 0 && (rc = sl_tokenizer_load(j->co.model_dir, &tok)) < 0)
-			goto fail;
-	}
+	/* the folder's tokenizer when it has one (tokenizer.h says which
+	 * file wins); without one, prompts must be input_ids */
+	if (j->co.model_dir && sl_tokenizer_present(j->co.model_dir) &&
+	    (rc = sl_tokenizer_load(j->co.model_dir, &tok)) < 0)
+		goto fail;
 	sl_read_opts ro = { .vocab = cfg.vocab, .tok = tok, .score = score,
 			    .skip_bad_lines = j->skip_bad };
 	if ((rc = sl_prompts_read(j->in, &ro, &ps)) < 0)

@@ -269,9 +269,7 @@ static int load_tokenizer(const common_opts *co, sl_tokenizer **tok)
 	*tok = NULL;
 	if (!co->model_dir)
 		return 0;
-	char vpath[4096];
-	snprintf(vpath, sizeof vpath, "%s/vocab.json", co->model_dir);
-	return access(vpath, F_OK) == 0 ? sl_tokenizer_load(co->model_dir, tok) : 0;
+	return sl_tokenizer_present(co->model_dir) ? sl_tokenizer_load(co->model_dir, tok) : 0;
 }
 
 /* ---- the calibration ----------------------------------------------------- */
