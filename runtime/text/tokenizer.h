@@ -58,10 +58,12 @@
  *   token), unk_token, byte_fallback and fuse_unk are honoured; dropout,
  *   continuing_subword_prefix and end_of_word_suffix refused.  Merges may
  *   be "a b" strings or ["a", "b"] pairs.  Every added token (special or
- *   not) is split out of the text first, leftmost-longest, as for OPT;
- *   lstrip, rstrip and single_word are refused, as are normalized added
- *   tokens beside a normalizer that changes text.  The special ones are
- *   sl_tokenizer_is_special and dropped by SL_TOKENIZER_SKIP_SPECIAL.
+ *   not) is split out of the text first, leftmost-longest, as for OPT; one
+ *   marked "normalized" is split out of each piece after the normalizer,
+ *   looked for as its own content normalized ("▁<s>" behind Prepend), and
+ *   decodes as that (" <s>"), as in HF.  lstrip, rstrip and single_word
+ *   are refused.  The special ones are sl_tokenizer_is_special and dropped
+ *   by SL_TOKENIZER_SKIP_SPECIAL.
  *   SL_TOKENIZER_ADD_BOS adds what add_special_tokens=True adds: the
  *   post_processor's TemplateProcessing "[BOS] $A [EOS]" (either optional;
  *   other templates are refused), overridden by tokenizer_config.json's
