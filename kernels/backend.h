@@ -42,6 +42,7 @@
 #define SL_BACKEND_H
 
 #include "sl_common.h"
+#include "sl_q4.h"
 
 #include <stdbool.h>
 
@@ -107,6 +108,17 @@ typedef struct sl_gemm_args {
  *   hidden) and attention runs over slots [0, len[b]] inclusive.  The
  *   caller advances len.
  *
+ * Compressed cache (kv_q4, compress_cache): each slot (one token of one
+ *   sequence, all nh heads) is a quantised (nh, hd) matrix in the layout of
+ *   common/sl_q4.h, sl_q4_bytes(nh, hd) bytes (sl_kv_slot_bytes): groups of
+ *   64 along head_dim per head (hd not a multiple of 64 pads its last
+ *   group), the codes of every head first, then their {mn16, scale16}.
+ *   Slot s of sequence b starts at byte (b * cap + s) * slot_bytes, so a
+ *   slot is still one self-contained byte range (H2O's moves, the tiers'
+ *   paging).  k_new and v_new are rounded to fp16 and quantised with
+ *   sl_q4_quantize_group when written; attention reads the dequantised
+ *   values, the new token's too.  kv_f32 and kv_q4 exclude each other.
+ *
  * score (optional): fp32 (nseq, nh, cap), head-major unlike the cache:
  *   slot s of sequence b, head h at (b * nh + h) * cap + s.  When given,
  *   the attention probability each query gives each cached slot is added
@@ -119,8 +131,10 @@ typedef struct sl_attn_args {
 	int cap; /* cache slots per sequence (each holds all nh heads) */
 	const float *q, *k_new, *v_new;
 	float *out;
-	void *k_cache, *v_cache; /* (nseq, cap, nh, hd): sl_half, or float where kv_f32 */
+	void *k_cache, *v_cache; /* (nseq, cap, nh, hd): sl_half, float where kv_f32,
+				  * sl_q4 slots where kv_q4 */
 	bool kv_f32;
+	bool kv_q4;
 	const int *npad; /* prefill: host (nseq) */
 	const int *len;  /* decode: host (nseq) */
 	float *score;    /* (optional) device (nseq, nh, cap) */
@@ -148,6 +162,10 @@ typedef struct sl_attn_args {
  *   scoring among the others; writes them to slots [0, kept) in position
  *   order; the evicted tokens' scores are added to evicted (optional).
  *
+ * With kv_q4 the caches and the scratch hold sl_q4 slots (sl_attn_args): a
+ *   (sequence, head) row moved is that head's codes and its {mn16,
+ *   scale16} pairs within the slot, copied as bytes.
+ *
  * evict (after a decode step): attn_decode wrote the new token to slot
  *   len[s] and added every slot's probability to score.  Sets pos[len[s]] =
  *   cur[s]; if the cache now holds B + 1 tokens, evicts the lowest-scoring
@@ -158,6 +176,7 @@ typedef struct sl_attn_args {
 typedef struct sl_h2o_args {
 	int nseq, nh, hd;
 	bool kv_f32;
+	bool kv_q4;
 	const void *k_src, *v_src; /* compact: scratch (nseq, cap_in, nh, hd) */
 	const float *score_src;    /* compact: (nseq, nh, cap_in) */
 	int cap_in;
@@ -240,6 +259,15 @@ int sl_rope_inv_freq(int hd, double theta, const sl_rope_scaling *s, float *inv_
 /* For backends: the shape checks of the rope op, one message for both
  * (who names the backend's op, e.g. "cuda rope"); 0 or SL_EINVAL. */
 int sl_rope_check(const char *who, const sl_rope_args *a);
+
+/* Bytes of one KV cache slot (one token, all nh heads): fp16, fp32, or a
+ * quantised (nh, hd) sl_q4 matrix. */
+static inline size_t sl_kv_slot_bytes(int nh, int hd, bool f32, bool q4)
+{
+	if (q4)
+		return sl_q4_bytes((size_t)nh, (size_t)hd);
+	return (size_t)nh * (size_t)hd * (f32 ? sizeof(float) : sizeof(sl_half));
+}
 
 /* What a backend says about the device it computes on. */
 typedef struct sl_device_info {

@@ -26,6 +26,7 @@
  * op, each file would repeat those helpers or need a header of its own.
  */
 #include "backend.h"
+#include "sl_q4.h"
 #include "cpu/cpu_backend.h"
 #include "sl_config.h"
 #include "sl_q4.h"
@@ -2124,6 +2125,382 @@ START_TEST(test_h2o_cache_layout)
 }
 END_TEST
 
+/* ---- attention and H2O over the compressed (4-bit) cache ------------------- */
+
+/*
+ * kv_q4: each cache slot is an sl_q4 (nh, hd) matrix (backend.h).  The
+ * reference is the plain path: the token's k (all heads) rounded to fp16
+ * by the test's own ref_f2h, quantised with sl_q4_quantize_matrix, the
+ * slot's bytes compared whole; attention over sl_q4_dequantize_matrix's
+ * values in fp64.  hd 100 pads its second group; hd 1 is a single-element
+ * group (scale 0, codes 0); the first real token's head 0 is constant (an
+ * equal group).
+ */
+static const int q4_nseq[] = { 1, 3 }, q4_nh[] = { 1, 3 }, q4_hd[] = { 1, 64, 100, 128 },
+		 q4_t[] = { 1, 5, 33 };
+#define Q4_PREFILL_CASES 96 /* 2 nseq x 2 nh x 4 hd x 3 t x 2 score */
+#define Q4_DECODE_CASES 32
+
+static attn_case q4_case_of(int i, bool prefill)
+{
+	attn_case c = { .f32 = false };
+	c.score = i & 1;
+	i >>= 1;
+	c.t = 1;
+	if (prefill) {
+		c.t = q4_t[i % 3];
+		i /= 3;
+	}
+	c.hd = q4_hd[i % 4];
+	i /= 4;
+	c.nh = q4_nh[i % 2];
+	c.nseq = q4_nseq[i / 2];
+	return c;
+}
+
+/* The slot bytes a token's fp32 row (hidden values) must become, and the
+ * values attention must read (nh rows of hd). */
+static void q4_ref_slot(const float *row, int nh, int hd, uint8_t *slot, double *deq)
+{
+	const size_t n = (size_t)nh * hd;
+	sl_half *h = xmalloc(sizeof(sl_half) * n);
+	float *f = xmalloc(sizeof(float) * n);
+	for (size_t i = 0; i < n; i++)
+		h[i] = ref_f2h(row[i]);
+	sl_q4_quantize_matrix(h, (size_t)nh, (size_t)hd, slot);
+	sl_q4_dequantize_matrix(slot, (size_t)nh, (size_t)hd, f);
+	for (size_t i = 0; i < n; i++)
+		deq[i] = f[i];
+	free(h);
+	free(f);
+}
+
+static void q4_attn_check(sl_backend *b, sl_queue *q, const attn_case *c, int mode, bool prefill,
+			  uint64_t seed)
+{
+	const int nseq = c->nseq, nh = c->nh, hd = c->hd, t = c->t, hidden = nh * hd;
+	static const int pats[4][3] = { { 0, 1, 2 }, { 2, 0, 1 }, { 1, 2, 0 }, { 0, 0, 0 } };
+	static const int lens[4][3] = { { 0, 0, 0 }, { 3, 8, 0 }, { 39, 17, 0 }, { 5, 0, 2 } };
+	int npad[3], len[3];
+	int cap = 0;
+	for (int s = 0; s < nseq; s++) {
+		npad[s] = SL_MIN(pats[mode][s % 3], t - 1 < 0 ? 0 : t - 1);
+		if (mode == 3 && s == 1 && prefill)
+			npad[s] = t; /* a sequence all padding */
+		len[s] = lens[mode][s % 3];
+		cap = SL_MAX(cap, prefill ? t + mode : len[s] + 1 + mode);
+	}
+	rng r = rng_seed(seed);
+	const int rows = prefill ? t : 1; /* new rows per sequence */
+	const size_t nact = (size_t)nseq * rows * hidden, sb = sl_q4_bytes((size_t)nh, (size_t)hd);
+	const size_t ncache = (size_t)nseq * cap * sb, nscore = (size_t)nseq * nh * cap;
+	float *qv = xmalloc(sizeof(float) * nact), *kn = xmalloc(sizeof(float) * nact);
+	float *vn = xmalloc(sizeof(float) * nact), *out = xmalloc(sizeof(float) * nact);
+	uint8_t *kc = xmalloc(ncache), *vc = xmalloc(ncache);
+	uint8_t *kw = xmalloc(ncache), *vw = xmalloc(ncache); /* the reference bytes */
+	double *K = xmalloc(sizeof(double) * (size_t)nseq * cap * hidden);
+	double *V = xmalloc(sizeof(double) * (size_t)nseq * cap * hidden);
+	float *score = c->score ? xmalloc(sizeof(float) * nscore) : NULL;
+	float *score0 = xmalloc(sizeof(float) * nscore);
+	const float qs = (float)(1.0 / sqrt(hd));
+	memset(kc, 0xa5, ncache);
+	memset(vc, 0x5a, ncache);
+	for (size_t i = 0; i < nact; i++) {
+		qv[i] = rng_unif(&r) * qs;
+		kn[i] = 2.0f * rng_unif(&r);
+		vn[i] = rng_unif(&r) + 0.5f;
+		out[i] = bitsf(POISON_F32);
+	}
+	float *tmp = xmalloc(sizeof(float) * (size_t)hidden);
+	for (int s = 0; s < nseq; s++) {
+		if (prefill) { /* the first real row's head 0 is constant */
+			const int np = npad[s];
+			if (np < t)
+				for (int d = 0; d < hd; d++)
+					kn[((size_t)s * t + np) * hidden + d] = 0.3f;
+			for (int i = 0; i < np; i++) /* padding: garbage never to be used */
+				for (int e = 0; e < hidden; e++) {
+					const size_t o = ((size_t)s * t + i) * hidden + e;
+					kn[o] = 70.0f + rng_unif(&r);
+					vn[o] = 90.0f + rng_unif(&r);
+				}
+		} else { /* slots [0, len) hold earlier tokens, quantised */
+			for (int j = 0; j < len[s]; j++) {
+				const size_t so = ((size_t)s * cap + j) * sb;
+				for (int e = 0; e < hidden; e++)
+					tmp[e] = rng_unif(&r);
+				q4_ref_slot(tmp, nh, hd, kc + so, K + ((size_t)s * cap + j) * hidden);
+				for (int e = 0; e < hidden; e++)
+					tmp[e] = rng_unif(&r);
+				q4_ref_slot(tmp, nh, hd, vc + so, V + ((size_t)s * cap + j) * hidden);
+			}
+		}
+	}
+	free(tmp);
+	memcpy(kw, kc, ncache);
+	memcpy(vw, vc, ncache);
+	for (int s = 0; s < nseq; s++) {
+		const int first = prefill ? 0 : len[s], nr = prefill ? t - npad[s] : 1;
+		for (int i = 0; i < nr; i++) {
+			const size_t src = ((size_t)s * rows + (prefill ? npad[s] + i : 0)) * hidden;
+			const size_t j = (size_t)s * cap + first + i;
+			q4_ref_slot(kn + src, nh, hd, kw + j * sb, K + j * hidden);
+			q4_ref_slot(vn + src, nh, hd, vw + j * sb, V + j * hidden);
+		}
+	}
+	for (size_t i = 0; i < nscore; i++)
+		score0[i] = 1.0f + 0.25f * (float)(i % 7);
+	if (score)
+		memcpy(score, score0, sizeof(float) * nscore);
+
+	sl_attn_args a = { .nseq = nseq, .nh = nh, .hd = hd, .t = rows, .cap = cap, .q = qv,
+			   .k_new = kn, .v_new = vn, .out = out, .k_cache = kc, .v_cache = vc,
+			   .kv_q4 = true, .npad = prefill ? npad : NULL, .len = prefill ? NULL : len,
+			   .score = score };
+	int rc = prefill ? b->ops->attn_prefill(b, q, &a) : b->ops->attn_decode(b, q, &a);
+	ck_assert_msg(rc == 0, "q4 attn: rc %d (%s)", rc, sl_errmsg());
+
+#define Q4_CTX "q4 %s nseq=%d nh=%d hd=%d t=%d cap=%d score=%d mode=%d seq %d: "
+#define Q4_ARGS prefill ? "prefill" : "decode", nseq, nh, hd, t, cap, c->score, mode, s
+	/* (1) the cache: every written slot holds the reference bytes, every
+	 * other slot is untouched */
+	for (int s = 0; s < nseq; s++)
+		for (int j = 0; j < cap; j++) {
+			const size_t o = ((size_t)s * cap + j) * sb;
+			FAIL_IF(memcmp(kc + o, kw + o, sb) || memcmp(vc + o, vw + o, sb),
+				Q4_CTX "slot %d holds other bytes than the reference's", Q4_ARGS, j);
+		}
+	/* (2) attention over the dequantised values; (3) the scores */
+	const int kmax = prefill ? t : cap;
+	double *p = xmalloc(sizeof(double) * (size_t)kmax), *colsum = xmalloc(sizeof(double) * (size_t)kmax);
+	double *o = xmalloc(sizeof(double) * (size_t)hd), *tol = xmalloc(sizeof(double) * (size_t)hd);
+	double *Kh = xmalloc(sizeof(double) * (size_t)kmax * hd), *Vh = xmalloc(sizeof(double) * (size_t)kmax * hd);
+	for (int s = 0; s < nseq; s++)
+		for (int h = 0; h < nh; h++) {
+			const int np = prefill ? npad[s] : 0, nq = prefill ? t - np : 1;
+			const int nk = prefill ? nq : len[s] + 1;
+			for (int j = 0; j < nk; j++)
+				for (int d = 0; d < hd; d++) {
+					const size_t e = ((size_t)s * cap + j) * hidden + (size_t)h * hd + d;
+					Kh[(size_t)j * hd + d] = K[e];
+					Vh[(size_t)j * hd + d] = V[e];
+				}
+			for (int j = 0; j < nk; j++)
+				colsum[j] = 0;
+			for (int i = 0; i < np; i++)
+				for (int d = 0; d < hd; d++)
+					FAIL_IF(out[((size_t)s * t + i) * hidden + (size_t)h * hd + d] != 0.0f,
+						Q4_CTX "padding row %d not zero", Q4_ARGS, i);
+			for (int i = 0; i < nq; i++) {
+				const size_t row = ((size_t)s * rows + np + i) * hidden + (size_t)h * hd;
+				ref_attend(qv + row, Kh, Vh, prefill ? i + 1 : nk, hd, p, o, tol);
+				for (int j = 0; j < (prefill ? i + 1 : nk); j++)
+					colsum[j] += p[j];
+				for (int d = 0; d < hd; d++)
+					FAIL_IF(!(fabs(out[row + d] - o[d]) <= tol[d]),
+						Q4_CTX "head %d row %d out[%d] = %.9g, want %.9g (tol %.3g)",
+						Q4_ARGS, h, i, d, (double)out[row + d], o[d], tol[d]);
+			}
+			if (!score)
+				continue;
+			for (int j = 0; j < cap; j++) {
+				const size_t si = (size_t)(s * nh + h) * cap + j;
+				const double want = j < nk ? score0[si] + colsum[j] : score0[si];
+				FAIL_IF(!(fabs(score[si] - want) <= 1e-5 * want),
+					Q4_CTX "head %d score slot %d = %.9g, want %.9g", Q4_ARGS, h, j,
+					(double)score[si], want);
+			}
+		}
+#undef Q4_CTX
+#undef Q4_ARGS
+	free(qv);
+	free(kn);
+	free(vn);
+	free(out);
+	free(kc);
+	free(vc);
+	free(kw);
+	free(vw);
+	free(K);
+	free(V);
+	free(score);
+	free(score0);
+	free(p);
+	free(colsum);
+	free(o);
+	free(tol);
+	free(Kh);
+	free(Vh);
+}
+
+START_TEST(test_attn_q4_prefill)
+{
+	const attn_case c = q4_case_of(_i, true);
+	for (int mode = 0; mode < 4; mode++)
+		q4_attn_check(be, qu, &c, mode, true, 9000 + 4 * (uint64_t)_i + mode);
+}
+END_TEST
+
+START_TEST(test_attn_q4_decode)
+{
+	const attn_case c = q4_case_of(_i, false);
+	for (int mode = 0; mode < 4; mode++)
+		q4_attn_check(be, qu, &c, mode, false, 9500 + 4 * (uint64_t)_i + mode);
+}
+END_TEST
+
+/* kv_f32 and kv_q4 together are refused. */
+START_TEST(test_attn_q4_f32_refused)
+{
+	float x[4] = { 0 }, o[4];
+	uint8_t kc[2 * 36], vc[2 * 36];
+	int npad[1] = { 0 }, len[1] = { 0 };
+	sl_attn_args a = { .nseq = 1, .nh = 1, .hd = 4, .t = 1, .cap = 2, .q = x, .k_new = x,
+			   .v_new = x, .out = o, .k_cache = kc, .v_cache = vc, .kv_f32 = true,
+			   .kv_q4 = true, .npad = npad, .len = len };
+	ck_assert_int_eq(be->ops->attn_prefill(be, qu, &a), SL_EINVAL);
+	ck_assert_int_eq(be->ops->attn_decode(be, qu, &a), SL_EINVAL);
+}
+END_TEST
+
+/*
+ * H2O on compressed slots against the reference path: the same op on an
+ * fp16 cache with the same scores (its behaviour pinned down by
+ * test_h2o_cache_layout and test_h2o).  pos, score and evicted must be
+ * identical, and every kept (slot, head) of the compressed cache must hold
+ * the bytes (that head's codes and {mn16, scale16}) of the token its pos
+ * names: for compact the scratch's slot pos, for evict the slot that held
+ * that position before (the new token: slot len).
+ */
+static void q4_head_bytes(const uint8_t *slot, int nh, int hd, int h, uint8_t *out)
+{
+	const size_t ng = sl_q4_groups((size_t)hd), cb = ng * SL_Q4_CODE_BYTES,
+		     mb = ng * SL_Q4_META_BYTES;
+	memcpy(out, slot + (size_t)h * cb, cb);
+	memcpy(out + cb, slot + (size_t)nh * cb + (size_t)h * mb, mb);
+}
+
+START_TEST(test_h2o_q4)
+{
+	static const int hds[] = { 8, 64, 100 };
+	const int nseq = 3, nh = 1 + _i % 3, hd = hds[_i / 3 % 3], cap_in = 20;
+	const int H = 3, R = 2, cap = H + R + 1;
+	rng r = rng_seed(9900 + (uint64_t)_i);
+	const size_t sb = sl_q4_bytes((size_t)nh, (size_t)hd);
+	const size_t hb = sl_q4_groups((size_t)hd) * (SL_Q4_CODE_BYTES + SL_Q4_META_BYTES);
+	const size_t hidden = (size_t)nh * hd, nsc_in = (size_t)nseq * nh * cap_in,
+		     nsc = (size_t)nseq * nh * cap;
+	uint8_t *ks = xmalloc((size_t)nseq * cap_in * sb), *vs = xmalloc((size_t)nseq * cap_in * sb);
+	uint8_t *kc = xmalloc((size_t)nseq * cap * sb), *vc = xmalloc((size_t)nseq * cap * sb);
+	sl_half *hs = xmalloc(sizeof(sl_half) * (size_t)nseq * cap_in * hidden);
+	sl_half *hc = xmalloc(sizeof(sl_half) * (size_t)nseq * cap * hidden);
+	float *ssrc = xmalloc(sizeof(float) * nsc_in), *row = xmalloc(sizeof(float) * hidden);
+	double *deq = xmalloc(sizeof(double) * hidden);
+	for (size_t j = 0; j < (size_t)nseq * cap_in; j++) {
+		for (size_t e = 0; e < hidden; e++)
+			row[e] = rng_unif(&r);
+		q4_ref_slot(row, nh, hd, ks + j * sb, deq);
+		for (size_t e = 0; e < hidden; e++)
+			row[e] = rng_unif(&r);
+		q4_ref_slot(row, nh, hd, vs + j * sb, deq);
+		for (size_t e = 0; e < hidden; e++)
+			hs[j * hidden + e] = (sl_half)rng_u32(&r);
+	}
+	for (size_t i = 0; i < nsc_in; i++)
+		ssrc[i] = (float)rng_int(&r, 6) * 0.25f; /* ties */
+	float sc_q[18 * 3], sc_h[18 * 3], ev_q[9] = { 0 }, ev_h[9] = { 0 };
+	int32_t pos_q[18 * 3], pos_h[18 * 3];
+	memset(kc, 0xa5, (size_t)nseq * cap * sb);
+	memset(vc, 0xa5, (size_t)nseq * cap * sb);
+	int n[3] = { 4, 20, 9 }, heavy[3] = { H, H, H }, recent[3] = { R, R, R };
+	sl_h2o_args a = { .nseq = nseq, .nh = nh, .hd = hd, .kv_q4 = true, .k_src = ks, .v_src = vs,
+			  .score_src = ssrc, .cap_in = cap_in, .k_cache = kc, .v_cache = vc,
+			  .score = sc_q, .pos = pos_q, .cap = cap, .n = n, .heavy = heavy,
+			  .recent = recent, .evicted = ev_q };
+	sl_h2o_args ah = a;
+	ah.kv_q4 = false;
+	ah.k_src = ah.v_src = hs;
+	ah.k_cache = ah.v_cache = hc;
+	ah.score = sc_h;
+	ah.pos = pos_h;
+	ah.evicted = ev_h;
+	ck_assert_int_eq(be->ops->h2o_compact(be, qu, &a), 0);
+	ck_assert_int_eq(be->ops->h2o_compact(be, qu, &ah), 0);
+	ck_assert(!memcmp(pos_q, pos_h, sizeof(int32_t) * nsc));
+	ck_assert(!memcmp(sc_q, sc_h, sizeof(float) * nsc));
+	ck_assert(!memcmp(ev_q, ev_h, sizeof(float) * (size_t)nseq * nh));
+	uint8_t *got = xmalloc(hb), *want = xmalloc(hb);
+	for (int s = 0; s < nseq; s++)
+		for (int h = 0; h < nh; h++)
+			for (int j = 0; j < SL_MIN(n[s], H + R); j++) {
+				const int p = pos_q[(s * nh + h) * cap + j];
+				ck_assert(p >= 0 && p < n[s]);
+				for (int kv = 0; kv < 2; kv++) {
+					q4_head_bytes((kv ? vc : kc) + ((size_t)s * cap + j) * sb, nh, hd, h, got);
+					q4_head_bytes((kv ? vs : ks) + ((size_t)s * cap_in + p) * sb, nh, hd, h, want);
+					FAIL_IF(memcmp(got, want, hb), "h2o_compact q4 nh=%d hd=%d: seq %d head %d slot %d is not token %d",
+						nh, hd, s, h, j, p);
+				}
+			}
+
+	/* evict: the new token in slot len (all heads), fresh scores */
+	int len[3], cur[3];
+	uint8_t *before_k = xmalloc((size_t)nseq * cap * sb), *before_v = xmalloc((size_t)nseq * cap * sb);
+	int32_t pos_before[18 * 3];
+	for (int s = 0; s < nseq; s++) {
+		len[s] = SL_MIN(n[s], H + R);
+		cur[s] = n[s];
+		for (size_t e = 0; e < hidden; e++)
+			row[e] = rng_unif(&r);
+		q4_ref_slot(row, nh, hd, kc + ((size_t)s * cap + len[s]) * sb, deq);
+		q4_ref_slot(row, nh, hd, vc + ((size_t)s * cap + len[s]) * sb, deq);
+	}
+	for (size_t i = 0; i < nsc; i++)
+		sc_q[i] = sc_h[i] = (float)rng_int(&r, 4) * 0.5f;
+	memcpy(before_k, kc, (size_t)nseq * cap * sb);
+	memcpy(before_v, vc, (size_t)nseq * cap * sb);
+	memcpy(pos_before, pos_q, sizeof pos_before);
+	a.len = ah.len = len;
+	a.cur = ah.cur = cur;
+	ck_assert_int_eq(be->ops->h2o_evict(be, qu, &a), 0);
+	ck_assert_int_eq(be->ops->h2o_evict(be, qu, &ah), 0);
+	ck_assert(!memcmp(pos_q, pos_h, sizeof(int32_t) * nsc));
+	ck_assert(!memcmp(sc_q, sc_h, sizeof(float) * nsc));
+	ck_assert(!memcmp(ev_q, ev_h, sizeof(float) * (size_t)nseq * nh));
+	for (int s = 0; s < nseq; s++)
+		for (int h = 0; h < nh; h++)
+			for (int j = 0; j < cap; j++) {
+				const int p = pos_q[(s * nh + h) * cap + j];
+				if (p < 0)
+					continue;
+				int from = p == cur[s] ? len[s] : -1;
+				for (int k = 0; k < len[s] && from < 0; k++)
+					if (pos_before[(s * nh + h) * cap + k] == p)
+						from = k;
+				ck_assert(from >= 0);
+				for (int kv = 0; kv < 2; kv++) {
+					q4_head_bytes((kv ? vc : kc) + ((size_t)s * cap + j) * sb, nh, hd, h, got);
+					q4_head_bytes((kv ? before_v : before_k) + ((size_t)s * cap + from) * sb, nh, hd, h, want);
+					FAIL_IF(memcmp(got, want, hb), "h2o_evict q4 nh=%d hd=%d: seq %d head %d slot %d is not position %d",
+						nh, hd, s, h, j, p);
+				}
+			}
+	free(ks);
+	free(vs);
+	free(kc);
+	free(vc);
+	free(hs);
+	free(hc);
+	free(ssrc);
+	free(row);
+	free(deq);
+	free(got);
+	free(want);
+	free(before_k);
+	free(before_v);
+}
+END_TEST
+
 /* ---- argmax ------------------------------------------------------------------ */
 
 static const int am_rows[] = { 1, 4, 37 };
@@ -2345,6 +2722,10 @@ int main(int argc, char **argv)
 	tcase_add_loop_test(tc, test_attn_bad_args, 0, (int)SL_ARRAY_LEN(attn_bad_cases));
 	tcase_add_loop_test(tc, test_attn_cache_layout, 0, 4);
 	tcase_add_loop_test(tc, test_h2o_cache_layout, 0, 4);
+	tcase_add_loop_test(tc, test_attn_q4_prefill, 0, Q4_PREFILL_CASES);
+	tcase_add_loop_test(tc, test_attn_q4_decode, 0, Q4_DECODE_CASES);
+	tcase_add_test(tc, test_attn_q4_f32_refused);
+	tcase_add_loop_test(tc, test_h2o_q4, 0, 9);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("backend");

@@ -4,6 +4,8 @@
  * (sequence, head).  The specification is in backend.h.  K and V rows are
  * token-major (nseq, cap, nh, hd); score and pos are head-major (nseq, nh,
  * cap), so a task's scores are contiguous and its rows are hidden apart.
+ * A compressed cache (kv_q4) moves a head's codes and metadata within the
+ * slots instead (copy_row).
  */
 #include "cpu_internal.h"
 
@@ -23,6 +25,19 @@ static size_t kv_row(int nh, int cap, int task, int j)
 static void copy_row(const sl_h2o_args *a, void *dst, size_t dst_row, const void *src,
 		     size_t src_row)
 {
+	if (a->kv_q4) {
+		/* row (slot * nh + h): head h's codes and its {mn16, scale16}
+		 * pairs within the slot's sl_q4 (nh, hd) matrix */
+		const size_t nh = (size_t)a->nh, ng = sl_q4_groups((size_t)a->hd);
+		const size_t sb = sl_q4_bytes(nh, (size_t)a->hd), cb = ng * SL_Q4_CODE_BYTES,
+			     mb = ng * SL_Q4_META_BYTES;
+		char *d = (char *)dst + dst_row / nh * sb;
+		const char *sp = (const char *)src + src_row / nh * sb;
+		const size_t dh = dst_row % nh, sh = src_row % nh;
+		memmove(d + dh * cb, sp + sh * cb, cb);
+		memmove(d + nh * cb + dh * mb, sp + nh * cb + sh * mb, mb);
+		return;
+	}
 	const size_t es = a->kv_f32 ? 4 : 2, row = (size_t)a->hd * es;
 	memmove((char *)dst + dst_row * row, (const char *)src + src_row * row, row);
 }

@@ -1,6 +1,7 @@
 /*
  * cpu_ops.c - layernorm, embedding, attention (prefill and decode over the
- * fp16 KV cache, with optional H2O score accumulation) and argmax on the CPU.
+ * KV cache: fp16, fp32 or 4-bit sl_q4 slots, with optional H2O score
+ * accumulation) and argmax on the CPU.
  * Threads split work over rows or over (sequence, head) pairs.  The cache is
  * token-major (backend.h): a (sequence, head)'s slots are hidden apart.
  */
@@ -110,37 +111,83 @@ static int attn_workspace(sl_backend *b, int rows, int hd)
 	return 0;
 }
 
-/* Cache slot access for either cache dtype. */
-static void store_slot(const sl_attn_args *a, void *cache, size_t slot_off, const float *src)
+/* Element offset of slot 0 of sequence s, head h in a token-major fp16 or
+ * fp32 cache (nseq, cap, nh, hd); slot j is j * hidden further on. */
+static size_t cache_base(const sl_attn_args *a, int s, int h)
 {
+	return ((size_t)s * a->cap * a->nh + (size_t)h) * a->hd;
+}
+
+/* The quantised slot j of sequence s (kv_q4): an (nh, hd) sl_q4 matrix. */
+static uint8_t *q4_slot(const sl_attn_args *a, const void *cache, int s, int j)
+{
+	const size_t sb = sl_q4_bytes((size_t)a->nh, (size_t)a->hd);
+	return (uint8_t *)cache + ((size_t)s * a->cap + (size_t)j) * sb;
+}
+
+/* Head h's row of slot j of sequence s from hd fp32 values: rounded to the
+ * cache dtype, or to fp16 and quantised group by group (kv_q4). */
+static void store_slot(const sl_attn_args *a, void *cache, int s, int j, int h, const float *src)
+{
+	const int hd = a->hd;
+	if (a->kv_q4) {
+		const size_t ng = sl_q4_groups((size_t)hd);
+		uint8_t *slot = q4_slot(a, cache, s, j);
+		sl_half *meta = sl_q4_meta(slot, (size_t)a->nh, (size_t)hd);
+		sl_half x[SL_Q4_GROUP];
+		for (size_t g = 0; g < ng; g++) {
+			const int c0 = (int)g * SL_Q4_GROUP, n = SL_MIN(SL_Q4_GROUP, hd - c0);
+			const size_t k = (size_t)h * ng + g;
+			for (int i = 0; i < n; i++)
+				x[i] = sl_float_to_half(src[c0 + i]);
+			sl_q4_quantize_group(x, n, slot + k * SL_Q4_CODE_BYTES, &meta[2 * k],
+					     &meta[2 * k + 1]);
+		}
+		return;
+	}
+	const size_t off = cache_base(a, s, h) + (size_t)j * a->nh * hd;
 	if (a->kv_f32) {
-		memcpy((float *)cache + slot_off, src, sizeof(float) * (size_t)a->hd);
+		memcpy((float *)cache + off, src, sizeof(float) * (size_t)hd);
 	} else {
-		sl_half *dst = (sl_half *)cache + slot_off;
-		for (int d = 0; d < a->hd; d++)
+		sl_half *dst = (sl_half *)cache + off;
+		for (int d = 0; d < hd; d++)
 			dst[d] = sl_float_to_half(src[d]);
 	}
 }
 
-/* rows slots of one (sequence, head) from off, stride hidden in the
- * token-major cache, to dst as packed rows of hd */
-static void load_slots(const sl_attn_args *a, const void *cache, size_t off, int rows, float *dst,
-		       int simd)
+/* rows slots [j0, j0 + rows) of sequence s, head h to dst as packed fp32
+ * rows of hd: the cache's values, dequantised where kv_q4 */
+static void load_slots(const sl_attn_args *a, const void *cache, int s, int j0, int h, int rows,
+		       float *dst, int simd)
 {
 	const size_t hd = (size_t)a->hd, stride = (size_t)a->nh * hd;
+	if (a->kv_q4) {
+		const size_t ng = sl_q4_groups(hd);
+		for (int j = 0; j < rows; j++, dst += hd) {
+			const uint8_t *slot = q4_slot(a, cache, s, j0 + j);
+			const sl_half *meta = sl_q4_meta((void *)slot, (size_t)a->nh, hd);
+			for (size_t g = 0; g < ng; g++) {
+				const size_t k = (size_t)h * ng + g;
+				const uint8_t *codes = slot + k * SL_Q4_CODE_BYTES;
+				/* the group's 16 values, each exactly sl_q4_value's */
+				float lut[16];
+				for (unsigned q = 0; q < 16; q++)
+					lut[q] = sl_q4_value(q, meta[2 * k], meta[2 * k + 1]);
+				const size_t c0 = g * SL_Q4_GROUP;
+				const size_t n = SL_MIN((size_t)SL_Q4_GROUP, hd - c0);
+				for (size_t i = 0; i < n; i++)
+					dst[c0 + i] = lut[sl_q4_code(codes, (int)i)];
+			}
+		}
+		return;
+	}
+	size_t off = cache_base(a, s, h) + (size_t)j0 * stride;
 	for (int j = 0; j < rows; j++, off += stride, dst += hd) {
 		if (a->kv_f32)
 			memcpy(dst, (const float *)cache + off, hd * sizeof(float));
 		else
 			sl_cpu_half_to_float((const sl_half *)cache + off, dst, hd, simd);
 	}
-}
-
-/* Element offset of slot 0 of sequence s, head h in a token-major cache
- * (nseq, cap, nh, hd); slot j is j * hidden further on. */
-static size_t cache_base(const sl_attn_args *a, int s, int h)
-{
-	return ((size_t)s * a->cap * a->nh + (size_t)h) * a->hd;
 }
 
 int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
@@ -151,6 +198,8 @@ int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 		if (a->npad[s] < 0 || a->npad[s] > t || t - a->npad[s] > a->cap)
 			return sl_err(SL_EINVAL, "attn_prefill: sequence %d has %d pad rows of %d (cache %d)",
 				      s, a->npad[s], t, a->cap);
+	if (a->kv_f32 && a->kv_q4)
+		return sl_err(SL_EINVAL, "attn_prefill: kv_f32 and kv_q4 both set");
 	SL_TRY(attn_workspace(b, t, hd));
 	const int tasks = a->nseq * nh;
 #pragma omp parallel for num_threads(c->nthreads) schedule(dynamic, 1)
@@ -159,16 +208,16 @@ int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 		const int np = a->npad[s], r = t - np;
 		float *ws = c->attn_ws + (size_t)omp_get_thread_num() * c->attn_ws_per_thread;
 		float *kf = ws, *vf = kf + (size_t)t * hd, *p = vf + (size_t)t * hd;
-		const size_t base = cache_base(a, s, h);
 		for (int i = 0; i < r; i++) {
 			const size_t row = ((size_t)s * t + np + i) * hidden + (size_t)h * hd;
-			store_slot(a, a->k_cache, base + (size_t)i * hidden, a->k_new + row);
-			store_slot(a, a->v_cache, base + (size_t)i * hidden, a->v_new + row);
+			store_slot(a, a->k_cache, s, i, h, a->k_new + row);
+			store_slot(a, a->v_cache, s, i, h, a->v_new + row);
 		}
 		/* attention reads the cached keys and values (rounded to the
-		 * cache dtype), exactly as every later decode step will */
-		load_slots(a, a->k_cache, base, r, kf, c->simd);
-		load_slots(a, a->v_cache, base, r, vf, c->simd);
+		 * cache dtype, or dequantised), exactly as every later decode
+		 * step will */
+		load_slots(a, a->k_cache, s, 0, h, r, kf, c->simd);
+		load_slots(a, a->v_cache, s, 0, h, r, vf, c->simd);
 		float *score = a->score ? a->score + (size_t)(s * nh + h) * a->cap : NULL;
 		for (int i = 0; i < np; i++)
 			memset(a->out + ((size_t)s * t + i) * hidden + (size_t)h * hd, 0,
@@ -192,6 +241,8 @@ int sl_cpu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 				      s, a->len[s], a->cap);
 		maxlen = SL_MAX(maxlen, a->len[s] + 1);
 	}
+	if (a->kv_f32 && a->kv_q4)
+		return sl_err(SL_EINVAL, "attn_decode: kv_f32 and kv_q4 both set");
 	SL_TRY(attn_workspace(b, maxlen, hd));
 	const int tasks = a->nseq * nh;
 #pragma omp parallel for num_threads(c->nthreads) schedule(dynamic, 1)
@@ -200,12 +251,11 @@ int sl_cpu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 		const int nk = a->len[s] + 1;
 		float *ws = c->attn_ws + (size_t)omp_get_thread_num() * c->attn_ws_per_thread;
 		float *kf = ws, *vf = kf + (size_t)maxlen * hd, *p = vf + (size_t)maxlen * hd;
-		const size_t base = cache_base(a, s, h);
 		const size_t row = (size_t)s * hidden + (size_t)h * hd;
-		store_slot(a, a->k_cache, base + (size_t)a->len[s] * hidden, a->k_new + row);
-		store_slot(a, a->v_cache, base + (size_t)a->len[s] * hidden, a->v_new + row);
-		load_slots(a, a->k_cache, base, nk, kf, c->simd);
-		load_slots(a, a->v_cache, base, nk, vf, c->simd);
+		store_slot(a, a->k_cache, s, a->len[s], h, a->k_new + row);
+		store_slot(a, a->v_cache, s, a->len[s], h, a->v_new + row);
+		load_slots(a, a->k_cache, s, 0, h, nk, kf, c->simd);
+		load_slots(a, a->v_cache, s, 0, h, nk, vf, c->simd);
 		float *score = a->score ? a->score + (size_t)(s * nh + h) * a->cap : NULL;
 		attend_one(a->q + row, kf, vf, nk, hd, p, a->out + row, score);
 	}

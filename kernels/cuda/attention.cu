@@ -20,6 +20,9 @@ static int sl_cu_attn_check(const sl_attn_args *a, const char *op)
 		return sl_err(SL_EUNSUPPORTED,
 			      "cuda %s: an fp32 KV cache (--kv-dtype f32) runs on the CPU backend only in this build",
 			      op);
+	if (a->kv_q4) /* not yet: refused rather than read as fp16 */
+		return sl_err(SL_EUNSUPPORTED, "cuda %s: a compressed KV cache runs on the CPU backend only in this build",
+			      op);
 	if ((long long)a->nh * a->hd > (1 << 30))
 		return sl_err(SL_EINVAL, "cuda %s: hidden size %lld too large", op,
 			      (long long)a->nh * a->hd);

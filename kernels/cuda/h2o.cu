@@ -14,6 +14,9 @@ static int sl_cu_h2o_check(const sl_h2o_args *a, const char *op)
 	if (a->nseq < 0 || a->nh <= 0 || a->hd <= 0 || a->cap <= 0)
 		return sl_err(SL_EINVAL, "cuda %s: bad shape nseq=%d nh=%d hd=%d cap=%d", op, a->nseq,
 			      a->nh, a->hd, a->cap);
+	if (a->kv_q4)
+		return sl_err(SL_EUNSUPPORTED, "cuda %s: a compressed KV cache runs on the CPU backend only in this build",
+			      op);
 	if ((long long)a->nh * a->hd > (1 << 30))
 		return sl_err(SL_EINVAL, "cuda %s: hidden size %lld too large", op,
 			      (long long)a->nh * a->hd);
