@@ -28,6 +28,7 @@
  * keeps one place where the tolerances are chosen.
  */
 #include "backend.h"
+#include "sl_q4.h"
 #include "sl_config.h"
 #include "sl_q4.h"
 #if SL_HAVE_CUDA
@@ -743,12 +744,15 @@ static void attn_meta(const attn_case *c, bool prefill, int *meta)
 	}
 }
 
-static void run_attn(const attn_case *c, bool prefill, bool with_score, uint64_t seed)
+/* q4: a compressed cache (backend.h, kv_q4): the slots' bytes must agree
+ * exactly (the codes are sl_q4's on both), the outputs within TOL_FP32. */
+static void run_attn(const attn_case *c, bool prefill, bool with_score, bool q4, uint64_t seed)
 {
 	const int hidden = c->nh * c->hd;
 	const int rows = prefill ? c->t : 1;
 	const size_t act = (size_t)c->nseq * rows * hidden;
-	const size_t cache = (size_t)c->nseq * c->nh * c->cap * c->hd;
+	const size_t sb = sl_kv_slot_bytes(c->nh, c->hd, false, q4);
+	const size_t cb = (size_t)c->nseq * c->cap * sb; /* bytes of one cache */
 	const size_t nscore = (size_t)c->nseq * c->nh * c->cap;
 	ck_assert_int_le(c->nseq, MAXSEQ);
 	int meta[MAXSEQ];
@@ -761,10 +765,21 @@ static void run_attn(const attn_case *c, bool prefill, bool with_score, uint64_t
 	float *q = fill_f32(act, qs);
 	float *kn = fill_f32(act, 1.0f);
 	float *vn = fill_f32(act, 1.0f);
-	sl_half *kc0 = malloc(cache * 2 + 2), *vc0 = malloc(cache * 2 + 2);
-	memset(kc0, 0xff, cache * 2); /* NaN: any read of a slot outside the range shows */
-	memset(vc0, 0xff, cache * 2);
-	if (!prefill) /* decode: slots [0, len) hold earlier tokens */
+	sl_half *kc0 = malloc(cb + 2), *vc0 = malloc(cb + 2);
+	memset(kc0, 0xff, cb); /* NaN: any read of a slot outside the range shows */
+	memset(vc0, 0xff, cb);
+	if (!prefill && q4) { /* decode: slots [0, len) hold earlier tokens, quantised */
+		sl_half *row = malloc(sizeof(sl_half) * (size_t)hidden);
+		for (int s = 0; s < c->nseq; s++)
+			for (int j = 0; j < meta[s]; j++)
+				for (int kv = 0; kv < 2; kv++) {
+					for (int e = 0; e < hidden; e++)
+						row[e] = sl_float_to_half(rnd());
+					sl_q4_quantize_matrix(row, (size_t)c->nh, (size_t)c->hd,
+							      (char *)(kv ? vc0 : kc0) + ((size_t)s * c->cap + j) * sb);
+				}
+		free(row);
+	} else if (!prefill) /* decode: slots [0, len) hold earlier tokens */
 		for (int s = 0; s < c->nseq; s++)
 			for (int h = 0; h < c->nh; h++)
 				for (int j = 0; j < meta[s]; j++)
@@ -786,15 +801,16 @@ static void run_attn(const attn_case *c, bool prefill, bool with_score, uint64_t
 		float *dq = dput(s, q, act * 4), *dk = dput(s, kn, act * 4), *dv = dput(s, vn, act * 4);
 		float *dout = dput(s, out0, act * 4);
 		char *dkc = NULL, *dvc = NULL;
-		ok(sl_dev_alloc(g_be[s], cache * 2 + off, "test k cache", (void **)&dkc), "alloc");
-		ok(sl_dev_alloc(g_be[s], cache * 2 + off, "test v cache", (void **)&dvc), "alloc");
-		ok(g_be[s]->ops->copy_h2d(g_be[s], g_q[s], dkc + off, kc0, cache * 2), "copy_h2d");
-		ok(g_be[s]->ops->copy_h2d(g_be[s], g_q[s], dvc + off, vc0, cache * 2), "copy_h2d");
+		ok(sl_dev_alloc(g_be[s], cb + off, "test k cache", (void **)&dkc), "alloc");
+		ok(sl_dev_alloc(g_be[s], cb + off, "test v cache", (void **)&dvc), "alloc");
+		ok(g_be[s]->ops->copy_h2d(g_be[s], g_q[s], dkc + off, kc0, cb), "copy_h2d");
+		ok(g_be[s]->ops->copy_h2d(g_be[s], g_q[s], dvc + off, vc0, cb), "copy_h2d");
 		float *dscore = dput(s, score0, nscore * 4);
 		sl_attn_args a = {
 			.nseq = c->nseq, .nh = c->nh, .hd = c->hd, .t = rows, .cap = c->cap,
 			.q = dq, .k_new = dk, .v_new = dv, .out = dout,
 			.k_cache = (sl_half *)(dkc + off), .v_cache = (sl_half *)(dvc + off),
+			.kv_q4 = q4,
 			.npad = prefill ? meta : NULL, .len = prefill ? NULL : meta,
 			.score = with_score ? dscore : NULL,
 		};
@@ -804,27 +820,28 @@ static void run_attn(const attn_case *c, bool prefill, bool with_score, uint64_t
 			ok(g_be[s]->ops->attn_decode(g_be[s], g_q[s], &a), "attn_decode");
 		out[s] = nan_f32(act);
 		score[s] = nan_f32(nscore);
-		kcache[s] = malloc(cache * 2 + 2);
-		vcache[s] = malloc(cache * 2 + 2);
+		kcache[s] = malloc(cb + 2);
+		vcache[s] = malloc(cb + 2);
 		dget(s, out[s], dout, act * 4);
 		dget(s, score[s], dscore, nscore * 4);
-		dget(s, kcache[s], dkc + off, cache * 2);
-		dget(s, vcache[s], dvc + off, cache * 2);
+		dget(s, kcache[s], dkc + off, cb);
+		dget(s, vcache[s], dvc + off, cb);
 		dfree(s, dq, act * 4);
 		dfree(s, dk, act * 4);
 		dfree(s, dv, act * 4);
 		dfree(s, dout, act * 4);
-		dfree(s, dkc, cache * 2 + off);
-		dfree(s, dvc, cache * 2 + off);
+		dfree(s, dkc, cb + off);
+		dfree(s, dvc, cb + off);
 		dfree(s, dscore, nscore * 4);
 	}
 	char what[200];
-	snprintf(what, sizeof(what), "attn_%s nseq=%d nh=%d hd=%d t=%d cap=%d score=%d%s",
+	snprintf(what, sizeof(what), "attn_%s nseq=%d nh=%d hd=%d t=%d cap=%d score=%d%s%s",
 		 prefill ? "prefill" : "decode", c->nseq, c->nh, c->hd, rows, c->cap, with_score,
-		 c->misalign ? " misaligned" : "");
-	/* the cache: the same fp16 bits everywhere, written slots and untouched ones */
-	ck_assert_msg(!memcmp(kcache[0], kcache[1], cache * 2), "%s: k cache differs", what);
-	ck_assert_msg(!memcmp(vcache[0], vcache[1], cache * 2), "%s: v cache differs", what);
+		 c->misalign ? " misaligned" : "", q4 ? " q4" : "");
+	/* the cache: the same fp16 bits (or q4 bytes) everywhere, written slots
+	 * and untouched ones */
+	ck_assert_msg(!memcmp(kcache[0], kcache[1], cb), "%s: k cache differs", what);
+	ck_assert_msg(!memcmp(vcache[0], vcache[1], cb), "%s: v cache differs", what);
 	if (prefill) /* padding rows: exact zeros */
 		for (int s = 0; s < c->nseq; s++)
 			for (int i = 0; i < meta[s]; i++)
@@ -874,8 +891,10 @@ START_TEST(test_attn_prefill)
 	const attn_case *c = &prefill_cases[_i];
 	if (c->big && g_small)
 		return;
-	run_attn(c, true, false, 5000 + 2 * _i);
-	run_attn(c, true, true, 5001 + 2 * _i);
+	run_attn(c, true, false, false, 5000 + 2 * _i);
+	run_attn(c, true, true, false, 5001 + 2 * _i);
+	run_attn(c, true, false, true, 5500 + 2 * _i);
+	run_attn(c, true, true, true, 5501 + 2 * _i);
 }
 END_TEST
 
@@ -884,8 +903,10 @@ START_TEST(test_attn_decode)
 	const attn_case *c = &decode_cases[_i];
 	if (c->big && g_small)
 		return;
-	run_attn(c, false, false, 6000 + 2 * _i);
-	run_attn(c, false, true, 6001 + 2 * _i);
+	run_attn(c, false, false, false, 6000 + 2 * _i);
+	run_attn(c, false, true, false, 6001 + 2 * _i);
+	run_attn(c, false, false, true, 6500 + 2 * _i);
+	run_attn(c, false, true, true, 6501 + 2 * _i);
 }
 END_TEST
 
@@ -1061,10 +1082,58 @@ static void h2o_compare(const char *what, const char *side, const h2o_state *wan
 			      got->ev[i], want->ev[i]);
 }
 
-static void run_h2o(const h2o_case *c, uint64_t seed)
+/*
+ * The byte ranges of the row of slot j of (sequence, head) t = s * nh + h:
+ * fp16 / fp32 one range of row bytes at kv_row * row; a compressed cache
+ * (q4: an sl_q4 (nh, hd) matrix per slot) two, head h's codes and its
+ * {mn16, scale16} pairs.  off[k], len[k] for k < the count returned.
+ */
+static int kv_ranges(int cap, int nh, int hd, bool f32, bool q4, size_t t, int j, size_t *off,
+		     size_t *len)
+{
+	if (q4) {
+		const size_t ng = sl_q4_groups((size_t)hd), cbytes = ng * 32, mbytes = ng * 4;
+		const size_t slot = (t / (size_t)nh * (size_t)cap + (size_t)j) *
+				    sl_kv_slot_bytes(nh, hd, false, true);
+		const size_t h = t % (size_t)nh;
+		off[0] = slot + h * cbytes;
+		len[0] = cbytes;
+		off[1] = slot + (size_t)nh * cbytes + h * mbytes;
+		len[1] = mbytes;
+		return 2;
+	}
+	const size_t row = (size_t)hd * (f32 ? 4 : 2);
+	off[0] = kv_row(cap, nh, t, j) * row;
+	len[0] = row;
+	return 1;
+}
+
+static void kv_copy_row(unsigned char *dst, int dcap, int dj, const unsigned char *src, int scap,
+			int sj, int nh, int hd, bool f32, bool q4, size_t t)
+{
+	size_t doff[2], soff[2], len[2];
+	const int n = kv_ranges(dcap, nh, hd, f32, q4, t, dj, doff, len);
+	kv_ranges(scap, nh, hd, f32, q4, t, sj, soff, len);
+	for (int k = 0; k < n; k++)
+		memmove(dst + doff[k], src + soff[k], len[k]);
+}
+
+static void kv_fill_row(unsigned char *dst, int cap, int j, int nh, int hd, bool f32, bool q4,
+			size_t t)
+{
+	size_t off[2], len[2];
+	const int n = kv_ranges(cap, nh, hd, f32, q4, t, j, off, len);
+	for (int k = 0; k < n; k++)
+		fill_bytes(dst + off[k], len[k]);
+}
+
+/* q4: the same over a compressed cache (kv_q4; c->f32 is ignored): the
+ * rows are random bytes, which H2O only moves */
+static void run_h2o(const h2o_case *c, bool q4, uint64_t seed)
 {
 	const int nh = c->nh;
-	const size_t es = c->f32 ? 4 : 2, row = (size_t)c->hd * es;
+	const bool f32 = c->f32 && !q4;
+	const size_t row = sl_kv_slot_bytes(nh, c->hd, f32, q4) / (size_t)nh; /* per (slot, head) */
 	const size_t heads = (size_t)c->nseq * nh;
 	const size_t nsrc = heads * c->cap_in, ncs = heads * c->cap;
 	const size_t srcb = nsrc * row, cb = ncs * row;
@@ -1105,7 +1174,7 @@ static void run_h2o(const h2o_case *c, uint64_t seed)
 	const int nwhat = snprintf(what, sizeof(what),
 				   "h2o nseq=%d nh=%d hd=%d %s cap_in=%d cap=%d H=%d R=%d ties=%d "
 				   "evicted=%d misalign=%d",
-				   c->nseq, nh, c->hd, c->f32 ? "fp32" : "fp16", c->cap_in, c->cap,
+				   c->nseq, nh, c->hd, q4 ? "q4" : f32 ? "fp32" : "fp16", c->cap_in, c->cap,
 				   c->heavy, c->recent, c->ties, c->evicted, c->misalign);
 
 	/* ---- compact: both sides */
@@ -1124,7 +1193,7 @@ static void run_h2o(const h2o_case *c, uint64_t seed)
 		dpos[s] = dput(s, in.pos, ncs * 4);
 		dev[s] = dput(s, in.ev, heads * 4);
 		sl_h2o_args a = {
-			.nseq = c->nseq, .nh = nh, .hd = c->hd, .kv_f32 = c->f32,
+			.nseq = c->nseq, .nh = nh, .hd = c->hd, .kv_f32 = f32, .kv_q4 = q4,
 			.k_src = dks[s] + off, .v_src = dvs[s] + off, .score_src = dss[s],
 			.cap_in = c->cap_in, .k_cache = dkc[s] + off, .v_cache = dvc[s] + off,
 			.score = dsc[s], .pos = dpos[s], .cap = c->cap, .n = n,
@@ -1170,10 +1239,8 @@ static void run_h2o(const h2o_case *c, uint64_t seed)
 			want.score[o] = j < kept ? sc[keep[j]] : 0.0f;
 			want.pos[o] = j < kept ? keep[j] : -1;
 			if (j < kept) {
-				const size_t si = kv_row(c->cap_in, nh, t, keep[j]) * row;
-				const size_t di = kv_row(c->cap, nh, t, j) * row;
-				memcpy(want.k + di, ksrc + si, row);
-				memcpy(want.v + di, vsrc + si, row);
+				kv_copy_row(want.k, c->cap, j, ksrc, c->cap_in, keep[j], nh, c->hd, f32, q4, t);
+				kv_copy_row(want.v, c->cap, j, vsrc, c->cap_in, keep[j], nh, c->hd, f32, q4, t);
 			}
 		}
 		len[s] = SL_MIN(n[s], B);
@@ -1193,8 +1260,8 @@ static void run_h2o(const h2o_case *c, uint64_t seed)
 			const int L = len[t / nh];
 			float *sc = st.score + t * c->cap;
 			int32_t *ps = st.pos + t * c->cap;
-			fill_bytes(st.k + kv_row(c->cap, nh, t, L) * row, row);
-			fill_bytes(st.v + kv_row(c->cap, nh, t, L) * row, row);
+			kv_fill_row(st.k, c->cap, L, nh, c->hd, f32, q4, t);
+			kv_fill_row(st.v, c->cap, L, nh, c->hd, f32, q4, t);
 			for (int j = 0; j < L; j++)
 				sc[j] += c->ties ? 0.5f * (float)rnd_int(2) : fabsf(rnd()) * 0.1f;
 			sc[L] = h2o_score(c->ties);
@@ -1212,7 +1279,7 @@ static void run_h2o(const h2o_case *c, uint64_t seed)
 			dset_at(s, (char *)dpos[s], st.pos, ncs * 4, 0);
 			dset_at(s, (char *)dev[s], st.ev, heads * 4, 0);
 			sl_h2o_args a = {
-				.nseq = c->nseq, .nh = nh, .hd = c->hd, .kv_f32 = c->f32,
+				.nseq = c->nseq, .nh = nh, .hd = c->hd, .kv_f32 = f32, .kv_q4 = q4,
 				.k_cache = dkc[s] + off, .v_cache = dvc[s] + off, .score = dsc[s],
 				.pos = dpos[s], .cap = c->cap, .len = len, .cur = cur, .heavy = H,
 				.recent = R, .evicted = c->evicted ? dev[s] : NULL,
@@ -1242,10 +1309,8 @@ static void run_h2o(const h2o_case *c, uint64_t seed)
 			if (c->evicted)
 				want.ev[t] += sc[v];
 			if (v != L) {
-				const size_t dr = kv_row(c->cap, nh, t, v) * row;
-				const size_t sr = kv_row(c->cap, nh, t, L) * row;
-				memcpy(want.k + dr, want.k + sr, row);
-				memcpy(want.v + dr, want.v + sr, row);
+				kv_copy_row(want.k, c->cap, v, want.k, c->cap, L, nh, c->hd, f32, q4, t);
+				kv_copy_row(want.v, c->cap, v, want.v, c->cap, L, nh, c->hd, f32, q4, t);
 				sc[v] = sc[L];
 				ps[v] = ps[L];
 			}
@@ -1288,7 +1353,8 @@ START_TEST(test_h2o)
 	const h2o_case *c = &h2o_cases[_i];
 	if (c->big && g_small)
 		return;
-	run_h2o(c, 8000 + _i);
+	run_h2o(c, false, 8000 + _i);
+	run_h2o(c, true, 8500 + _i);
 }
 END_TEST
 
@@ -1442,10 +1508,11 @@ START_TEST(test_chunked)
 			 7050 + combo, true);
 	/* prefill with score: (m, l) of 2 heads x 200 rows is 3.2K per sequence */
 	const attn_case pc = { 30, 2, 16, 200, 210, { -1 }, false, false };
-	run_attn(&pc, true, true, 7100);
+	run_attn(&pc, true, true, false, 7100);
+	run_attn(&pc, true, true, true, 7101);
 	/* h2o_compact's sort in global scratch, one block per launch */
 	const h2o_case hc = { 1, 2, 1, true, 26000, 24, 16, 4, { 26000 }, true, true, 0, 1, false };
-	run_h2o(&hc, 7200);
+	run_h2o(&hc, false, 7200);
 	g_be[1] = keep;
 	g_q[1] = keepq;
 	sl_backend_free(b);

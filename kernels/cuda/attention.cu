@@ -1,6 +1,7 @@
 /*
  * attention.cu - attn_prefill and attn_decode (backend.h, sl_attn_args):
- * argument checks, the choice of kernel variant, and the launches in
+ * argument checks, the choice of kernel variant (and of the cache's view:
+ * fp16 or compressed), and the launches in
  * chunks of sequences (the per-sequence npad / len travel by value in the
  * kernel parameters, SL_CU_PARAM_INTS sequences per launch).  The kernels
  * and their shapes are described in attention_kernels.cuh.
@@ -20,9 +21,8 @@ static int sl_cu_attn_check(const sl_attn_args *a, const char *op)
 		return sl_err(SL_EUNSUPPORTED,
 			      "cuda %s: an fp32 KV cache (--kv-dtype f32) runs on the CPU backend only in this build",
 			      op);
-	if (a->kv_q4) /* not yet: refused rather than read as fp16 */
-		return sl_err(SL_EUNSUPPORTED, "cuda %s: a compressed KV cache runs on the CPU backend only in this build",
-			      op);
+	if (a->kv_q4 && a->kv_f32)
+		return sl_err(SL_EINVAL, "cuda %s: kv_f32 and kv_q4 both set", op);
 	if ((long long)a->nh * a->hd > (1 << 30))
 		return sl_err(SL_EINVAL, "cuda %s: hidden size %lld too large", op,
 			      (long long)a->nh * a->hd);
@@ -32,22 +32,54 @@ static int sl_cu_attn_check(const sl_attn_args *a, const char *op)
 	return 0;
 }
 
+/* The cache from sequence s0 on (fp16 or compressed slots, backend.h). */
+static void *sl_cu_kv_at(const sl_attn_args *a, void *cache, size_t s0)
+{
+	return (char *)cache + s0 * (size_t)a->cap * sl_kv_slot_bytes(a->nh, a->hd, false, a->kv_q4);
+}
+
+/* The new rows of sequences [s0, s0 + ns) into a compressed cache: meta
+ * holds their npad (prefill) or len (decode). */
+static int sl_cu_q4_store(sl_backend *b, cudaStream_t st, const sl_attn_args *a, bool decode,
+			  const sl_cu_ints &meta, int s0, int ns)
+{
+	const int rows = decode ? 1 : a->t;
+	const size_t act = (size_t)s0 * rows * a->nh * a->hd;
+	SL_CU_LAUNCH(sl_q4_store_kernel, dim3((unsigned)rows, (unsigned)ns), SL_Q4_STORE_THREADS,
+		     0, st, rows, a->nh, a->hd, a->cap, decode ? 1 : 0, meta, a->k_new + act,
+		     a->v_new + act, a->out + act,
+		     (unsigned char *)sl_cu_kv_at(a, a->k_cache, (size_t)s0),
+		     (unsigned char *)sl_cu_kv_at(a, a->v_cache, (size_t)s0));
+	SL_CU_LAUNCHED("sl_q4_store_kernel");
+	return 0;
+}
+
 /* ---- prefill -------------------------------------------------------------- */
 
-template <int DPL>
+template <int DPL, typename KV>
 static int sl_cu_prefill_launch(sl_backend *b, cudaStream_t st, dim3 grid, size_t smem,
 				const sl_attn_args *a, const sl_cu_ints &np, size_t s0, float2 *ml)
 {
 	const size_t hidden = (size_t)a->nh * a->hd;
 	const size_t act = s0 * (size_t)a->t * hidden;
-	const size_t cache = s0 * (size_t)a->nh * a->cap * a->hd;
-	SL_TRY(sl_cu_smem_limit(b, (const void *)sl_prefill_attn_kernel<DPL>, smem,
-				"attn_prefill"));
-	SL_CU_LAUNCH(sl_prefill_attn_kernel<DPL>, grid, SL_PF_THREADS, smem, st,
-		a->t, a->nh, a->hd, a->cap, np, a->q + act, (const __half *)a->k_cache + cache,
-		(const __half *)a->v_cache + cache, a->out + act, ml);
+	auto *kfn = sl_prefill_attn_kernel<DPL, KV>; /* the template's comma */
+	SL_TRY(sl_cu_smem_limit(b, (const void *)kfn, smem, "attn_prefill"));
+	SL_CU_LAUNCH(kfn, grid, SL_PF_THREADS, smem, st,
+		a->t, a->nh, a->hd, a->cap, np, a->q + act, sl_cu_kv_at(a, a->k_cache, s0),
+		sl_cu_kv_at(a, a->v_cache, s0), a->out + act, ml);
 	SL_CU_LAUNCHED("sl_prefill_attn_kernel");
 	return 0;
+}
+
+template <typename KV>
+static int sl_cu_prefill_chunk(sl_backend *b, cudaStream_t st, dim3 grid, size_t smem,
+			       const sl_attn_args *a, const sl_cu_ints &np, size_t s0, float2 *ml)
+{
+	if (a->hd <= 64)
+		return sl_cu_prefill_launch<2, KV>(b, st, grid, smem, a, np, s0, ml);
+	if (a->hd <= 128)
+		return sl_cu_prefill_launch<4, KV>(b, st, grid, smem, a, np, s0, ml);
+	return sl_cu_prefill_launch<8, KV>(b, st, grid, smem, a, np, s0, ml);
 }
 
 int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
@@ -86,9 +118,10 @@ int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 	}
 	const size_t smem = sl_prefill_attn_smem(hd);
 	const size_t smem_score = sl_prefill_score_smem(hd);
+	const void *score_fn = a->kv_q4 ? (const void *)sl_prefill_score_kernel<sl_kv_q4>
+					: (const void *)sl_prefill_score_kernel<sl_kv_f16>;
 	if (a->score)
-		SL_TRY(sl_cu_smem_limit(b, (const void *)sl_prefill_score_kernel, smem_score,
-					"attn_prefill score"));
+		SL_TRY(sl_cu_smem_limit(b, score_fn, smem_score, "attn_prefill score"));
 
 	sl_cu_ints np;
 	for (int s0 = 0; s0 < a->nseq; s0 += per) {
@@ -99,29 +132,34 @@ int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 			maxl = SL_MAX(maxl, t - np.v[i]);
 		}
 		const size_t act = (size_t)s0 * t * hidden;
-		const size_t cache = (size_t)s0 * nh * cap * hd;
 
-		/* the new rows into the cache, zeros into the padding rows */
-		SL_CU_LAUNCH(sl_prefill_store_kernel, dim3((unsigned)t, (unsigned)ns),
-			     SL_PF_STORE_THREADS, 0, st,
-			t, nh, hd, cap, np, a->k_new + act, a->v_new + act, a->out + act,
-			(__half *)a->k_cache + cache, (__half *)a->v_cache + cache);
-		SL_CU_LAUNCHED("sl_prefill_store_kernel");
+		/* the new rows into the cache (quantised where kv_q4), zeros
+		 * into the padding rows */
+		if (a->kv_q4) {
+			SL_TRY(sl_cu_q4_store(b, st, a, false, np, s0, ns));
+		} else {
+			const size_t cache = (size_t)s0 * nh * cap * hd;
+			SL_CU_LAUNCH(sl_prefill_store_kernel, dim3((unsigned)t, (unsigned)ns),
+				     SL_PF_STORE_THREADS, 0, st,
+				t, nh, hd, cap, np, a->k_new + act, a->v_new + act, a->out + act,
+				(__half *)a->k_cache + cache, (__half *)a->v_cache + cache);
+			SL_CU_LAUNCHED("sl_prefill_store_kernel");
+		}
 		if (maxl == 0)
 			continue;
 
 		dim3 grid((unsigned)sl_cu_div_up(maxl, SL_PF_BQ), (unsigned)nh, (unsigned)ns);
-		if (hd <= 64)
-			SL_TRY(sl_cu_prefill_launch<2>(b, st, grid, smem, a, np, s0, ml));
-		else if (hd <= 128)
-			SL_TRY(sl_cu_prefill_launch<4>(b, st, grid, smem, a, np, s0, ml));
+		if (a->kv_q4)
+			SL_TRY(sl_cu_prefill_chunk<sl_kv_q4>(b, st, grid, smem, a, np, s0, ml));
 		else
-			SL_TRY(sl_cu_prefill_launch<8>(b, st, grid, smem, a, np, s0, ml));
+			SL_TRY(sl_cu_prefill_chunk<sl_kv_f16>(b, st, grid, smem, a, np, s0, ml));
 
 		if (a->score) {
 			dim3 sgrid((unsigned)sl_cu_div_up(maxl, SL_PS_KEYS), (unsigned)nh, (unsigned)ns);
-			SL_CU_LAUNCH(sl_prefill_score_kernel, sgrid, SL_PS_THREADS, smem_score, st,
-				t, nh, hd, cap, np, a->q + act, (const __half *)a->k_cache + cache, ml,
+			auto *sfn = a->kv_q4 ? sl_prefill_score_kernel<sl_kv_q4>
+					     : sl_prefill_score_kernel<sl_kv_f16>;
+			SL_CU_LAUNCH(sfn, sgrid, SL_PS_THREADS, smem_score, st,
+				t, nh, hd, cap, np, a->q + act, sl_cu_kv_at(a, a->k_cache, (size_t)s0), ml,
 				a->score + (size_t)s0 * nh * cap);
 			SL_CU_LAUNCHED("sl_prefill_score_kernel");
 		}
@@ -131,7 +169,7 @@ int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 
 /* ---- decode ---------------------------------------------------------------- */
 
-template <int VEC, int CPL>
+template <int VEC, int CPL, typename KV>
 static int sl_cu_decode_launch(sl_backend *b, cudaStream_t st, const sl_attn_args *a)
 {
 	const int nh = a->nh, hd = a->hd, cap = a->cap;
@@ -144,7 +182,7 @@ static int sl_cu_decode_launch(sl_backend *b, cudaStream_t st, const sl_attn_arg
 			lpk <<= 1;
 	}
 	/* a pointer: the template's comma would split the macro arguments */
-	auto *kfn = sl_decode_attn_kernel<VEC, CPL>;
+	auto *kfn = sl_decode_attn_kernel<VEC, CPL, KV>;
 	sl_cu_ints len;
 	for (int s0 = 0; s0 < a->nseq; s0 += SL_CU_PARAM_INTS) {
 		const int ns = SL_MIN(SL_CU_PARAM_INTS, a->nseq - s0);
@@ -156,10 +194,12 @@ static int sl_cu_decode_launch(sl_backend *b, cudaStream_t st, const sl_attn_arg
 		const size_t smem = sl_decode_smem(hd, VEC, maxlen);
 		SL_TRY(sl_cu_smem_limit(b, (const void *)kfn, smem, "attn_decode"));
 		const size_t act = (size_t)s0 * hidden;
-		const size_t cache = (size_t)s0 * nh * cap * hd;
+		if (KV::q4) /* the new token quantised into slot len first */
+			SL_TRY(sl_cu_q4_store(b, st, a, true, len, s0, ns));
 		SL_CU_LAUNCH(kfn, dim3((unsigned)nh, (unsigned)ns), SL_DEC_THREADS, smem, st,
 			nh, hd, cap, lpk, len, a->q + act, a->k_new + act, a->v_new + act,
-			(__half *)a->k_cache + cache, (__half *)a->v_cache + cache, a->out + act,
+			sl_cu_kv_at(a, a->k_cache, (size_t)s0), sl_cu_kv_at(a, a->v_cache, (size_t)s0),
+			a->out + act,
 			a->score ? a->score + (size_t)s0 * nh * cap : NULL);
 		SL_CU_LAUNCHED("sl_decode_attn_kernel");
 	}
@@ -179,9 +219,16 @@ int sl_cu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 				      "cuda attn_decode: sequence %d: len %d leaves no free slot in cap %d", s,
 				      a->len[s], a->cap);
 	q = sl_cu_queue(b, q);
+	if (a->kv_q4) { /* 8 codes are 4 bytes of one group: 4-byte alignment */
+		const bool vec8 = a->hd % 8 == 0 && ((uintptr_t)a->k_cache & 3) == 0 &&
+				  ((uintptr_t)a->v_cache & 3) == 0;
+		if (vec8)
+			return sl_cu_decode_launch<8, 1, sl_kv_q4>(b, q->stream, a);
+		return sl_cu_decode_launch<1, 8, sl_kv_q4>(b, q->stream, a);
+	}
 	const bool vec8 = a->hd % 8 == 0 && ((uintptr_t)a->k_cache & 15) == 0 &&
 			  ((uintptr_t)a->v_cache & 15) == 0;
 	if (vec8)
-		return sl_cu_decode_launch<8, 1>(b, q->stream, a);
-	return sl_cu_decode_launch<1, 8>(b, q->stream, a);
+		return sl_cu_decode_launch<8, 1, sl_kv_f16>(b, q->stream, a);
+	return sl_cu_decode_launch<1, 8, sl_kv_f16>(b, q->stream, a);
 }

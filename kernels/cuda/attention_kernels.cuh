@@ -15,6 +15,12 @@
  * Attention reads k and v from the cache, that is rounded to fp16, for the
  * new tokens too (the values that later steps will see).
  *
+ * A compressed cache (kv_q4, backend.h) holds per slot an sl_q4 (nh, hd)
+ * matrix: sl_q4_store_kernel quantises the new rows into their slots
+ * (exactly sl_q4_quantize_group's codes), and the attention kernels read
+ * the cache through a view (sl_kv_f16 or sl_kv_q4) that dequantises as it
+ * loads, so no fp16 copy of the cache is made.
+ *
  * The per-sequence metadata (npad, len) arrive by value in the kernel
  * parameters (sl_cu_ints), for a chunk of sequences per launch: blockIdx
  * picks the sequence within the chunk and the pointers start at the chunk.
@@ -55,6 +61,195 @@ sl_prefill_store_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 		vc[slot + e] = __float2half_rn(v_new[row + e]);
 	}
 }
+
+/* ---- the compressed cache: quantisation and the two views ------------------- */
+
+#define SL_Q4D_GROUP 64 /* sl_q4.h's SL_Q4_GROUP: 32 code bytes, 4 meta bytes */
+
+static __device__ __forceinline__ float sl_q4_bits_to_float(unsigned short u)
+{
+	return __half2float(__ushort_as_half(u));
+}
+
+/* sl_q4_value: q / scale16 + mn16 in fp32 (mn16 when scale16 is 0). */
+static __device__ __forceinline__ float sl_q4_dequant(unsigned q, unsigned short mn16,
+						      unsigned short scale16)
+{
+	const float mf = sl_q4_bits_to_float(mn16);
+	if (scale16 == 0)
+		return mf;
+	return __fadd_rn(__fdiv_rn((float)q, sl_q4_bits_to_float(scale16)), mf);
+}
+
+/*
+ * sl_q4_quantize_group on one group of n (1..64) values, already rounded
+ * to fp16 (held as fp32): 32 code bytes and {mn16, scale16}.  The
+ * arithmetic is the header's, operation for operation, with the _rn
+ * intrinsics so that nvcc contracts nothing into an FMA.
+ */
+static __device__ void sl_q4_quantize_dev(const float *x, int n, unsigned char *codes,
+					  unsigned short *meta)
+{
+	float mn = x[0], mx = mn;
+	for (int i = 1; i < n; i++) {
+		mn = x[i] < mn ? x[i] : mn;
+		mx = x[i] > mx ? x[i] : mx;
+	}
+	const unsigned short m16 = __half_as_ushort(__float2half_rn(mn));
+	unsigned short s16 = 0;
+	if (mx != mn) {
+		const float f = __fdiv_rn(15.0f, __fsub_rn(mx, mn));
+		s16 = !(f < 65520.0f) ? (unsigned short)0x7bffu
+				      : __half_as_ushort(__float2half_rn(f));
+	}
+	meta[0] = m16;
+	meta[1] = s16;
+	const float mf = sl_q4_bits_to_float(m16), sf = sl_q4_bits_to_float(s16);
+	for (int i = 0; i < SL_Q4D_GROUP; i += 2) {
+		unsigned byte = 0;
+		for (int e = 0; e < 2; e++) {
+			if (s16 == 0 || i + e >= n)
+				continue;
+			float q = rintf(__fmul_rn(__fsub_rn(x[i + e], mf), sf));
+			q = q < 0.0f ? 0.0f : (q > 15.0f ? 15.0f : q);
+			byte |= (unsigned)q << (4 * e);
+		}
+		codes[i >> 1] = (unsigned char)byte;
+	}
+}
+
+#define SL_Q4_STORE_THREADS 64
+
+/*
+ * The new rows into a compressed cache.  Block (i, b) takes row i of
+ * sequence b of k_new / v_new ([b][rows][hidden]).  Prefill (decode = 0,
+ * meta = npad): rows i < npad[b] are padding, whose out rows (all heads)
+ * become zero; row i >= npad goes to slot i - npad.  Decode (decode = 1,
+ * rows = 1, meta = len): the row goes to slot len[b].  Each
+ * thread quantises (head, group) pairs of the row, k and v.
+ * grid: (rows, nseq in chunk); block: 64.
+ */
+static __global__ void __launch_bounds__(SL_Q4_STORE_THREADS)
+sl_q4_store_kernel(int rows, int nh, int hd, int cap, int decode, sl_cu_ints meta,
+		   const float *__restrict__ k_new, const float *__restrict__ v_new,
+		   float *__restrict__ out, unsigned char *__restrict__ kc,
+		   unsigned char *__restrict__ vc)
+{
+	const int i = blockIdx.x, b = blockIdx.y;
+	const int hidden = nh * hd, ng = (hd + SL_Q4D_GROUP - 1) / SL_Q4D_GROUP;
+	const size_t row = ((size_t)b * rows + i) * hidden;
+	int slot;
+	if (decode) {
+		slot = meta.v[b];
+	} else {
+		const int np = meta.v[b];
+		if (i < np) {
+			for (int e = threadIdx.x; e < hidden; e += SL_Q4_STORE_THREADS)
+				out[row + e] = 0.f;
+			return;
+		}
+		slot = i - np;
+	}
+	const size_t sb = (size_t)nh * ng * (32 + 4);
+	const size_t so = ((size_t)b * cap + slot) * sb;
+	float x[SL_Q4D_GROUP];
+	for (int task = threadIdx.x; task < 2 * nh * ng; task += SL_Q4_STORE_THREADS) {
+		const int kv = task / (nh * ng), k = task - kv * nh * ng; /* k = h * ng + g */
+		const int h = k / ng, g = k - h * ng;
+		const int c0 = g * SL_Q4D_GROUP, n = min(SL_Q4D_GROUP, hd - c0);
+		const float *src = (kv ? v_new : k_new) + row + (size_t)h * hd + c0;
+		for (int e = 0; e < n; e++)
+			x[e] = __half2float(__float2half_rn(src[e]));
+		unsigned char *slotp = (kv ? vc : kc) + so;
+		sl_q4_quantize_dev(x, n, slotp + (size_t)k * 32,
+				   reinterpret_cast<unsigned short *>(slotp + (size_t)nh * ng * 32) + 2 * k);
+	}
+}
+
+/*
+ * The cache as the attention kernels read it: slot j, dim d of one
+ * (sequence, head), as fp32.  load<VEC>(j, d0, f): VEC consecutive dims
+ * from d0 (VEC 8: d0 % 8 == 0, the alignment the decode kernel checks).
+ */
+template <int VEC>
+static __device__ __forceinline__ void sl_load_halves(const __half *p, float *f)
+{
+	if constexpr (VEC == 8) {
+		sl_load_half8(p, f);
+	} else {
+		static_assert(VEC == 1, "VEC is 1 or 8");
+		f[0] = __half2float(p[0]);
+	}
+}
+
+struct sl_kv_f16 {
+	static constexpr bool q4 = false;
+	const __half *p; /* slot 0 of (b, h); slot j is j * hidden further on */
+	int hidden;
+	static __device__ __forceinline__ sl_kv_f16 make(const void *cache, int b, int h, int nh,
+							 int hd, int cap)
+	{
+		const int hidden = nh * hd;
+		sl_kv_f16 v = { (const __half *)cache + (size_t)b * cap * hidden + (size_t)h * hd,
+				hidden };
+		return v;
+	}
+	__device__ __forceinline__ float at(int j, int d) const
+	{
+		return __half2float(p[(size_t)j * hidden + d]);
+	}
+	template <int VEC>
+	__device__ __forceinline__ void load(int j, int d0, float *f) const
+	{
+		sl_load_halves<VEC>(p + (size_t)j * hidden + d0, f);
+	}
+};
+
+struct sl_kv_q4 {
+	static constexpr bool q4 = true;
+	const unsigned char *codes;  /* head h's codes in slot 0 of b */
+	const unsigned short *meta;  /* head h's {mn16, scale16} in slot 0 of b */
+	size_t sb;                   /* slot bytes */
+	static __device__ __forceinline__ sl_kv_q4 make(const void *cache, int b, int h, int nh,
+							int hd, int cap)
+	{
+		const int ng = (hd + SL_Q4D_GROUP - 1) / SL_Q4D_GROUP;
+		const size_t sb = (size_t)nh * ng * 36;
+		const unsigned char *s0 = (const unsigned char *)cache + (size_t)b * cap * sb;
+		sl_kv_q4 v = { s0 + (size_t)h * ng * 32,
+			       reinterpret_cast<const unsigned short *>(s0 + (size_t)nh * ng * 32) +
+				       2 * (size_t)h * ng,
+			       sb };
+		return v;
+	}
+	__device__ __forceinline__ float at(int j, int d) const
+	{
+		const int g = d >> 6, i = d & 63;
+		const unsigned char *c = codes + (size_t)j * sb + (size_t)g * 32;
+		const unsigned short *m = reinterpret_cast<const unsigned short *>(
+						  reinterpret_cast<const unsigned char *>(meta) +
+						  (size_t)j * sb) + 2 * g;
+		return sl_q4_dequant((c[i >> 1] >> ((i & 1) * 4)) & 15u, m[0], m[1]);
+	}
+	template <int VEC>
+	__device__ __forceinline__ void load(int j, int d0, float *f) const
+	{
+		if constexpr (VEC == 8) { /* 4 code bytes of one group, 4-byte aligned */
+			const int g = d0 >> 6, i = d0 & 63;
+			const unsigned w = *reinterpret_cast<const unsigned *>(
+				codes + (size_t)j * sb + (size_t)g * 32 + (i >> 1));
+			const unsigned short *m = reinterpret_cast<const unsigned short *>(
+							  reinterpret_cast<const unsigned char *>(meta) +
+							  (size_t)j * sb) + 2 * g;
+			const unsigned short m0 = m[0], m1 = m[1];
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				f[e] = sl_q4_dequant((w >> (4 * e)) & 15u, m0, m1);
+		} else {
+			f[0] = at(j, d0);
+		}
+	}
+};
 
 /* ---- dot products of one row per lane against rows shared by the warp ------ */
 
@@ -135,11 +330,11 @@ static inline size_t sl_prefill_attn_smem(int hd)
  * grid: (ceil(max L / 16), nh, nseq in chunk); block: 128;
  * shared: sl_prefill_attn_smem(hd).
  */
-template <int DPL>
+template <int DPL, typename KV>
 static __global__ void __launch_bounds__(SL_PF_THREADS)
 sl_prefill_attn_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
-		       const float *__restrict__ q, const __half *__restrict__ kc,
-		       const __half *__restrict__ vc, float *__restrict__ out,
+		       const float *__restrict__ q, const void *__restrict__ kc,
+		       const void *__restrict__ vc, float *__restrict__ out,
 		       float2 *__restrict__ ml)
 {
 	SL_CU_DYN_SMEM(float, sl_smem);
@@ -157,10 +352,8 @@ sl_prefill_attn_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 	float *Qs = sl_smem;             /* [BQ][hd] */
 	float *Ks = Qs + SL_PF_BQ * hd;  /* [BK][ks] */
 	float *Vs = Ks + SL_PF_BK * ks;  /* [BK][hd] */
-	/* slot 0 of (b, h); slot j is j * hidden further on */
-	const size_t cbase = (size_t)b * cap * hidden + (size_t)h * hd;
-	const __half *kb = kc + cbase;
-	const __half *vb = vc + cbase;
+	const KV kb = KV::make(kc, b, h, nh, hd, cap);
+	const KV vb = KV::make(vc, b, h, nh, hd, cap);
 
 	/* the query tile (rows past L are zero and never written back) */
 	const float *qb = q + ((size_t)b * t + np + j0) * hidden + (size_t)h * hd;
@@ -189,9 +382,8 @@ sl_prefill_attn_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 			const int kk = e / hd, d = e - kk * hd;
 			float kv = 0.f, vv = 0.f;
 			if (kk < nk) {
-				const size_t off = (size_t)(k0 + kk) * hidden + d;
-				kv = __half2float(kb[off]);
-				vv = __half2float(vb[off]);
+				kv = kb.at(k0 + kk, d);
+				vv = vb.at(k0 + kk, d);
 			}
 			Ks[kk * ks + d] = kv;
 			Vs[e] = vv;
@@ -281,9 +473,10 @@ static inline size_t sl_prefill_score_smem(int hd)
  * grid: (ceil(max L / 16), nh, nseq in chunk); block: 128;
  * shared: sl_prefill_score_smem(hd).
  */
+template <typename KV>
 static __global__ void __launch_bounds__(SL_PS_THREADS)
 sl_prefill_score_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
-			const float *__restrict__ q, const __half *__restrict__ kc,
+			const float *__restrict__ q, const void *__restrict__ kc,
 			const float2 *__restrict__ ml, float *__restrict__ score)
 {
 	SL_CU_DYN_SMEM(float, sl_smem);
@@ -301,10 +494,10 @@ sl_prefill_score_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 	float *Ms = Qs + SL_PS_BQ * qs;   /* [BQ] row max */
 	float *Is = Ms + SL_PS_BQ;            /* [BQ] 1 / row sum */
 
-	const __half *kb = kc + (size_t)b * cap * hidden + (size_t)h * hd;
+	const KV kb = KV::make(kc, b, h, nh, hd, cap);
 	for (int e = tid; e < SL_PS_KEYS * hd; e += SL_PS_THREADS) {
 		const int kk = e / hd, d = e - kk * hd;
-		Ks[e] = c0 + kk < L ? __half2float(kb[(size_t)(c0 + kk) * hidden + d]) : 0.f;
+		Ks[e] = c0 + kk < L ? kb.at(c0 + kk, d) : 0.f;
 	}
 	const float *qb = q + ((size_t)b * t + np) * hidden + (size_t)h * hd;
 	const float2 *mlb = ml + ((size_t)b * nh + h) * t;
@@ -351,16 +544,6 @@ sl_prefill_score_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 
 #define SL_DEC_THREADS 256
 
-template <int VEC>
-static __device__ __forceinline__ void sl_load_halves(const __half *p, float *f)
-{
-	if constexpr (VEC == 8) {
-		sl_load_half8(p, f);
-	} else {
-		static_assert(VEC == 1, "VEC is 1 or 8");
-		f[0] = __half2float(p[0]);
-	}
-}
 
 /* key groups of the PV pass: threads split into groups of hd / VEC */
 static inline int sl_decode_groups(int hd, int vec)
@@ -394,12 +577,12 @@ static inline size_t sl_decode_smem(int hd, int vec, int maxlen)
  * CPL = 8.  hd <= 256.
  * grid: (nh, nseq in chunk); block: 256; shared: sl_decode_smem(hd, VEC, max len).
  */
-template <int VEC, int CPL>
+template <int VEC, int CPL, typename KV>
 static __global__ void __launch_bounds__(SL_DEC_THREADS)
 sl_decode_attn_kernel(int nh, int hd, int cap, int lpk, sl_cu_ints len,
 		      const float *__restrict__ q, const float *__restrict__ k_new,
-		      const float *__restrict__ v_new, __half *__restrict__ kc,
-		      __half *__restrict__ vc, float *__restrict__ out, float *__restrict__ score)
+		      const float *__restrict__ v_new, void *__restrict__ kc,
+		      void *__restrict__ vc, float *__restrict__ out, float *__restrict__ score)
 {
 	SL_CU_DYN_SMEM(float, sl_smem);
 	const int h = blockIdx.x, b = blockIdx.y;
@@ -416,18 +599,23 @@ sl_decode_attn_kernel(int nh, int hd, int cap, int lpk, sl_cu_ints len,
 	float *ps = part + groups * hd;  /* [n + 1] scores, then probabilities */
 
 	const size_t qoff = (size_t)b * hidden + (size_t)h * hd;
-	/* slot 0 of (b, h); slot j is j * hidden further on */
-	const size_t cbase = (size_t)b * cap * hidden + (size_t)h * hd;
-	__half *kb = kc + cbase;
-	__half *vb = vc + cbase;
+	const KV kb = KV::make(kc, b, h, nh, hd, cap);
+	const KV vb = KV::make(vc, b, h, nh, hd, cap);
 	for (int d = tid; d < hd; d += SL_DEC_THREADS) {
 		qs[d] = q[qoff + d];
-		const __half kh = __float2half_rn(k_new[qoff + d]);
-		const __half vh = __float2half_rn(v_new[qoff + d]);
-		kb[(size_t)n * hidden + d] = kh;
-		vb[(size_t)n * hidden + d] = vh;
-		kns[d] = __half2float(kh);
-		vns[d] = __half2float(vh);
+		if constexpr (KV::q4) { /* sl_q4_store_kernel wrote slot n before */
+			kns[d] = kb.at(n, d);
+			vns[d] = vb.at(n, d);
+		} else {
+			/* slot 0 of (b, h); slot j is j * hidden further on */
+			const size_t cbase = (size_t)b * cap * hidden + (size_t)h * hd;
+			const __half kh = __float2half_rn(k_new[qoff + d]);
+			const __half vh = __float2half_rn(v_new[qoff + d]);
+			((__half *)kc)[cbase + (size_t)n * hidden + d] = kh;
+			((__half *)vc)[cbase + (size_t)n * hidden + d] = vh;
+			kns[d] = __half2float(kh);
+			vns[d] = __half2float(vh);
+		}
 	}
 	__syncthreads();
 
@@ -447,13 +635,12 @@ sl_decode_attn_kernel(int nh, int hd, int cap, int lpk, sl_cu_ints len,
 		const int j = j0 + grp;
 		float s = 0.f;
 		if (j < n) {
-			const __half *kr = kb + (size_t)j * hidden;
 #pragma unroll
 			for (int c = 0; c < CPL; c++) {
 				const int ch = gl + c * lpk;
 				if (ch < nchunk) {
 					float kv[VEC];
-					sl_load_halves<VEC>(kr + ch * VEC, kv);
+					kb.template load<VEC>(j, ch * VEC, kv);
 #pragma unroll
 					for (int e = 0; e < VEC; e++)
 						s = fmaf(qr[c][e], kv[e], s);
@@ -509,7 +696,7 @@ sl_decode_attn_kernel(int nh, int hd, int cap, int lpk, sl_cu_ints len,
 			const float p = ps[j];
 			if (j < n) {
 				float vv[VEC];
-				sl_load_halves<VEC>(vb + (size_t)j * hidden + ch * VEC, vv);
+				vb.template load<VEC>(j, ch * VEC, vv);
 #pragma unroll
 				for (int e = 0; e < VEC; e++)
 					acc[e] = fmaf(p, vv[e], acc[e]);

@@ -14,9 +14,8 @@ static int sl_cu_h2o_check(const sl_h2o_args *a, const char *op)
 	if (a->nseq < 0 || a->nh <= 0 || a->hd <= 0 || a->cap <= 0)
 		return sl_err(SL_EINVAL, "cuda %s: bad shape nseq=%d nh=%d hd=%d cap=%d", op, a->nseq,
 			      a->nh, a->hd, a->cap);
-	if (a->kv_q4)
-		return sl_err(SL_EUNSUPPORTED, "cuda %s: a compressed KV cache runs on the CPU backend only in this build",
-			      op);
+	if (a->kv_q4 && a->kv_f32)
+		return sl_err(SL_EINVAL, "cuda %s: kv_f32 and kv_q4 both set", op);
 	if ((long long)a->nh * a->hd > (1 << 30))
 		return sl_err(SL_EINVAL, "cuda %s: hidden size %lld too large", op,
 			      (long long)a->nh * a->hd);
@@ -26,15 +25,30 @@ static int sl_cu_h2o_check(const sl_h2o_args *a, const char *op)
 	return 0;
 }
 
-/* The widest word (16, 4, 2 or 1 bytes) that divides a cache row and that
- * every cache pointer is aligned to. */
+/* The bytes of a head's row in a slot: its values, or (kv_q4) its codes
+ * (*cb) and its {mn16, scale16} pairs (*mb) (sl_h2o_word). */
+static void sl_cu_h2o_row(const sl_h2o_args *a, size_t *cb, size_t *mb)
+{
+	if (a->kv_q4) {
+		const size_t ng = sl_q4_groups((size_t)a->hd);
+		*cb = ng * SL_Q4_CODE_BYTES;
+		*mb = ng * SL_Q4_META_BYTES;
+		return;
+	}
+	*cb = (size_t)a->hd * (a->kv_f32 ? 4 : 2);
+	*mb = 0;
+}
+
+/* The widest word (16, 4, 2 or 1 bytes) that divides a cache row's parts
+ * and that every cache pointer is aligned to. */
 static int sl_cu_h2o_word(const sl_h2o_args *a, const void *const *ptrs, int nptr)
 {
-	const size_t row = (size_t)a->hd * (a->kv_f32 ? 4 : 2);
+	size_t cb, mb;
+	sl_cu_h2o_row(a, &cb, &mb);
 	static const int sizes[] = { 16, 4, 2 };
 	for (int k = 0; k < 3; k++) {
 		const size_t w = (size_t)sizes[k];
-		bool ok = row % w == 0;
+		bool ok = cb % w == 0 && mb % w == 0;
 		for (int i = 0; i < nptr; i++)
 			ok = ok && (uintptr_t)ptrs[i] % w == 0;
 		if (ok)
@@ -49,8 +63,10 @@ template <typename W>
 static int sl_cu_compact_launch(sl_backend *b, sl_queue *q, const sl_h2o_args *a)
 {
 	const int nh = a->nh;
-	const int wrow = (int)((size_t)a->hd * (a->kv_f32 ? 4 : 2) / sizeof(W));
-	const size_t row = (size_t)wrow; /* in words */
+	size_t cb, mb;
+	sl_cu_h2o_row(a, &cb, &mb);
+	const int cw = (int)(cb / sizeof(W)), mw = (int)(mb / sizeof(W));
+	const size_t row = (size_t)(cw + mw); /* words per (slot, head) */
 	auto *kfn = sl_h2o_compact_kernel<W>;
 	const size_t optin = sl_cu_ctx(b)->smem_optin;
 	const size_t smem_max = optin > 48 * 1024 ? optin : 48 * 1024;
@@ -87,7 +103,7 @@ static int sl_cu_compact_launch(sl_backend *b, sl_queue *q, const sl_h2o_args *a
 		for (int tb = 0; tb < tasks; tb += per) {
 			const int nb = SL_MIN(per, tasks - tb);
 			SL_CU_LAUNCH(kfn, nb, SL_H2O_THREADS, smem, q->stream,
-				nh, wrow, a->cap_in, a->cap, pmax, tb, meta,
+				nh, cw, mw, a->cap_in, a->cap, pmax, tb, meta,
 				(const W *)a->k_src + src * row, (const W *)a->v_src + src * row,
 				a->score_src + src, (W *)a->k_cache + dst * row,
 				(W *)a->v_cache + dst * row, a->score + dst, (int *)a->pos + dst,
@@ -136,7 +152,10 @@ template <typename W>
 static int sl_cu_evict_launch(sl_queue *q, const sl_h2o_args *a)
 {
 	const int nh = a->nh;
-	const int wrow = (int)((size_t)a->hd * (a->kv_f32 ? 4 : 2) / sizeof(W));
+	size_t cb, mb;
+	sl_cu_h2o_row(a, &cb, &mb);
+	const int cw = (int)(cb / sizeof(W)), mw = (int)(mb / sizeof(W));
+	const size_t wrow = (size_t)(cw + mw); /* words per (slot, head) */
 	auto *kfn = sl_h2o_evict_kernel<W>;
 	sl_cu_ints meta;
 	for (int s0 = 0; s0 < a->nseq; s0 += SL_H2O_ESEQ) {
@@ -149,7 +168,7 @@ static int sl_cu_evict_launch(sl_queue *q, const sl_h2o_args *a)
 		}
 		const size_t off = (size_t)s0 * nh * a->cap;
 		SL_CU_LAUNCH(kfn, dim3((unsigned)nh, (unsigned)ns), SL_H2O_EVICT_THREADS, 0, q->stream,
-			nh, wrow, a->cap, meta, (W *)a->k_cache + off * wrow,
+			nh, cw, mw, a->cap, meta, (W *)a->k_cache + off * wrow,
 			(W *)a->v_cache + off * wrow, a->score + off, (int *)a->pos + off,
 			a->evicted ? a->evicted + (size_t)s0 * nh : NULL);
 		SL_CU_LAUNCHED("sl_h2o_evict_kernel");

@@ -9,7 +9,9 @@
  *     (b * cap + s) * nh + h, so a (sequence, head)'s rows are nh rows
  *     apart; rows are copied as raw words of W (16, 4, 2 or 1 bytes, the
  *     widest that the row size and every cache pointer allow), so both
- *     element types share the code and the bits move unchanged
+ *     element types share the code and the bits move unchanged; a
+ *     compressed cache's head row is its codes and its metadata within
+ *     the slot (sl_h2o_word)
  *   score, pos: [b][h][cap], head-major (score_src: cap_in)
  *   evicted: [b][h]
  * Both ops only move data, compare floats and (for evicted) add them in
@@ -26,6 +28,21 @@
 
 #define SL_H2O_THREADS 256 /* compact */
 #define SL_H2O_EVICT_THREADS 128
+/*
+ * Word w of the row of head h in slot S (S = b * cap + s; a row is cw + mw
+ * words): fp16 and fp32 caches have mw = 0 and rows nh * cw words apart
+ * within a slot; a compressed cache (kv_q4, an sl_q4 (nh, hd) matrix per
+ * slot) has cw words of head h's codes at h * cw and mw words of its
+ * {mn16, scale16} pairs after all heads' codes, at nh * cw + h * mw.
+ */
+static __device__ __forceinline__ size_t sl_h2o_word(int nh, int cw, int mw, size_t S, int h,
+						     int w)
+{
+	const size_t base = S * (size_t)nh * (size_t)(cw + mw);
+	return w < cw ? base + (size_t)h * cw + w
+		      : base + (size_t)nh * cw + (size_t)h * mw + (size_t)(w - cw);
+}
+
 /* dynamic shared memory before the workspace: the scan's warp sums */
 #define SL_H2O_SMEM_HEAD 32
 static_assert(SL_H2O_THREADS / 32 * sizeof(int) <= SL_H2O_SMEM_HEAD, "warp sums fit");
@@ -97,7 +114,7 @@ static __device__ __forceinline__ unsigned long long sl_h2o_key(float s, int pos
  */
 template <typename W>
 static __global__ void __launch_bounds__(SL_H2O_THREADS)
-sl_h2o_compact_kernel(int nh, int wrow, int cap_in, int cap, int pmax, int tb, sl_cu_ints meta,
+sl_h2o_compact_kernel(int nh, int cw, int mw, int cap_in, int cap, int pmax, int tb, sl_cu_ints meta,
 		      const W *__restrict__ k_src, const W *__restrict__ v_src,
 		      const float *__restrict__ score_src, W *__restrict__ k_cache,
 		      W *__restrict__ v_cache, float *__restrict__ score, int *__restrict__ pos,
@@ -219,15 +236,13 @@ sl_h2o_compact_kernel(int nh, int wrow, int cap_in, int cap, int pmax, int tb, s
 		score[out + j] = v;
 		pos[out + j] = p;
 	}
-	/* the kept rows: slot j's row (s, j, h) is row (s * cap + j) * nh + h,
-	 * rows of (s, h) are nh * wrow words apart */
-	const size_t rin = ((size_t)s * cap_in * nh + h) * wrow;
-	const size_t rout = ((size_t)s * cap * nh + h) * wrow;
-	const size_t rstep = (size_t)nh * wrow;
+	/* the kept rows: slot j's row (s, j, h), words from sl_h2o_word */
+	const int wrow = cw + mw;
 	for (int e = tid; e < kept * wrow; e += SL_H2O_THREADS) {
 		const int j = e / wrow, w = e - j * wrow;
 		const int p = j < heavy ? inv[j] : first + (j - heavy);
-		const size_t src = rin + (size_t)p * rstep + w, dst = rout + (size_t)j * rstep + w;
+		const size_t src = sl_h2o_word(nh, cw, mw, (size_t)s * cap_in + p, h, w),
+			     dst = sl_h2o_word(nh, cw, mw, (size_t)s * cap + j, h, w);
 		k_cache[dst] = k_src[src];
 		v_cache[dst] = v_src[src];
 	}
@@ -262,7 +277,7 @@ static __device__ __forceinline__ void sl_h2o_min_merge(float &s, int &p, int &j
  */
 template <typename W>
 static __global__ void __launch_bounds__(SL_H2O_EVICT_THREADS)
-sl_h2o_evict_kernel(int nh, int wrow, int cap, sl_cu_ints meta, W *__restrict__ k_cache,
+sl_h2o_evict_kernel(int nh, int cw, int mw, int cap, sl_cu_ints meta, W *__restrict__ k_cache,
 		    W *__restrict__ v_cache, float *__restrict__ score, int *__restrict__ pos,
 		    float *__restrict__ evicted)
 {
@@ -317,12 +332,12 @@ sl_h2o_evict_kernel(int nh, int wrow, int cap, sl_cu_ints meta, W *__restrict__ 
 		return;
 	}
 	if (v != L) {
-		/* token-major rows: slot j of (b, h) is row (b * cap + j) * nh + h */
-		const size_t src = (((size_t)b * cap + L) * nh + h) * wrow,
-			     dst = (((size_t)b * cap + v) * nh + h) * wrow;
-		for (int w = tid; w < wrow; w += SL_H2O_EVICT_THREADS) {
-			k_cache[dst + w] = k_cache[src + w];
-			v_cache[dst + w] = v_cache[src + w];
+		/* slot L's row of head h over slot v's */
+		for (int w = tid; w < cw + mw; w += SL_H2O_EVICT_THREADS) {
+			const size_t src = sl_h2o_word(nh, cw, mw, (size_t)b * cap + L, h, w),
+				     dst = sl_h2o_word(nh, cw, mw, (size_t)b * cap + v, h, w);
+			k_cache[dst] = k_cache[src];
+			v_cache[dst] = v_cache[src];
 		}
 	}
 	if (tid == 0) {

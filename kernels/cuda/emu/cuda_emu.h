@@ -105,6 +105,33 @@ static inline float2 __half22float2(__half2 h)
 {
 	return make_float2(__half2float(h.x), __half2float(h.y));
 }
+/* the IEEE round-to-nearest intrinsics (nvcc never contracts them into an
+ * FMA; host C++ at -O2 without -mfma does not either) */
+static inline float __fadd_rn(float a, float b)
+{
+	return a + b;
+}
+static inline float __fsub_rn(float a, float b)
+{
+	return a - b;
+}
+static inline float __fmul_rn(float a, float b)
+{
+	return a * b;
+}
+static inline float __fdiv_rn(float a, float b)
+{
+	return a / b;
+}
+static inline unsigned short __half_as_ushort(__half h)
+{
+	return h.x;
+}
+static inline __half __ushort_as_half(unsigned short u)
+{
+	__half h = { u };
+	return h;
+}
 static inline unsigned __float_as_uint(float f)
 {
 	unsigned u;
