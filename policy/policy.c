@@ -67,7 +67,7 @@ static const pfield fields[] = {
 	BOOL_F(compress_weight, 0,
 	       "4-bit group-wise weight compression (planned; not used by the runtime yet)."),
 	BOOL_F(compress_cache, 0,
-	       "4-bit group-wise KV cache compression; the cache must then sit on one device (planned; not used by the runtime yet)."),
+	       "4-bit group-wise KV cache compression (groups of 64 along head_dim, 4.5 bits a value; K and V quantised as written, dequantised inside attention), in every tier, with H2O and cpu_cache_compute; `--compress-cache`."),
 	NUM_F(hh_ratio, 0, 1, 0,
 	      "H2O heavy-hitter budget as a share of the prompt length; with recent_ratio also 0 (or negative) the cache is dense."),
 	NUM_F(recent_ratio, -1, 1, -1,
@@ -320,10 +320,6 @@ static int check_relations(const sl_policy *p, const char *src, bool placement_o
 			      src, fmt_double(a, p->act_gpu_percent), fmt_double(b, p->act_cpu_percent));
 	if (placement_only)
 		return 0;
-	if (p->compress_cache && !on_one_device(p->cache_gpu_percent, p->cache_cpu_percent))
-		return sl_err(SL_EUNSUPPORTED,
-			      "%s: compress_cache = true needs the whole KV cache on one device, but cache_gpu_percent = %s, cache_cpu_percent = %s",
-			      src, fmt_double(a, p->cache_gpu_percent), fmt_double(b, p->cache_cpu_percent));
 	double r = sl_policy_recent_ratio(p);
 	if (p->hh_ratio + r > 1 + 1e-12)
 		return sl_err(SL_ERANGE, "%s: hh_ratio + recent_ratio%s = %.10g, must be at most 1", src,
@@ -792,8 +788,9 @@ void sl_policy_doc_markdown(FILE *f)
 	      "  100; disk holds the rest.\n"
 	      "- Activations live on one device: `act_gpu_percent` is 100, or `act_cpu_percent` is\n"
 	      "  100, or both are 0 (disk). FlexGen has the same restriction.\n"
-	      "- `compress_cache: true` needs the whole cache on one device (100 on the GPU, 100 on\n"
-	      "  the CPU, or both 0).\n"
+	      "- `compress_cache` may split the cache over the tiers like an uncompressed one:\n"
+	      "  sluice splits by whole sequences, each slot a self-contained range of compressed\n"
+	      "  bytes (FlexGen, which splits each sequence's cache across devices, refuses it).\n"
 	      "- `hh_ratio + recent_ratio` is at most 1, with a negative `recent_ratio` counting as\n"
 	      "  `hh_ratio`. A positive `recent_ratio` with `hh_ratio` 0 keeps a recent window only.\n"
 	      "- Blocks of `gpu_batch_size x num_gpu_batches` prompts, unless `--batch-size` says otherwise.\n\n"

@@ -14,11 +14,12 @@
 
 #define SL_KV_MAX_HEADS 256 /* OPT-175B has 96 */
 
-/* One sequence's K (or V) of one layer, and (H2O) its scores (or
- * positions): the tiers' seq_bytes and state_bytes. */
-static size_t seq_bytes(const sl_opt_config *c, int cap, size_t es)
+/* One sequence's K (or V) of one layer (cap slots of slot_bytes: fp16,
+ * fp32 or compressed), and (H2O) its scores (or positions): the tiers'
+ * seq_bytes and state_bytes. */
+static size_t seq_bytes(int cap, size_t slot_bytes)
 {
-	return (size_t)c->hidden * cap * es;
+	return (size_t)cap * slot_bytes;
 }
 
 static size_t state_bytes(const sl_opt_config *c, int cap, bool h2o)
@@ -26,10 +27,10 @@ static size_t state_bytes(const sl_opt_config *c, int cap, bool h2o)
 	return h2o ? (size_t)c->n_head * cap * 4 : 0;
 }
 
-void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es, bool h2o,
+void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t slot_bytes, bool h2o,
 		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out)
 {
-	sl_kvt_sizes(c->n_layer, nseq, gs, seq_bytes(c, cap, es), state_bytes(c, cap, h2o),
+	sl_kvt_sizes(c->n_layer, nseq, gs, seq_bytes(cap, slot_bytes), state_bytes(c, cap, h2o),
 		     gpu_percent, cpu_percent, dev_is_host, out);
 }
 
@@ -71,8 +72,10 @@ static int tiers_create(sl_kv *kv, int nhost)
 	const char *stem = strrchr(c->name, '/') ? strrchr(c->name, '/') + 1 : c->name;
 	sl_kvt_params tp = { .be = E->be, .n_layer = c->n_layer, .nseq = kv->nseq, .gs = kv->gs,
 			     .gpu_percent = E->plan->p.cache_gpu, .cpu_percent = E->plan->p.cache_cpu,
-			     .seq_bytes = seq_bytes(c, kv->cap, kv->f32 ? 4 : 2),
-			     .state_bytes = state_bytes(c, kv->cap, kv->h2o), .max_ranges = c->n_head,
+			     .seq_bytes = seq_bytes(kv->cap, kv->slot_bytes),
+			     .state_bytes = state_bytes(c, kv->cap, kv->h2o),
+			     /* a compressed head row is two ranges (new_ranges) */
+			     .max_ranges = (kv->q4 ? 2 : 1) * c->n_head,
 			     .work_bytes = ccc ? sl_kv_ccc_bytes(c, kv->gs) : 0,
 			     .work_what = "cpu_cache_compute buffers", .offload_dir = E->offload_dir,
 			     .store_name = stem, .bind_io = E->bind_io, .io_node = E->io_node,
@@ -114,6 +117,8 @@ static int kv_create(const sl_kv_env *env, int nseq, int cap, bool h2o, size_t e
 	kv->cap = cap;
 	kv->n_layer = c->n_layer;
 	kv->f32 = kv->env.plan->p.kv_f32;
+	kv->q4 = kv->env.plan->p.kv_q4;
+	kv->slot_bytes = sl_plan_kv_slot_bytes(c, &kv->env.plan->p);
 	kv->h2o = h2o;
 	kv->gs = sl_kv_group(kv->env.plan->p.micro, nseq);
 	kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
@@ -130,7 +135,7 @@ static int kv_create(const sl_kv_env *env, int nseq, int cap, bool h2o, size_t e
 	const sl_kvt_counts cnt = sl_kvt_counts_of(nseq, kv->gs, kv->env.plan->p.cache_gpu,
 					     kv->env.plan->p.cache_cpu);
 	const int ndev = cnt.dev;
-	const size_t per = (size_t)ndev * c->hidden * cap * (kv->f32 ? sizeof(float) : sizeof(sl_half));
+	const size_t per = (size_t)ndev * cap * kv->slot_bytes;
 	const size_t sper = h2o ? (size_t)ndev * c->n_head * cap * 4 : 0;
 	const size_t L = (size_t)c->n_layer;
 	const size_t bytes = 2 * (per + sper) * L + extra;
@@ -173,10 +178,10 @@ int sl_kv_h2o_slots(double hh, double rr, int max_prompt, int max_len)
 	return SL_MIN(max_len, (int)floor(hh * max_prompt) + (int)floor(rr * max_prompt) + 1);
 }
 
-size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int max_prompt, size_t es)
+size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int max_prompt, size_t slot_bytes)
 {
 	const size_t sc = (size_t)gs * c->n_head * max_prompt; /* one micro-batch */
-	return 2 * sc * (c->hidden / c->n_head) * es + sc * 4 +
+	return 2 * (size_t)gs * max_prompt * slot_bytes + sc * 4 +
 	       (size_t)c->n_layer * nseq * c->n_head * 4 + 1024;
 }
 
@@ -203,8 +208,8 @@ int sl_kv_make(const sl_kv_env *env, int nseq, int max_prompt, int max_len, sl_k
 	int b = sl_kv_h2o_budget(&probe, max_prompt, &heavy, &recent);
 	const int cap = SL_MIN(max_len, b + 1);
 	const int gs = sl_kv_group(env->plan->p.micro, nseq);
-	const size_t es = env->plan->p.kv_f32 ? 4 : 2;
 	const sl_opt_config *c = env->cfg;
+	const size_t es = sl_plan_kv_slot_bytes(c, &env->plan->p); /* per token */
 	const size_t extra = sl_kv_h2o_extra(c, nseq, gs, max_prompt, es);
 	SL_TRY(kv_create(env, nseq, cap, true, extra, out));
 	sl_kv *kv = *out;
@@ -224,9 +229,9 @@ int sl_kv_make(const sl_kv_env *env, int nseq, int max_prompt, int max_len, sl_k
 	const size_t sc = (size_t)gs * c->n_head * max_prompt;
 	char *p = (char *)kv->block.p + (kv->block.bytes - extra);
 	kv->scratch_k = p;
-	p += sc * c->hidden / c->n_head * es;
+	p += (size_t)gs * max_prompt * es;
 	kv->scratch_v = p;
-	p += sc * c->hidden / c->n_head * es;
+	p += (size_t)gs * max_prompt * es;
 	kv->scratch_score = (float *)p;
 	p += sc * 4;
 	kv->evicted = (float *)p;
@@ -363,7 +368,7 @@ static int parts_of(sl_kv *kv, int l, int s0, int g, bool prefill,
 		    const sl_kvt_stage *stage, sl_kv_part *parts)
 {
 	const sl_kv_tiers *T = kv->tiers;
-	const size_t sb = (size_t)kv->env.cfg->hidden * kv->cap * (kv->f32 ? 4 : 2);
+	const size_t sb = (size_t)kv->cap * kv->slot_bytes;
 	const size_t sn = (size_t)kv->env.cfg->n_head * kv->cap; /* state entries per sequence */
 	/* the device-tier sequences from device index di */
 	size_t di = (size_t)s0;
@@ -492,24 +497,37 @@ static int new_slot(const sl_kv *kv, const int32_t *pos, int s, int h)
 }
 
 /* The byte ranges of sequence s's block (K or V) that a decode step wrote:
- * the new token's row, one piece per head (hrow bytes) where H2O put it in
- * different slots, adjacent pieces merged (dense: one range).  At most nh. */
+ * the new token's row, one piece per head where H2O put it in different
+ * slots, adjacent pieces merged (dense: one range).  A head's row is hrow
+ * bytes at (slot * nh + h) * hrow; in a compressed cache (q4) it is two
+ * pieces, its codes and its {mn16, scale16} pairs (backend.h), the codes
+ * of every head first so that a dense step's pieces merge into the one
+ * slot.  At most nh (2 nh compressed). */
 static int new_ranges(const sl_kv *kv, const int32_t *pos, int s, int nh, size_t hrow,
 		      size_t *off, size_t *len)
 {
+	const int hd = sl_opt_head_dim(kv->env.cfg);
+	const size_t ng = sl_q4_groups((size_t)hd), cb = ng * SL_Q4_CODE_BYTES,
+		     mb = ng * SL_Q4_META_BYTES;
 	int n = 0;
-	for (int h = 0; h < nh; h++) {
-		const int slot = new_slot(kv, pos, s, h);
-		if (slot < 0)
-			continue;
-		const size_t o = ((size_t)slot * nh + h) * hrow;
-		if (n && off[n - 1] + len[n - 1] == o) {
-			len[n - 1] += hrow;
-		} else {
-			off[n] = o;
-			len[n++] = hrow;
+	for (int part = 0; part < (kv->q4 ? 2 : 1); part++)
+		for (int h = 0; h < nh; h++) {
+			const int slot = new_slot(kv, pos, s, h);
+			if (slot < 0)
+				continue;
+			size_t o = ((size_t)slot * nh + h) * hrow, l = hrow;
+			if (kv->q4) {
+				o = (size_t)slot * kv->slot_bytes +
+				    (part ? (size_t)nh * cb + (size_t)h * mb : (size_t)h * cb);
+				l = part ? mb : cb;
+			}
+			if (n && off[n - 1] + len[n - 1] == o) {
+				len[n - 1] += l;
+			} else {
+				off[n] = o;
+				len[n++] = l;
+			}
 		}
-	}
 	return n;
 }
 
@@ -524,7 +542,7 @@ static int host_rows_back(sl_kv *kv, sl_kvt_stage *st, const sl_kvt_split *b,
 	const int nh = kv->env.cfg->n_head, l = st->l, s0 = st->s0;
 	const size_t hrow = T->sb / kv->cap / nh, sn = (size_t)nh * kv->cap;
 	const size_t hi0 = (size_t)st->pmb * T->full.host;
-	size_t roff[SL_KV_MAX_HEADS], rlen[SL_KV_MAX_HEADS];
+	size_t roff[2 * SL_KV_MAX_HEADS], rlen[2 * SL_KV_MAX_HEADS];
 	SL_TRY(sl_queue_wait(be, T->cq, st->done_ev));
 	for (int j = 0; j < p->host; j++) {
 		const int s = s0 + p->dev + j;
@@ -551,7 +569,7 @@ static int disk_rows_back(sl_kv *kv, sl_kvt_stage *st, const sl_kvt_split *b,
 	sl_kv_tiers *T = kv->tiers;
 	const int nh = kv->env.cfg->n_head, s0 = st->s0;
 	const size_t hrow = T->sb / kv->cap / nh, sn = (size_t)nh * kv->cap;
-	size_t roff[SL_KV_MAX_HEADS], rlen[SL_KV_MAX_HEADS];
+	size_t roff[2 * SL_KV_MAX_HEADS], rlen[2 * SL_KV_MAX_HEADS];
 	int cnt = 0;
 	for (int j = 0; j < p->disk; j++) {
 		const int s = s0 + p->dev + p->host + j;
@@ -697,7 +715,7 @@ int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 	h.score = p->score;
 	SL_TRY(sl_attn_decode(hb, C->q, &h));
 	if (kv->h2o) {
-		sl_h2o_args e = { .nseq = n, .nh = nh, .hd = a->hd, .kv_f32 = kv->f32,
+		sl_h2o_args e = { .nseq = n, .nh = nh, .hd = a->hd, .kv_f32 = kv->f32, .kv_q4 = kv->q4,
 				  .k_cache = p->k, .v_cache = p->v, .score = p->score,
 				  .pos = p->pos, .cap = kv->cap, .len = kv->len + p->seq,
 				  .cur = kv->pos + p->seq, .heavy = kv->heavy + p->seq,

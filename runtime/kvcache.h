@@ -80,6 +80,8 @@ typedef struct sl_kv {
 			       on the device */
 	sl_kv_ccc *ccc;     /* cpu_cache_compute on a CPU backend beside the device */
 	bool f32;         /* fp32 cache (accuracy mode); fp16 otherwise */
+	bool q4;          /* 4-bit compressed slots (backend.h, kv_q4) */
+	size_t slot_bytes; /* one token's K (or V) of one layer, every head */
 	void **k, **v;    /* per layer, device (ndev, n_head, cap, head_dim): the
 			     device-tier sequences (all of them by default) */
 	sl_buf block;     /* device: the above, then the H2O scratch */
@@ -202,11 +204,12 @@ int sl_kv_advance(sl_kv *kv);
 int sl_kv_rollback(sl_kv *kv, int s);
 
 /* Bytes the split places in each tier for nseq sequences in micro-batches
- * of gs with cap slots (h2o: with scores and positions): device homes
+ * of gs with cap slots of slot_bytes each (sl_plan_kv_slot_bytes: fp16,
+ * fp32 or compressed) (h2o: with scores and positions): device homes
  * plus staging, host homes (plus bounce buffers where the device is not
  * host memory), disk (sl_kvt_sizes).  H2O's scratch and evicted sums are
  * sl_kv_h2o_extra's. */
-void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t es, bool h2o,
+void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t slot_bytes, bool h2o,
 		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out);
 
 /* cpu_cache_compute on a device that is not host memory: the pinned
@@ -226,7 +229,7 @@ static inline int sl_kv_group(int micro, int nseq)
  * micro-batch of gs, and the evicted sums), and one sequence's budget for
  * a prompt. */
 int sl_kv_h2o_slots(double hh, double rr, int max_prompt, int max_len);
-size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int max_prompt, size_t es);
+size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int max_prompt, size_t slot_bytes);
 int sl_kv_h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent);
 
 #endif

@@ -292,8 +292,7 @@ static int h2o_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p, sl_
 	const sl_opt_config *c = &m->cfg;
 	const int nh = c->n_head, hd = sl_opt_head_dim(c);
 	const int s0 = p->seq, g = p->count;
-	const size_t es = kv->f32 ? 4 : 2;
-	sl_h2o_args h = { .nseq = g, .nh = nh, .hd = hd, .kv_f32 = kv->f32,
+	sl_h2o_args h = { .nseq = g, .nh = nh, .hd = hd, .kv_f32 = kv->f32, .kv_q4 = kv->q4,
 			  .k_cache = a->k_cache, .v_cache = a->v_cache,
 			  .score = p->score, .pos = p->pos,
 			  .cap = kv->cap, .heavy = kv->heavy + s0, .recent = kv->recent + s0,
@@ -307,8 +306,9 @@ static int h2o_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p, sl_
 		float *score = kv->scratch_score + ss;
 		SL_TRY(sl_memset_dev(m->be, m->q, score, 0, sizeof(float) * (size_t)g * nh * kv->scratch_cap));
 		sl_attn_args pa = *a;
-		pa.k_cache = (char *)kv->scratch_k + ss * hd * es;
-		pa.v_cache = (char *)kv->scratch_v + ss * hd * es;
+		/* ss / nh slots of slot_bytes (every head) into the scratch */
+		pa.k_cache = (char *)kv->scratch_k + ss / nh * kv->slot_bytes;
+		pa.v_cache = (char *)kv->scratch_v + ss / nh * kv->slot_bytes;
 		pa.cap = kv->scratch_cap;
 		pa.score = score;
 		SL_TRY(sl_attn_prefill(m->be, m->q, &pa));
@@ -338,6 +338,7 @@ static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, in
 	sl_attn_args a = { .nseq = p->count, .nh = c->n_head, .hd = sl_opt_head_dim(c), .t = t,
 			   .cap = kv->cap, .q = m->qb + ro, .k_new = m->kb + ro, .v_new = m->vb + ro,
 			   .out = m->ab + ro, .k_cache = p->k, .v_cache = p->v, .kv_f32 = kv->f32,
+			   .kv_q4 = kv->q4,
 			   .npad = npad ? npad + p->seq : NULL, .len = kv->len + p->seq };
 	if (!prefill && p->tier == SL_TIER_HOST && m->plan.p.cpu_cache_compute && !o->dev_is_host)
 		return sl_kv_host_attention(kv, l, p, &a);

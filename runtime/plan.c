@@ -29,10 +29,16 @@ sl_plan_params sl_plan_of_policy(const sl_policy *pol, bool micro_given, bool kv
 	p.overlap = pol->overlap;
 	p.sep_layer = pol->sep_layer;
 	p.kv_f32 = kv_f32;
+	p.kv_q4 = pol->compress_cache;
 	p.micro = micro_given ? pol->gpu_batch_size : 0;
 	p.hh = pol->hh_ratio;
 	p.rr = pol->hh_ratio > 0 || pol->recent_ratio > 0 ? sl_policy_recent_ratio(pol) : 0;
 	return p;
+}
+
+size_t sl_plan_kv_slot_bytes(const sl_opt_config *c, const sl_plan_params *p)
+{
+	return sl_kv_slot_bytes(c->n_head, sl_opt_head_dim(c), p->kv_f32, p->kv_q4);
 }
 
 int sl_plan_group_rows(int micro, int max_seq, int max_rows)
@@ -131,7 +137,7 @@ static void weight_bytes(const sl_opt_config *c, const sl_plan_params *p, bool d
 /* A job of the workload: its cache and activations. */
 static void job_bytes(const sl_opt_config *c, const sl_plan_params *p, bool dev_is_host, sl_plan *pl)
 {
-	const size_t es = p->kv_f32 ? 4 : 2;
+	const size_t es = sl_plan_kv_slot_bytes(c, p);
 	sl_kv_sizes kz;
 	sl_kv_tier_sizes(c, p->max_seq, pl->gs, pl->cap, es, pl->h2o, p->cache_gpu, p->cache_cpu,
 			 dev_is_host, &kz);
@@ -169,7 +175,7 @@ int sl_plan_make(const sl_opt_config *c, const sl_plan_params *p, bool dev_is_ho
 
 size_t sl_plan_min_device_bytes(const sl_opt_config *c, const sl_plan_params *p)
 {
-	const size_t es = p->kv_f32 ? 4 : 2;
+	const size_t es = sl_plan_kv_slot_bytes(c, p);
 	/* the globals and two staging slots (of half layers with sep_layer),
 	 * every layer's weights streamed from the host or from the disk,
 	 * whichever stages in less */

@@ -38,6 +38,7 @@ typedef struct sl_plan_params {
 	bool overlap;               /* prefetch the next step's weights, cache and rows */
 	bool sep_layer;             /* every micro-batch's attention, then every MLP */
 	bool kv_f32;                /* fp32 cache (accuracy mode); fp16 otherwise */
+	bool kv_q4;                 /* 4-bit compressed cache (compress_cache, backend.h) */
 	int micro;                  /* sequences per micro-batch; 0: the whole block */
 	double hh, rr;              /* H2O: heavy-hitter and recent ratios; 0, 0: dense */
 	int fixed_heavy, fixed_recent; /* >= 0: H2O with these counts (tests); -1: the ratios */
@@ -84,6 +85,10 @@ sl_plan_params sl_plan_defaults(void);
 /* The plan parameters a policy gives (percentages, micro-batches when
  * micro_given, H2O ratios with the recent share sl_policy_recent_ratio
  * takes), with the workload left open. */
+/* Bytes of one token's K (or V) of one layer in the cache the plan
+ * describes: fp16, fp32 or 4-bit (sl_kv_slot_bytes). */
+size_t sl_plan_kv_slot_bytes(const sl_opt_config *c, const sl_plan_params *p);
+
 sl_plan_params sl_plan_of_policy(const sl_policy *pol, bool micro_given, bool kv_f32);
 
 /* Make a plan; SL_EINVAL naming what is out of bounds (a percentage, a

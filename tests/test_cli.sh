@@ -225,6 +225,18 @@ for o in out:
     assert abs(math.exp(-o["sum_logprob"] / len(o["logprobs"])) - o["perplexity"]) < 1e-6 * o["perplexity"]
     assert all(lp <= 0 for lp in o["logprobs"])
 PY
+# with the 4-bit cache: the same lines, log-probabilities near the fp16
+# cache's (opt-pre's random weights spread K and V widely: measured up to
+# 0.83 apart), not all equal (the continuation reads the quantised K and V)
+"$sluice" score --backend cpu --quiet --model "$fx/opt-pre" --input "$tmp/score.jsonl" \
+	--out "$tmp/score-q4.out" --compress-cache || bad "score --compress-cache failed"
+if python3 - "$tmp/score.out" "$tmp/score-q4.out" <<'PY'; then ok; else bad "score --compress-cache output"; fi
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert [len(o["logprobs"]) for o in b] == [2, 1]
+d = [abs(x - y) for o, q in zip(a, b) for x, y in zip(o["logprobs"], q["logprobs"])]
+assert max(d) < 2 and max(d) > 0 and all(lp <= 0 for o in b for lp in o["logprobs"]), d
+PY
 printf '{"input_ids": [5]}\n' >"$tmp/nocont.jsonl"
 expect_fail "score without continuation" 'missing "continuation"' "$tmp/sc.out" -- \
 	score --backend cpu --model "$fx/opt-pre" --input "$tmp/nocont.jsonl" --out "$tmp/sc.out"
@@ -289,6 +301,31 @@ d, h = (json.load(open(p)) for p in sys.argv[1:3])
 assert d["batch"] >= 1 and h["batch"] >= 2 * d["batch"], (d["batch"], h["batch"])
 assert d["peak_bytes"]["host"] <= 1 << 20 and h["peak_bytes"]["host"] <= 1 << 20
 PY
+# the 4-bit cache (--compress-cache): generate in every tier gives the same
+# tokens as on the device (with H2O and cpu_cache_compute too), score runs,
+# bench --batch max counts its compressed bytes (opt-pre's head dimension
+# 16 pads each head's group to 64: 36 bytes a head row against fp16's 32,
+# so the batch shrinks by that ratio), and it excludes --kv-dtype f32
+"$sluice" "${job[@]}" --batch-size 3 --compress-cache --out "$tmp/q4ref.jsonl" || bad "--compress-cache failed"
+if "$sluice" "${job[@]}" --batch-size 3 --compress-cache --percent 100 0 34 33 100 0 \
+	--offload-dir "$tmp/off" --out "$tmp/q4t.jsonl" && cmp -s "$tmp/q4t.jsonl" "$tmp/q4ref.jsonl"; then ok
+else bad "the compressed KV cache across tiers changed the output"; fi
+"$sluice" "${job[@]}" --batch-size 3 --compress-cache --hh-ratio 0.2 --out "$tmp/q4h.jsonl" || bad "--compress-cache with H2O failed"
+if "$sluice" "${job[@]}" --batch-size 3 --compress-cache --hh-ratio 0.2 --percent 100 0 0 50 100 0 \
+	--cpu-cache-compute --offload-dir "$tmp/off" --out "$tmp/q4c.jsonl" &&
+	cmp -s "$tmp/q4c.jsonl" "$tmp/q4h.jsonl"; then ok; else bad "the compressed H2O cache with cpu_cache_compute changed the output"; fi
+for q in "" --compress-cache; do
+	"$sluice" bench --backend cpu --model "$fx/opt-pre" --prompt-len 40 --gen-len 8 --batch max \
+		--percent 100 0 0 100 100 0 --cpu-mem 1M $q --json >"$tmp/maxq$q.json" || bad "bench --batch max $q failed"
+done
+if python3 - "$tmp/maxq.json" "$tmp/maxq--compress-cache.json" <<'PY'; then ok; else bad "bench --batch max: fp16 vs 4-bit cache"; fi
+import json, sys
+d, q = (json.load(open(p)) for p in sys.argv[1:3])
+assert d["batch"] >= 9 and abs(q["batch"] - d["batch"] * 32 / 36) <= 1, (d["batch"], q["batch"])
+assert q["peak_bytes"]["host"] <= 1 << 20
+PY
+expect_fail "--compress-cache with --kv-dtype f32" "exclude each other" "$tmp/q4f.jsonl" -- \
+	"${job[@]}" --compress-cache --kv-dtype f32 --out "$tmp/q4f.jsonl"
 if "$sluice" bench --backend cpu --model "$fx/opt-pre" --batch max 2>"$tmp/stderr"; then bad "--batch max without a budget ran"
 elif grep -q "needs a budget" "$tmp/stderr"; then ok; else bad "--batch max without a budget: $(cat "$tmp/stderr")"; fi
 # a host budget when nothing of the job grows on the host (on the CPU

@@ -342,8 +342,18 @@ typedef struct grid_out {
 	sl_kv_stats kv;
 } grid_out;
 
-/* One job of the opt-pre prompts under policy p (h2o: a 40% H2O cache),
- * with budgets dev_mem / host_mem (0: none). */
+/* The 4-bit cache's prefill logits against the fp16 cache's: the largest
+ * difference over the largest logit.  Measured 0.144 on opt-pre, whose
+ * random weights give K and V groups a wide range (16 levels across it);
+ * the kernels are held to the scheme exactly in test_ops, and the accuracy
+ * on a trained model is bench/kv_compress_quality.sh's. */
+#define Q4_LOGIT_TOL 0.25
+
+/* The grid's cache: fp16, or (test_grid's cases 2 and 3) 4-bit compressed. */
+static bool grid_q4;
+
+/* One job of the opt-pre prompts under policy p (h2o: a 40% H2O cache;
+ * grid_q4: compressed), with budgets dev_mem / host_mem (0: none). */
 static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem, grid_out *o)
 {
 	char dir[600];
@@ -371,6 +381,7 @@ static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem
 	pp.cache_cpu = p->cc;
 	pp.cpu_cache_compute = p->ccc;
 	pp.act_host = p->act;
+	pp.kv_q4 = grid_q4;
 	if (h2o)
 		pp.hh = pp.rr = 0.2;
 	pp.max_seq = np;
@@ -475,7 +486,8 @@ static void assert_same(const grid_out *ref, const grid_out *o, const char *what
 
 static void describe(const grid_pol *p, bool h2o, char *buf, size_t n)
 {
-	snprintf(buf, n, "%sweights %g/%g cache %g/%g micro %d%s%s%s%s", h2o ? "H2O " : "", p->wg,
+	snprintf(buf, n, "%s%sweights %g/%g cache %g/%g micro %d%s%s%s%s", grid_q4 ? "4-bit cache " : "",
+		 h2o ? "H2O " : "", p->wg,
 		 p->wc, p->cg, p->cc, p->micro, p->overlap ? " overlap" : "",
 		 p->ccc ? " cpu_cache_compute" : "", p->sep ? " sep_layer" : "",
 		 p->act ? " activations on host" : "");
@@ -494,10 +506,31 @@ static void describe(const grid_pol *p, bool h2o, char *buf, size_t n)
  */
 START_TEST(test_grid)
 {
-	const bool h2o = _i == 1;
+	const bool h2o = _i & 1;
+	grid_q4 = _i & 2;
 	grid_pol base = { 100, 0, 100, 0, 0, true, false, false, false };
 	grid_out ref, o;
 	ck_assert_msg(grid_run(&base, h2o, 0, 0, &ref) == 0, "%s", sl_errmsg());
+	if (grid_q4) { /* compressed: close to the fp16 cache's logits, not equal */
+		grid_q4 = false;
+		grid_out f16;
+		ck_assert_int_eq(grid_run(&base, h2o, 0, 0, &f16), 0);
+		grid_q4 = true;
+		int t = 0;
+		for (int s = 0; s < np; s++)
+			t = SL_MAX(t, plen[s]);
+		double d = 0, mx = 0;
+		for (int s = 0; s < np; s++)
+			for (int j = t - plen[s]; j < t; j++)
+				for (int v = 0; v < 512; v++) {
+					const size_t k = ((size_t)s * t + j) * 512 + v;
+					d = fmax(d, fabs((double)ref.logits[k] - f16.logits[k]));
+					mx = fmax(mx, fabs((double)f16.logits[k]));
+				}
+		ck_assert_msg(d > 0 && d <= Q4_LOGIT_TOL * mx,
+			      "4-bit cache: prefill logits %g from the fp16 cache's (largest %g)", d, mx);
+		free(f16.logits);
+	}
 	if (h2o) { /* the H2O cache evicts here: its tokens are not the dense ones */
 		grid_out dense;
 		ck_assert_int_eq(grid_run(&base, false, 0, 0, &dense), 0);
@@ -521,7 +554,8 @@ START_TEST(test_grid)
 		ck_assert_msg(rc == 0, "%s: %s", what, sl_errmsg());
 		assert_same(&ref, &o, what);
 		sl_kv_sizes kz;
-		sl_kv_tier_sizes(&cfg, np, p.micro, 8, 2, h2o, p.cg, p.cc, true, &kz);
+		const size_t slot = sl_kv_slot_bytes(cfg.n_head, sl_opt_head_dim(&cfg), false, grid_q4);
+		sl_kv_tier_sizes(&cfg, np, p.micro, 8, slot, h2o, p.cg, p.cc, true, &kz);
 		if (kz.disk) {
 			ck_assert_msg(o.kv.disk_read_bytes > 0 && o.kv.disk_write_bytes > 0,
 				      "%s: no cache traffic to disk", what);
@@ -552,8 +586,8 @@ START_TEST(test_grid)
 				t = SL_MAX(t, plen[k]);
 			const int cap = h2o ? sl_kv_h2o_slots(0.2, 0.2, t, t + 24) : t + 24;
 			sl_kv_sizes a, z;
-			sl_kv_tier_sizes(&cfg, np, p.micro, cap, 2, h2o, 100, 0, true, &a);
-			sl_kv_tier_sizes(&cfg, np, p.micro, cap, 2, h2o, p.cg, p.cc, true, &z);
+			sl_kv_tier_sizes(&cfg, np, p.micro, cap, slot, h2o, 100, 0, true, &a);
+			sl_kv_tier_sizes(&cfg, np, p.micro, cap, slot, h2o, p.cg, p.cc, true, &z);
 			ck_assert_msg(dev + a.device == dev_peaks[on] + z.device,
 				      "%s: device peak %zu, with the cache on the device %zu; expected a difference of %zd",
 				      what, dev, dev_peaks[on], (ssize_t)z.device - (ssize_t)a.device);
@@ -581,7 +615,7 @@ int main(int argc, char **argv)
 	TCase *tg = tcase_create("grid");
 	tcase_add_checked_fixture(tg, make_offdir, rm_offdir);
 	tcase_set_timeout(tg, 600);
-	tcase_add_loop_test(tg, test_grid, 0, 2); /* dense, H2O */
+	tcase_add_loop_test(tg, test_grid, 0, 4); /* dense, H2O; compressed: dense, H2O */
 	suite_add_tcase(s, tg);
 	return sl_test_run(s);
 }

@@ -276,7 +276,9 @@ START_TEST(validate_relations)
 		{ 100, 0, 100, 0, 50, 0, false, 0, -1, SL_EUNSUPPORTED, "act_gpu_percent" },
 		{ 100, 0, 100, 0, 0, 30, false, 0, -1, SL_EUNSUPPORTED, "act_cpu_percent" },
 		{ 100, 0, 100, 0, 0, 100, false, 0, -1, 0, NULL },
-		{ 100, 0, 50, 50, 100, 0, true, 0, -1, SL_EUNSUPPORTED, "compress_cache" },
+		/* a compressed cache split over tiers: sluice splits by sequence */
+		{ 100, 0, 50, 50, 100, 0, true, 0, -1, 0, NULL },
+		{ 100, 0, 30, 20, 100, 0, true, 0, -1, 0, NULL },
 		{ 100, 0, 0, 100, 100, 0, true, 0, -1, 0, NULL },
 		{ 100, 0, 0, 0, 100, 0, true, 0, -1, 0, NULL },
 		{ 100, 0, 100, 0, 100, 0, false, 0.5, -1, 0, NULL },
@@ -467,9 +469,6 @@ START_TEST(load_relations)
 	BAD_LOAD("act_split.json", "{\"act_gpu_percent\": 50, \"act_cpu_percent\": 50}", SL_EUNSUPPORTED,
 		 "act_gpu_percent = 50, act_cpu_percent = 50", "one device");
 	BAD_LOAD("act_part.json", "{\"act_gpu_percent\": 20}", SL_EUNSUPPORTED, "act_gpu_percent = 20");
-	BAD_LOAD("comp_cache.json",
-		 "{\"compress_cache\": true, \"cache_gpu_percent\": 30, \"cache_cpu_percent\": 70}",
-		 SL_EUNSUPPORTED, "compress_cache", "cache_gpu_percent = 30");
 	BAD_LOAD("hh1.json", "{\"hh_ratio\": 0.75}", SL_ERANGE, "hh_ratio + recent_ratio",
 		 "= 1.5, must be at most 1");
 	BAD_LOAD("hh2.json", "{\"hh_ratio\": 0.3, \"recent_ratio\": 0.8}", SL_ERANGE, "= 1.1");

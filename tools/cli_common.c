@@ -220,6 +220,10 @@ bool common_opt(const char *cmd, int c, common_opts *o)
 		o->policy.cpu_cache_compute = true;
 		add_fix(cmd, o, "cpu_cache_compute", "true");
 		return true;
+	case OPT_COMPRESS_CACHE:
+		o->policy.compress_cache = true;
+		add_fix(cmd, o, "compress_cache", "true");
+		return true;
 	case OPT_OFFLOAD_DIR: o->offload_dir = optarg; return true;
 	case OPT_KV_DTYPE:
 		if (strcmp(optarg, "f16") && strcmp(optarg, "f32"))
@@ -308,9 +312,12 @@ int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_plan_par
 	if (p->act_gpu_percent < 100 && p->act_cpu_percent < 100)
 		return sl_err(SL_EUNSUPPORTED,
 			      "activations on disk are not supported: set act_gpu_percent 100 (device) or act_cpu_percent 100 (pinned CPU memory)");
-	if (p->compress_weight || p->compress_cache)
+	if (p->compress_weight)
 		return sl_err(SL_EUNSUPPORTED,
-			      "this build does not compress: set compress_weight and compress_cache false");
+			      "this build does not compress weights: set compress_weight false");
+	if (p->compress_cache && o->kv_f32)
+		return sl_err(SL_EINVAL,
+			      "--kv-dtype f32 and a compressed KV cache (compress_cache) exclude each other");
 	int rc;
 	if (!*be && (rc = make_backend(o, be)) < 0)
 		return rc;
