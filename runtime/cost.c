@@ -170,7 +170,8 @@ typedef struct shape {
 	const sl_opt_config *c;
 	const sl_plan *pl;
 	double h, f, nh, es;   /* hidden, ffn, heads, cache element bytes */
-	double slot;           /* one token's K (or V) row of every head: h x es */
+	double slot;           /* one token's K (or V) row of every head: h x es, or
+				* its 4-bit form (sl_plan_kv_slot_bytes) */
 	double ss;             /* H2O: a sequence's scores (or positions) of one layer */
 	double w_host, w_disk; /* one layer's streamed weight bytes */
 	int units;             /* weight units a layer loads in (2 with sep_layer halves) */
@@ -413,7 +414,7 @@ int sl_cost_eval(const sl_opt_config *c, const sl_plan *pl, const sl_profile *pr
 	rates_of(prof, pl->dev_is_host, &r);
 	shape s = { .c = c, .pl = pl, .h = c->hidden, .f = c->ffn, .nh = c->n_head };
 	s.es = p->kv_f32 ? 4 : 2;
-	s.slot = s.h * s.es;
+	s.slot = (double)sl_plan_kv_slot_bytes(c, p); /* h x es, or compressed */
 	s.ss = pl->h2o ? (double)c->n_head * pl->cap * 4 : 0;
 	size_t wd, wh, wk;
 	sl_weights_layer_split(c, p->w_gpu, p->w_cpu, &wd, &wh, &wk);

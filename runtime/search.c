@@ -240,9 +240,11 @@ int sl_search(const sl_opt_config *c, const sl_profile *prof, const sl_search_pa
 			bool fitted = false;
 			/* the switches: activations on the host, sep_layer,
 			 * cpu_cache_compute (on the CPU backend too: the host
-			 * part is then read in place, not copied); overlap stays on (the model never
+			 * part is then read in place, not copied), and where
+			 * allowed the compressed cache; overlap stays on (the model never
 			 * finds it slower, and it costs no memory) unless fixed */
-			for (int sw = 0; sw < 8; sw++) {
+			const int nsw = sp->allow_compress && !sp->kv_f32 ? 16 : 8;
+			for (int sw = 0; sw < nsw; sw++) {
 				sl_policy p;
 				sl_policy_default(&p);
 				p.gpu_batch_size = gbs;
@@ -250,6 +252,7 @@ int sl_search(const sl_opt_config *c, const sl_profile *prof, const sl_search_pa
 				const bool act_host = sw & 1, ccc = sw & 4;
 				p.sep_layer = !(sw & 2);
 				p.cpu_cache_compute = ccc;
+				p.compress_cache = sw & 8; /* only where allowed */
 				p.act_gpu_percent = act_host ? 0 : 100;
 				p.act_cpu_percent = act_host ? 100 : 0;
 				h2o_of(sp, &p);

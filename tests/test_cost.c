@@ -214,18 +214,28 @@ typedef struct tpol {
 	double wg, wc, cg, cc;
 	int micro;
 	bool sep, act, h2o, ccc;
+	bool q4; /* a 4-bit compressed cache */
 } tpol;
 
 static const tpol traffic_grid[] = {
-	{ 100, 0, 100, 0, 0, true, false, false, false },  { 0, 100, 100, 0, 0, true, false, false, false },
-	{ 0, 100, 100, 0, 0, false, false, false, false }, { 0, 0, 100, 0, 0, true, false, false, false },
-	{ 30, 30, 100, 0, 0, true, false, false, false },  { 100, 0, 0, 100, 0, true, false, false, false },
-	{ 100, 0, 0, 0, 0, true, false, false, false },    { 100, 0, 34, 33, 3, true, false, false, false },
-	{ 100, 0, 0, 100, 0, true, false, true, false },   { 100, 0, 0, 0, 0, true, false, true, false },
-	{ 0, 50, 0, 50, 2, false, true, true, false },     { 100, 0, 100, 0, 2, true, true, false, false },
-	{ 0, 100, 0, 100, 2, true, true, false, false },   { 100, 0, 100, 0, 0, true, true, false, false },
-	{ 0, 0, 0, 0, 0, false, true, false, false },      { 100, 0, 0, 100, 0, true, false, false, true },
-	{ 0, 100, 0, 100, 3, false, false, true, true }, { 100, 0, 34, 33, 2, true, true, true, true },
+	{ 100, 0, 100, 0, 0, true, false, false, false, false },  { 0, 100, 100, 0, 0, true, false, false, false, false },
+	{ 0, 100, 100, 0, 0, false, false, false, false, false }, { 0, 0, 100, 0, 0, true, false, false, false, false },
+	{ 30, 30, 100, 0, 0, true, false, false, false, false },  { 100, 0, 0, 100, 0, true, false, false, false, false },
+	{ 100, 0, 0, 0, 0, true, false, false, false, false },    { 100, 0, 34, 33, 3, true, false, false, false, false },
+	{ 100, 0, 0, 100, 0, true, false, true, false, false },   { 100, 0, 0, 0, 0, true, false, true, false, false },
+	{ 0, 50, 0, 50, 2, false, true, true, false, false },     { 100, 0, 100, 0, 2, true, true, false, false, false },
+	{ 0, 100, 0, 100, 2, true, true, false, false, false },   { 100, 0, 100, 0, 0, true, true, false, false, false },
+	{ 0, 0, 0, 0, 0, false, true, false, false, false },      { 100, 0, 0, 100, 0, true, false, false, true, false },
+	{ 0, 100, 0, 100, 3, false, false, true, true, false }, { 100, 0, 34, 33, 2, true, true, true, true, false },
+	/* the compressed cache in every tier, with H2O and cpu_cache_compute */
+	{ 100, 0, 100, 0, 0, true, false, false, false, true },
+	{ 100, 0, 0, 100, 0, true, false, false, false, true },
+	{ 100, 0, 0, 0, 0, true, false, false, false, true },
+	{ 0, 100, 34, 33, 3, true, true, false, false, true },
+	{ 100, 0, 0, 100, 0, true, false, true, false, true },
+	{ 100, 0, 0, 0, 0, true, false, true, false, true },
+	{ 100, 0, 0, 100, 0, true, false, false, true, true },
+	{ 100, 0, 34, 33, 2, true, true, true, true, true },
 };
 
 /* The backend the counted runs use: the CPU backend, or (test_cost_emu)
@@ -258,6 +268,7 @@ static void run_counted(const tpol *t, int B, int P, int G, sl_offload_stats *pf
 	pp.micro = t->micro;
 	pp.sep_layer = t->sep;
 	pp.act_host = t->act;
+	pp.kv_q4 = t->q4;
 	if (t->h2o)
 		pp.hh = pp.rr = 0.25;
 	pp.max_seq = B;
@@ -312,9 +323,9 @@ START_TEST(test_traffic_counted)
 {
 	const tpol *t = &traffic_grid[_i];
 	char what[200];
-	snprintf(what, sizeof what, "%s: w %g/%g cache %g/%g micro %d%s%s%s%s", COUNTED_BACKEND, t->wg,
+	snprintf(what, sizeof what, "%s: w %g/%g cache %g/%g micro %d%s%s%s%s%s", COUNTED_BACKEND, t->wg,
 		 t->wc, t->cg, t->cc, t->micro, t->sep ? " sep" : "", t->act ? " act_host" : "",
-		 t->h2o ? " h2o" : "", t->ccc ? " cpu_cache_compute" : "");
+		 t->h2o ? " h2o" : "", t->ccc ? " cpu_cache_compute" : "", t->q4 ? " 4-bit cache" : "");
 	sl_offload_stats pf, dc;
 	sl_cost k;
 	run_counted(t, 6, 16, 9, &pf, &dc, &k);
@@ -428,6 +439,35 @@ START_TEST(test_search_h2o)
 }
 END_TEST
 
+/* compress_cache only where allowed: never without --allow-compress; with
+ * it, under a device budget that a long context's cache overflows, the
+ * smaller cache wins (a larger block, less traffic). */
+START_TEST(test_search_compress)
+{
+	sl_opt_config c;
+	ck_assert_int_eq(sl_opt_config_named("opt-1.3b", &c), 0);
+	sl_profile prof = round_profile(false);
+	sl_search_params sp = { .prompt_len = 512, .gen_len = 64, .disk = false };
+	sp.budget.device = (size_t)4 << 30;
+	sp.budget.host = (size_t)64 << 30;
+	sl_choice best[8];
+	int n = 0;
+	long ev = 0;
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), 0);
+	for (int i = 0; i < n; i++)
+		ck_assert(!best[i].pol.compress_cache);
+	const double plain = best[0].cost.tok_s;
+	sp.allow_compress = true;
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), 0);
+	ck_assert_msg(best[0].pol.compress_cache, "the search did not choose the compressed cache");
+	ck_assert(best[0].cost.tok_s > plain);
+	sp.kv_f32 = true; /* an fp32 cache is never compressed */
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), 0);
+	for (int i = 0; i < n; i++)
+		ck_assert(!best[i].pol.compress_cache);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -447,6 +487,7 @@ int main(int argc, char **argv)
 	tcase_add_test(ts, test_search_fits_and_ranks);
 	tcase_add_test(ts, test_search_nothing_fits);
 	tcase_add_test(ts, test_search_h2o);
+	tcase_add_test(ts, test_search_compress);
 	suite_add_tcase(s, ts);
 	return sl_test_run(s);
 }

@@ -28,7 +28,7 @@
 static const char policy_help[] =
 	"usage: sluice policy (--model DIR | --dummy NAME) (--prompt-len P --gen-len G | --prompts FILE)\n"
 	"          [--gpu-mem B] [--cpu-mem B] [--disk-mem B] [--offload-dir DIR] [--backend B] [--threads N] [--kv-dtype T] [--profile FILE]\n"
-	"          [--hh-ratio H | --min-kv-budget F | --calibration FILE --max-ppl-increase X] [--fix FIELD=VALUE]... [--top N] [--json] (--out POLICY.json | --evaluate POLICY.json)\n"
+	"          [--hh-ratio H | --min-kv-budget F | --calibration FILE --max-ppl-increase X] [--fix FIELD=VALUE]... [--allow-compress] [--top N] [--json] (--out POLICY.json | --evaluate POLICY.json)\n"
 "The policy with the most predicted tokens/s for a workload under the budgets:\n"
 	"batching, placement of weights, KV cache and activations, overlap, sep_layer,\n"
 	"cpu_cache_compute and (where allowed) the H2O budget.  Written to --out as a\n"
@@ -63,6 +63,8 @@ static const char policy_help[] =
 	"  --max-ppl-increase X  that bound X, 0 or more (e.g. 0.05: 5%); with --calibration\n"
 	"                       (without any of these three: a dense KV cache)\n"
 	"  --fix FIELD=VALUE    pin a policy field (repeatable); the search chooses the rest\n"
+	"  --allow-compress     the search may also choose a 4-bit compressed KV cache\n"
+	"                       (compress_cache; not with --kv-dtype f32)\n"
 	"  --top N              also print the N best candidates as a table (1 to 100)\n"
 	"  --json               one JSON object on stdout (the choice, its prediction, the\n"
 	"                       top list and the calibration ladder where asked)\n"
@@ -74,7 +76,7 @@ static const char policy_help[] =
 	"                       (exit 0, \"fits\": false), not an error\n" EXIT_HELP;
 
 enum { P_PROMPTS = 1200, P_DISK_MEM, P_PROFILE, P_HH, P_MIN_KV, P_CALIB, P_MAX_PPL, P_FIX, P_TOP,
-       P_EVALUATE };
+       P_EVALUATE, P_ALLOW_COMPRESS };
 
 /* The H2O budgets the calibration tries, as a share of the prompt (0: dense). */
 static const double ladder_budget[] = { 0, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05 };
@@ -88,6 +90,7 @@ typedef struct policy_cli {
 	double hh, min_kv, max_ppl; /* < 0: not given */
 	int top;
 	bool json;
+	bool allow_compress;
 	int nfix;
 	const char *fix[SL_SEARCH_MAX_FIX];
 } policy_cli;
@@ -139,6 +142,7 @@ static void parse_args(int argc, char **argv, policy_cli *o)
 		{ "json", no_argument, 0, OPT_JSON },
 		{ "out", required_argument, 0, 'o' },
 		{ "evaluate", required_argument, 0, P_EVALUATE },
+		{ "allow-compress", no_argument, 0, P_ALLOW_COMPRESS },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -190,6 +194,7 @@ static void parse_args(int argc, char **argv, policy_cli *o)
 		case OPT_JSON: o->json = true; break;
 		case 'o': o->out = optarg; break;
 		case P_EVALUATE: o->evaluate = optarg; break;
+		case P_ALLOW_COMPRESS: o->allow_compress = true; break;
 		case 'h': fputs(policy_help, stdout); exit(0);
 		default: bad_option(cmd, c, argv);
 		}
@@ -922,6 +927,7 @@ int cmd_policy(int argc, char **argv)
 	 * that fits here runs in all three */
 	sp->rows_per_seq = plen + glen;
 	sp->kv_f32 = o.co.kv_f32;
+	sp->allow_compress = o.allow_compress;
 	const bool cuda = !strcmp(x.prof.p.backend, "cuda");
 	sp->budget.device = o.co.gpu_mem ? o.co.gpu_mem
 			    : cuda ? (size_t)x.prof.p.gpu.memory_bytes : default_mem_budget();
