@@ -322,6 +322,7 @@ if python3 - "$tmp/maxq.json" "$tmp/maxq--compress-cache.json" <<'PY'; then ok; 
 import json, sys
 d, q = (json.load(open(p)) for p in sys.argv[1:3])
 assert d["batch"] >= 9 and abs(q["batch"] - d["batch"] * 32 / 36) <= 1, (d["batch"], q["batch"])
+assert q["compress_cache"] is True and d["compress_cache"] is False
 assert q["peak_bytes"]["host"] <= 1 << 20
 PY
 expect_fail "--compress-cache with --kv-dtype f32" "exclude each other" "$tmp/q4f.jsonl" -- \
