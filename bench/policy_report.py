@@ -78,7 +78,7 @@ md.append(f"- machine: {a.machine}")
 md.append(f"- command: `{a.cmd}`; wall time {a.wall} s")
 if prof:
     rates = ", ".join(f"{k} {prof[k]:.3g}" for k in ("mem_read_gbps", "cpu_gemm_gflops", "copy_gbps",
-                                                      "attn_decode_gbps", "disk_read_gbps", "disk_write_gbps", "copy_overlap")
+                                                      "attn_decode_gbps", "disk_read_gbps", "disk_write_gbps", "copy_overlap", "load_average")
                       if isinstance(prof.get(k), (int, float)))
     md.append(f"- profile (measured once at the start, used for every prediction): backend "
               f"{prof.get('backend')}, {prof.get('threads')} threads, build {prof.get('build', '?')}; {rates}")

@@ -161,6 +161,7 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	set_rate(j, "cpu_attn_gbps", p->cpu_attn_gbps, e);
 	set_rate(j, "disk_write_gbps", p->disk_write_gbps, e);
 	sl_jset_real(j, "copy_overlap", p->copy_overlap, e);
+	sl_jset(j, "load_average", p->load_average >= 0 ? json_real(p->load_average) : json_null(), e);
 	sl_jset(j, "dev_reserve_bytes", json_integer((json_int_t)p->dev_reserve_bytes), e);
 	sl_jset_real(j, "seconds", p->seconds, e);
 	return j;
@@ -332,6 +333,26 @@ static double get_share(reader *r, const json_t *obj, const char *key)
 	if (!(x >= 0 && x <= 1)) {
 		r->rc = sl_err(SL_ERANGE, "%s: %s = %g, must be in [0, 1]", r->path, key, x);
 		return 0;
+	}
+	return x;
+}
+
+/* An optional load average, >= 0: absent or null is -1 (unknown). */
+static double get_load(reader *r, const json_t *obj, const char *key)
+{
+	if (r->rc < 0)
+		return -1;
+	json_t *v = json_object_get(obj, key);
+	if (!v || json_is_null(v))
+		return -1;
+	if (!json_is_number(v)) {
+		wrong_type(r, "", key, "a number or null", v);
+		return -1;
+	}
+	const double x = json_number_value(v);
+	if (!(x >= 0) || !isfinite(x)) {
+		r->rc = sl_err(SL_ERANGE, "%s: %s = %g, must be at least 0", r->path, key, x);
+		return -1;
 	}
 	return x;
 }
@@ -528,6 +549,7 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 		p->cpu_attn_gbps = get_rate(r, root, "cpu_attn_gbps");
 		p->disk_write_gbps = get_rate(r, root, "disk_write_gbps");
 		p->copy_overlap = get_share(r, root, "copy_overlap");
+		p->load_average = get_load(r, root, "load_average");
 		p->dev_reserve_bytes = (uint64_t)get_int(r, root, "", "dev_reserve_bytes", 0, INT64_MAX);
 	}
 	json_t *s = field(r, root, "", "seconds");
@@ -605,6 +627,7 @@ int sl_profile_load(const char *path, sl_profile *p)
 			    path, version, SL_PROFILE_FORMAT_VERSION);
 		goto out;
 	}
+	tmp->load_average = -1; /* unknown unless the file says */
 	get_profile(&r, root, version, tmp);
 	if ((rc = r.rc) == 0)
 		*p = *tmp;

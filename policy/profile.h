@@ -52,6 +52,10 @@
  *                     add the two nor take their maximum; 0 on CUDA, where
  *                     copies have their own engine, and in files without it
  *                     (optional: older format 2 files load)
+ *   load_average      the machine's 1-minute load average as the profile
+ *                     began (/proc/loadavg): a profile measured while other
+ *                     work held the cores under-rates the machine; optional
+ *                     (absent or null: unknown, -1)
  *   dev_reserve_bytes the backend's device bytes that are not the caller's
  *                     (dev_used - data_used) after the GEMMs and attention
  *                     ran: cuBLAS's workspace; 0 on the CPU backend
@@ -154,6 +158,7 @@ typedef struct sl_profile {
 	double attn_prefill_gflops; /* sl_attn_prefill at a 512-token prompt */
 	double cpu_attn_gbps;       /* the host's decode attention (cpu_cache_compute) */
 	double disk_write_gbps;     /* O_DIRECT writes at the store's request size */
+	double load_average;        /* 1-minute load average as it began; -1: unknown */
 	double copy_overlap;        /* CPU backend: the share of copies hidden
 				     * under GEMMs on the shared cores, [0, 1] */
 	uint64_t dev_reserve_bytes; /* the backend's own device workspace (cuBLAS's,

@@ -730,12 +730,26 @@ out:
 	return rc;
 }
 
+/* The 1-minute load average (/proc/loadavg), or -1. */
+static double load_now(void)
+{
+	FILE *f = fopen("/proc/loadavg", "r");
+	double l = -1;
+	if (f) {
+		if (fscanf(f, "%lf", &l) != 1 || !(l >= 0))
+			l = -1;
+		fclose(f);
+	}
+	return l;
+}
+
 int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 {
 	memset(out, 0, sizeof *out);
 	const double t_start = sl_now();
 	out->quick = o->quick;
 	out->pinned_node = out->io_node = -1;
+	out->load_average = load_now();
 	snprintf(out->build, sizeof out->build, "%s+%s", SL_VERSION, sl_build_id);
 	if (o->offload_dir) {
 		SL_TRY(sl_profile_check_offload_dir(o->offload_dir));
@@ -777,6 +791,10 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 
 	const size_t mem_bytes = (o->quick ? 16 : 512) * MIB;
 	out->mem_bytes = mem_bytes;
+	if (out->load_average >= 0)
+		say(o, "load        %8.2f          (1-minute average as the profile began, %d CPUs%s)\n",
+		    out->load_average, out->topo.pus,
+		    out->load_average >= 0.5 * out->topo.pus ? "; busy: the rates below may be low" : "");
 	out->mem_read_gbps = sl_profile_mem_read_gbps(mem_bytes, out->threads);
 	say(o, "mem read    %8.2f GB/s     (%d threads summing %zu MiB, median of 3)\n", out->mem_read_gbps,
 	    out->threads, mem_bytes / MIB);

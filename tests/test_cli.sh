@@ -900,6 +900,7 @@ import json, sys
 a, b = (json.load(open(p))["predicted"]["profile"] for p in sys.argv[1:])
 assert a["source"] == "measured" and b["source"] == "cached", (a, b)
 assert a["backend"] == b["backend"] == "cpu" and a["build"] == b["build"] and a["build"], (a, b)
+assert a["load_average"] >= 0 and a["load_average"] == b["load_average"], (a, b)
 PY
 # H2O as the user allows: --hh-ratio H fixes it (H heavy, H recent);
 # --min-kv-budget F: any budget of at least F of the prompt

@@ -105,6 +105,7 @@ static void full_profile(sl_profile *p)
 	p->cpu_attn_gbps = 12.3456789;
 	p->disk_write_gbps = 2.0 / 3.0;
 	p->copy_overlap = 1.0 / 3.0;
+	p->load_average = 2.75;
 	p->dev_reserve_bytes = 33554432 + 4096;
 	snprintf(p->build, sizeof p->build, "0.1.0");
 	snprintf(p->machine, sizeof p->machine, "backend=cuda; threads=96; build=0.1.0; cpu=AMD EPYC \"9654\"; "
@@ -199,6 +200,7 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 	SAME_BITS(cpu_attn_gbps);
 	SAME_BITS(disk_write_gbps);
 	SAME_BITS(copy_overlap);
+	SAME_BITS(load_average);
 	SAME(dev_reserve_bytes);
 	SAME_STR(build);
 	SAME_STR(machine);
@@ -249,6 +251,13 @@ START_TEST(test_round_trip)
 	sl_profile *q = malloc(sizeof *q);
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	p->copy_overlap = 0;
+	check_same(p, q);
+	/* load_average, also later: absent is unknown (-1) */
+	ck_assert_int_eq(json_object_del(root, "load_average"), 0);
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	ck_assert(q->load_average == -1);
+	p->load_average = -1;
 	check_same(p, q);
 	json_object_set_new(root, "copy_overlap", json_null());
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
@@ -336,6 +345,8 @@ static const bad_case bad_cases[] = {
 	{ "copy_latency_us", "-0.5", SL_ERANGE, "copy_latency_us = -0.5, must be a positive number or null" },
 	{ "attn_decode_gbps", "true", SL_EFORMAT, "attn_decode_gbps must be a positive number or null, got true" },
 	{ "disk_write_gbps", NULL, SL_EFORMAT, "disk_write_gbps is missing" },
+	{ "load_average", "-1", SL_ERANGE, "load_average = -1, must be at least 0" },
+	{ "load_average", "\"high\"", SL_EFORMAT, "load_average must be a number or null, got a string" },
 	{ "copy_overlap", "1.5", SL_ERANGE, "copy_overlap = 1.5, must be in [0, 1]" },
 	{ "copy_overlap", "-0.25", SL_ERANGE, "copy_overlap = -0.25, must be in [0, 1]" },
 	{ "copy_overlap", "\"all\"", SL_EFORMAT, "copy_overlap must be a number in [0, 1] or null, got a string" },
@@ -472,6 +483,7 @@ START_TEST(test_format_1)
 	want->attn_decode_gbps = want->attn_prefill_gflops = want->cpu_attn_gbps = want->disk_write_gbps = 0;
 	want->dev_reserve_bytes = 0;
 	want->copy_overlap = 0;
+	want->load_average = -1;
 	want->build[0] = want->machine[0] = 0;
 	check_same(want, q);
 	for (int i = 0; i < SL_PROFILE_CURVE_MAX; i++)

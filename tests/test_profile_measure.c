@@ -103,6 +103,8 @@ START_TEST(test_measure)
 	snprintf(build, sizeof build, "%s+%s", SL_VERSION, sl_build_id);
 	ck_assert_str_eq(p->build, build);
 	ck_assert(sl_build_id[0] != 0);
+	/* the load it was measured at, from /proc/loadavg */
+	ck_assert_msg(p->load_average >= 0, "load %g", p->load_average);
 	snprintf(want_key, sizeof want_key, "backend=cpu; threads=2; build=%s; cpu=", build);
 	ck_assert_msg(strstr(p->machine, want_key), "key '%s'", p->machine);
 	check_model_name(p->machine);

@@ -650,6 +650,7 @@ static json_t *profile_json(const profile_src *ps, sl_jerr *e)
 	sl_jset(j, "source", json_string(ps->source), e);
 	sl_jset(j, "backend", json_string(ps->p.backend), e);
 	sl_jset(j, "build", ps->p.build[0] ? json_string(ps->p.build) : json_null(), e);
+	sl_jset(j, "load_average", ps->p.load_average >= 0 ? json_real(ps->p.load_average) : json_null(), e);
 	return j;
 }
 
@@ -695,9 +696,14 @@ static int print_json(json_t *j, sl_jerr *e)
 
 static void print_header(const ctx *x, FILE *f)
 {
-	fprintf(f, "model    %s, prompt %d, gen %d, kv %s; profile: %s (backend %s, build %s)\n",
+	char load[96] = "";
+	if (x->prof.p.load_average >= 0)
+		snprintf(load, sizeof load, ", measured at load %.2f on %d CPUs%s", x->prof.p.load_average,
+			 x->prof.p.topo.pus,
+			 x->prof.p.load_average >= 0.5 * x->prof.p.topo.pus ? ": busy, its rates may be low" : "");
+	fprintf(f, "model    %s, prompt %d, gen %d, kv %s; profile: %s (backend %s, build %s%s)\n",
 		x->cfg.name, x->sp.prompt_len, x->sp.gen_len, x->sp.kv_f32 ? "f32" : "f16",
-		x->prof.source, x->prof.p.backend, x->prof.p.build[0] ? x->prof.p.build : "unknown");
+		x->prof.source, x->prof.p.backend, x->prof.p.build[0] ? x->prof.p.build : "unknown", load);
 }
 
 static void print_phases(const sl_cost *c, FILE *f)
