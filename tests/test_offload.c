@@ -523,9 +523,14 @@ START_TEST(test_grid)
 		for (int s = 0; s < np; s++)
 			for (int j = t - plen[s]; j < t; j++)
 				for (int v = 0; v < 512; v++) {
+					/* plain comparisons, not an fmax reduction: Debian
+					 * 12's aarch64 gcc vectorises that one into an
+					 * internal compiler error */
 					const size_t k = ((size_t)s * t + j) * 512 + v;
-					d = fmax(d, fabs((double)ref.logits[k] - f16.logits[k]));
-					mx = fmax(mx, fabs((double)f16.logits[k]));
+					const double e = fabs((double)ref.logits[k] - f16.logits[k]);
+					const double a = fabs((double)f16.logits[k]);
+					d = e > d ? e : d;
+					mx = a > mx ? a : mx;
 				}
 		ck_assert_msg(d > 0 && d <= Q4_LOGIT_TOL * mx,
 			      "4-bit cache: prefill logits %g from the fp16 cache's (largest %g)", d, mx);
