@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""tests/test_compare.py ROOT - bench/compare.py's parsing of each system's
+output and its report writer, on outputs recorded from real runs
+(tests/fixtures/compare/: sluice bench --json with --policy auto, sluice
+generate, the Accelerate worker, a whole --quick results file) and on
+FlexGen's log format. Python's standard library only; the plots are checked
+where matplotlib is installed (said on stdout where it is not)."""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+root = sys.argv[1]
+fx = os.path.join(root, "tests", "fixtures", "compare")
+sys.path.insert(0, os.path.join(root, "bench"))
+import compare  # noqa: E402
+
+fails = 0
+passes = 0
+
+
+def check(cond, what):
+    global fails, passes
+    if cond:
+        passes += 1
+    else:
+        fails += 1
+        print(f"FAIL: {what}")
+
+
+def read(name):
+    with open(os.path.join(fx, name)) as f:
+        return f.read()
+
+
+# sizes and budgets, as sluice reads sizes (powers of 1024)
+check(compare.parse_size("96M") == 96 << 20, "96M")
+check(compare.parse_size("1.5G") == 3 << 29, "1.5G")
+check(compare.fmt_size(640 << 20) == "640M" and compare.fmt_size(1 << 30) == "1G", "fmt_size")
+b = compare.parse_budget("disk:gpu=96M,cpu=64M")
+check((b["name"], b["gpu"], b["cpu"]) == ("disk", 96 << 20, 64 << 20), f"parse_budget {b}")
+check(compare.parse_budget("host:gpu=1G")["cpu"] is None, "an uncapped host")
+for bad, msg in (("disk", "want NAME:gpu=SIZE"), ("d:cpu=1G", "gpu=SIZE is required"),
+                 ("d:gpu=0", "must be above 0"), ("d:gpu=1G,ram=2G", "is not gpu=SIZE or cpu=SIZE"),
+                 ("d:gpu=lots", "is not a size")):
+    try:
+        compare.parse_budget(bad)
+        check(False, f"budget '{bad}' accepted")
+    except compare.ConfigError as e:
+        check(msg in str(e), f"budget '{bad}': {e}")
+
+# sluice bench's prompt ids (tools/cmd_bench.c's xorshift; these values
+# were printed by that C code compiled alone)
+check(compare.bench_prompt_ids(1, 2, 3, 50272) == [[39268, 14489, 47365], [36752, 47109, 25340]],
+      "prompt ids, seed 1")
+check(compare.bench_prompt_ids(2, 1, 6, 50272) == [[22620, 47922, 38510, 16465, 40020, 12901]],
+      "prompt ids, seed 2")
+
+# sluice bench --json --policy auto: the measurement, the policy it ran and
+# the search's one-line choice on stderr
+r = compare.parse_sluice_bench(read("sluice-bench-auto.stdout"), read("sluice-bench-auto.stderr"))
+raw = json.loads(read("sluice-bench-auto.stdout").strip().splitlines()[-1])
+check(r is not None and r["throughput_tok_s"] == raw["throughput_tok_s"], "sluice bench: tokens/s")
+check(r["prefill_s"] == raw["prefill_s"] and r["decode_s"] == raw["decode_s"], "sluice bench: times")
+check(r["peak_bytes"] == raw["peak_bytes"], "sluice bench: peak bytes per tier")
+want = (f"{raw['gpu_batch_size']}x{raw['num_gpu_batches']} --percent "
+        + " ".join(f"{raw[k]:g}" for k in ("w_gpu_percent", "w_cpu_percent", "cache_gpu_percent",
+                                           "cache_cpu_percent", "act_gpu_percent", "act_cpu_percent")))
+check(r["policy"].startswith(want), f"sluice bench: policy {r['policy']!r}, want {want!r}...")
+check(r.get("auto_choice", "").startswith("--gpu-batch-size"), f"sluice bench: auto choice {r.get('auto_choice')}")
+check(compare.parse_sluice_bench("sluice: --gpu-mem 1M is too small\n", "") is None, "sluice bench: no JSON")
+check(compare.parse_sluice_bench('{"system": "sluice"}\n', "") is None, "sluice bench: JSON without tokens/s")
+
+# sluice generate's output
+g = compare.parse_sluice_generate(read("sluice-generate.jsonl"))
+lines = [json.loads(l) for l in read("sluice-generate.jsonl").splitlines() if l.strip()]
+check(sorted(g) == sorted(str(l["id"]) for l in lines), "generate: every id")
+check(all(g[str(l["id"])][0] == l["output_ids"] for l in lines), "generate: output ids")
+try:
+    compare.parse_sluice_generate('{"id": "3", "error": "bad line"}\n')
+    check(False, "generate: an error line accepted")
+except ValueError as e:
+    check("line 1" in str(e), f"generate: error line: {e}")
+
+# the Accelerate worker's line, and its tokens against sluice's
+w = compare.parse_worker(read("worker-accelerate.stdout"))
+check(w is not None and w["throughput_tok_s"] > 0 and w["system"] == "accelerate", "worker: parsed")
+check(len(w["output_ids"]) == len(lines) and all(len(x) == len(w["output_ids"][0]) for x in w["output_ids"]),
+      "worker: one row of tokens per prompt")
+same = [compare.agreement(g[str(i)], w["output_ids"][i]) for i in range(len(w["output_ids"]))]
+check(all(s is not None for s in same), "worker: every sequence compared")
+check(compare.parse_worker("Traceback ...\nRuntimeError: x\n") is None, "worker: a crash")
+# agreement: EOS ends sluice's sequence (kept); HF's EOS is masked
+check(compare.agreement(([5, 6, 7], "length"), [5, 6, 7]) is True, "agree: equal")
+check(compare.agreement(([5, 6, 7], "length"), [5, 6, 8]) is False, "agree: last token differs")
+check(compare.agreement(([5, 2], "stop"), [5, 9, 9]) is True, "agree: up to sluice's EOS")
+check(compare.agreement(([5, 2], "stop"), [4, 9, 9]) is False, "agree: differs before EOS")
+check(compare.agreement(([2], "stop"), [4, 9]) is None, "agree: nothing before EOS")
+
+# FlexGen's benchmark log (the format of flex_opt.py's write_benchmark_log;
+# the numbers of this sample are made up, no FlexGen ran here)
+f = compare.parse_flexgen_log(read("flexgen.log"))
+check(f == {"prefill_s": 1.5, "decode_s": 4.25, "total_s": 5.75, "throughput_tok_s": 44.522,
+            "peak_gpu_gb": 7.125, "model_gb": 2.443, "cache_gb": 1.0, "projected": False}, f"flexgen: {f}")
+check(compare.parse_flexgen_log("CUDA out of memory\n") is None, "flexgen: a failure")
+
+# the report writer on made-up runs with known numbers
+tmp = tempfile.mkdtemp()
+try:
+    mach = {"type": "machine", "date_utc": "20260101-000000", "t_start": 0.0,
+            "machine": {"cpu_model": "Test CPU", "logical_cpus": 2, "mem_total_gib": 8.0, "gpu": "none",
+                        "disk_device": "/dev/x", "disk_free_gib": 10.0},
+            "versions": {"sluice": "sluice 1.0", "git": "abc", "torch": "2", "transformers": "5",
+                         "accelerate": "1", "flexgen": None, "cuda": False},
+            "loadavg_start": [0.5, 0.4, 0.3], "nice": 0, "argv": ["bench/compare.py", "--quick"],
+            "grid": {"opt-125m": {"budgets": ["host:gpu=96M", "disk:gpu=96M,cpu=64M"], "batches": [4]}},
+            "prompt_len": 64, "gen_len": 16, "repeat": 3, "hf_dtype": "fp32", "systems": list(compare.SYSTEMS)}
+
+    def run(system, budget, tput, rep, ok=True, agree=None, extra=None):
+        res = {"throughput_tok_s": tput, "prefill_s": 1.0, "decode_s": 2.0, "batch": 4}
+        res.update(extra or {})
+        d = {"type": "run", "system": system, "model": "opt-125m", "budget": budget, "batch": 4,
+             "repeat_idx": rep, "cmd": f"{system} --rep {rep}", "rc": 0 if ok else 1, "ok": ok,
+             "result": res if ok else None, "peak_rss_bytes": 300 << 20, "os_write_bytes": 10 << 20,
+             "loadavg_start": [1.0, 1, 1]}
+        if agree:
+            d["agree"] = agree
+        if not ok:
+            d["stderr_tail"] = "sluice: out of memory (made up)"
+        return d
+
+    recs = [mach]
+    pol = {"gpu_batch_size": 4, "num_gpu_batches": 1, "policy": "4x1 --percent 0 100 0 100 0 100",
+           "peak_bytes": {"device": 50 << 20, "host": 200 << 20, "disk": 0}}
+    for rep, (a_, f_, c_, t_) in enumerate([(10, 8, 4, 20), (12, 9, 5, 21), (11, 7, 6, 19)], 1):
+        recs.append(run("sluice-auto", "host", a_, rep, extra=pol))
+        recs.append(run("sluice-flexgen", "host", f_, rep, extra=pol))
+        recs.append(run("accelerate", "host", c_, rep, agree={"same": 3, "n": 4},
+                        extra={"device_map_bytes": {"cpu": 250 << 20}, "max_memory": None}))
+        recs.append(run("transformers", None, t_, rep, agree={"same": 4, "n": 4}))
+        recs.append(run("accelerate", "disk", 2, rep, agree={"same": 4, "n": 4},
+                        extra={"max_memory": {"cpu": 160 << 20}}))
+    recs.append(run("sluice-auto", "disk", 0, 1, ok=False))
+    recs.append({"type": "skip", "system": "sluice-flexgen", "model": "opt-125m", "budget": "disk", "batch": 4,
+                 "reason": "no FlexGen-style policy fits (22 tried)"})
+    jl = os.path.join(tmp, "compare-x.jsonl")
+    with open(jl, "w") as fh:
+        for x in recs:
+            fh.write(json.dumps(x) + "\n")
+    md = compare.report(jl, plots=False)
+    text = open(md).read()
+
+    def has(s, what):
+        check(s in text, f"report: {what}: '{s}' not in the report")
+
+    has("| opt-125m | host | 4 | sluice-auto | 11.00 | 1.000 | 2.000 | 300 | 10 | (itself) | "
+        "4x1 --percent 0 100 0 100 0 100 peak 50/200/0 MiB dev/host/disk | 1.0 |", "the sluice-auto row (median 11)")
+    has("| opt-125m | host | 4 | accelerate | 5.00 | 1.000 | 2.000 | 300 | 10 | 9/12 | cpu 250 MiB | 1.0 |",
+        "the accelerate row (median 5, 9 of 12 the same)")
+    has("| opt-125m | all in RAM | 4 | transformers | 20.00 |", "the transformers row")
+    has("| opt-125m | disk | 4 | sluice-auto | n/a (0/1 ok) |", "a cell whose runs all failed")
+    # ratios of the medians: 11 / 8, 11 / 5, 11 / 20
+    has("| opt-125m | host | 4 | 1.38 | 2.20 | 0.55 |", "the ratios")
+    has("| opt-125m | host | --gpu-mem 96M, the rest on disk | none (all in RAM), the rest in its offload folder |",
+        "the host budget, Accelerate uncapped")
+    has("| opt-125m | disk | --gpu-mem 96M --cpu-mem 64M, the rest on disk | cpu: 160M,", "the disk budget")
+    has("- sluice-flexgen opt-125m disk batch 4: no FlexGen-style policy fits (22 tried)", "the skipped cell")
+    has("- sluice-auto opt-125m disk batch 4 rep 1: rc 1: sluice: out of memory (made up)", "the failed run")
+    has("| FlexGen | opt-30b | 7.32 | 144 | CPU |", "FlexGen's published numbers, without FlexGen here")
+    has("**published**", "the published numbers labelled")
+    has("- sluice-auto: `sluice-auto --rep 1`", "the first command of each system")
+    has("(the run did not finish)", "no end record")
+    sums = [json.loads(l) for l in open(jl) if '"summary"' in l]
+    s = next(x for x in sums if x["system"] == "sluice-auto" and x["budget"] == "host")
+    check(s["tok_s_runs"] == [10, 12, 11] and s["throughput_tok_s"] == statistics.median([10, 12, 11]),
+          f"summary record {s}")
+    check(abs(s["ratios"]["accelerate"] - 2.2) < 1e-9, f"ratio {s['ratios']}")
+    # remaking the report replaces the summaries, not adds to them
+    compare.report(jl, plots=False)
+    check(sum(1 for l in open(jl) if '"summary"' in l) == len(sums), "report twice: the summaries once")
+
+    # a recorded --quick run's results: the report again, with plots where
+    # matplotlib is here
+    shutil.copy(os.path.join(fx, "quick-results.jsonl"), os.path.join(tmp, "compare-q.jsonl"))
+    try:
+        import matplotlib  # noqa: F401
+        have_mpl = True
+    except ImportError:
+        have_mpl = False
+        print("test_compare: matplotlib is not installed: the plots are not checked")
+    md = compare.report(os.path.join(tmp, "compare-q.jsonl"), plots=have_mpl)
+    text = open(md).read()
+    runs = [json.loads(l) for l in open(os.path.join(fx, "quick-results.jsonl"))]
+    runs = [x for x in runs if x.get("type") == "run" and x["ok"]]
+    for system in ("sluice-auto", "sluice-flexgen", "accelerate", "transformers"):
+        tputs = [x["result"]["throughput_tok_s"] for x in runs if x["system"] == system]
+        check(tputs and f"| {system} | {statistics.median(tputs):.2f} |" in text,
+              f"recorded run: the {system} row")
+    if have_mpl:
+        for name in ("budget", "batch", "bars"):
+            for ext in ("png", "svg"):
+                p = os.path.join(tmp, f"compare-q-{name}.{ext}")
+                check(os.path.exists(p) and os.path.getsize(p) > 1000, f"plot {p}")
+        has_plot = "![tokens/s against the memory budget](compare-q-budget.png)" in text
+        check(has_plot, "the report shows the plots")
+
+    # bad input: one line naming what is wrong, exit 2, nothing written
+    def cli(*args):
+        return subprocess.run([sys.executable, os.path.join(root, "bench", "compare.py"), "--outdir", tmp,
+                               "--sluice", "/bin/true", *args], capture_output=True, text=True)
+    for args, msg in (((" --budget", "x"), "budget 'x': want NAME:gpu=SIZE"),
+                      (("--models", "opt-7b"), "unknown model 'opt-7b'"),
+                      (("--batches", "0"), "batches must be >= 1"),
+                      (("--systems", "sluice-auto,vllm"), "unknown system(s) ['vllm']"),
+                      (("--budget", "a:gpu=1G", "--budget", "a:gpu=2G"), "budget names must differ"),
+                      (("--report", os.path.join(tmp, "none.jsonl")), "none.jsonl: no such file")):
+        args = tuple(x.strip() for x in args)
+        p = cli(*args)
+        err = p.stderr.strip().splitlines()
+        check(p.returncode == 2 and len(err) == 1 and msg in err[0], f"cli {args}: rc {p.returncode}, {p.stderr!r}")
+    p = cli("--sluice", os.path.join(tmp, "no-sluice"))
+    check(p.returncode == 2 and "no-sluice: not an executable" in p.stderr, f"cli no sluice: {p.stderr!r}")
+finally:
+    shutil.rmtree(tmp)
+
+print(f"test_compare: {passes} passed, {fails} failed")
+sys.exit(1 if fails else 0)
