@@ -10,7 +10,7 @@ set -u
 sluice=$1
 root=$2
 py=${SLUICE_COMPARE_PYTHON:-python3}
-if ! missing=$("$py" -c 'import importlib, sys
+if ! missing=$("$py" -c 'import importlib.util, sys
 m = [n for n in ("torch", "transformers", "accelerate") if importlib.util.find_spec(n) is None]
 print(" ".join(m)); sys.exit(1 if m else 0)' 2>/dev/null); then
 	echo "SKIP: $py lacks ${missing:-torch, transformers and accelerate} (tools/compare-venv.sh makes a Python for bench/compare.py; SLUICE_COMPARE_PYTHON names it)"
