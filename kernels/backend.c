@@ -74,6 +74,15 @@ void sl_backend_set_dev_limit(sl_backend *b, size_t bytes)
 	b->dev_limit = bytes;
 }
 
+int sl_attn_check_heads(const char *who, const sl_attn_args *a)
+{
+	if (a->nh <= 0 || a->nkv < 0 || (a->nkv > 0 && a->nh % a->nkv))
+		return sl_err(SL_EINVAL,
+			      "%s: %d query heads and %d KV heads: the KV heads must divide the query heads",
+			      who, a->nh, a->nkv);
+	return 0;
+}
+
 int sl_dev_account(sl_backend *b, size_t bytes, const char *what)
 {
 	if (b->dev_limit && b->dev_used + bytes > b->dev_limit) {

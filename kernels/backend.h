@@ -83,65 +83,91 @@ typedef struct sl_gemm_args {
 
 /*
  * Attention over a KV cache.  Shapes:
- *   nseq sequences, nh heads, hd = head dim, hidden = nh * hd
+ *   nseq sequences, nh query heads, hd = head dim, hidden = nh * hd;
+ *   nkv KV heads (grouped-query attention; 0 is read as nh, multi-head
+ *   attention), nkv >= 1 dividing nh: query head h uses KV head
+ *   h / (nh / nkv), the order of transformers' repeat_kv, so the nh / nkv
+ *   query heads of a group are consecutive.  kv = nkv * hd values per
+ *   token of k and v.  Any other nkv (< 0, or not dividing nh) fails with
+ *   SL_EINVAL.
  *   cache k, v: fp16, or fp32 where kv_f32 is set (an accuracy mode:
  *   fp16 rounding of K and V is the one difference from an fp32
- *   reference), token-major (nseq, cap, nh, hd): slot s of sequence b,
- *   head h at ((b * cap + s) * nh + h) * hd, so one slot of a sequence
- *   holds every head's row of that token contiguously (hidden values) and
- *   sequence b's block is the cap * hidden values from b * cap * hidden.
+ *   reference), token-major (nseq, cap, nkv, hd): slot s of sequence b,
+ *   KV head g at ((b * cap + s) * nkv + g) * hd, so one slot of a sequence
+ *   holds every KV head's row of that token contiguously (kv values) and
+ *   sequence b's block is the cap * kv values from b * cap * kv.  The
+ *   cache holds the KV heads only (GQA's memory saving).
  *   Slots hold real tokens only (never padding), in any order; positions
- *   were added before projection (OPT), so slot order does not change the
- *   result.
+ *   were added before projection (OPT) or rotated into q and k before the
+ *   call (RoPE), so slot order does not change the result.
  *   q is expected already scaled by 1/sqrt(hd).
  *
- * Prefill: q, k_new, v_new, out are fp32 (nseq, t, hidden), left-padded:
- *   sequence b's first npad[b] rows are padding.  Writes the t - npad[b]
- *   real rows' k and v into cache slots [0, t - npad[b]), computes causal
- *   attention among the real rows of each sequence, writes zero rows in
- *   out for the padding rows.
+ * Prefill: q and out are fp32 (nseq, t, hidden), k_new and v_new fp32
+ *   (nseq, t, kv), left-padded: sequence b's first npad[b] rows are
+ *   padding.  Writes the t - npad[b] real rows' k and v into cache slots
+ *   [0, t - npad[b]), computes causal attention among the real rows of
+ *   each sequence, writes zero rows in out for the padding rows.
  *
- * Decode: one new token per sequence: q, k_new, v_new, out are fp32
- *   (nseq, hidden).  Sequence b holds len[b] cached tokens in slots
- *   [0, len[b]); the new k, v are written to slot len[b] (for each of k
- *   and v one contiguous hidden-value range, from (b * cap + len[b]) *
- *   hidden) and attention runs over slots [0, len[b]] inclusive.  The
- *   caller advances len.
+ * Decode: one new token per sequence: q and out are fp32 (nseq, hidden),
+ *   k_new and v_new fp32 (nseq, kv).  Sequence b holds len[b] cached
+ *   tokens in slots [0, len[b]); the new k, v are written to slot len[b]
+ *   (for each of k and v one contiguous range of kv values, from (b * cap
+ *   + len[b]) * kv) and attention runs over slots [0, len[b]] inclusive.
+ *   The caller advances len.
  *
  * Compressed cache (kv_q4, compress_cache): each slot (one token of one
- *   sequence, all nh heads) is a quantised (nh, hd) matrix in the layout of
- *   common/sl_q4.h, sl_q4_bytes(nh, hd) bytes (sl_kv_slot_bytes): groups of
- *   64 along head_dim per head (hd not a multiple of 64 pads its last
- *   group), the codes of every head first, then their {mn16, scale16}.
- *   Slot s of sequence b starts at byte (b * cap + s) * slot_bytes, so a
- *   slot is still one self-contained byte range (H2O's moves, the tiers'
- *   paging).  k_new and v_new are rounded to fp16 and quantised with
- *   sl_q4_quantize_group when written; attention reads the dequantised
- *   values, the new token's too.  kv_f32 and kv_q4 exclude each other.
+ *   sequence, all nkv KV heads) is a quantised (nkv, hd) matrix in the
+ *   layout of common/sl_q4.h, sl_q4_bytes(nkv, hd) bytes
+ *   (sl_kv_slot_bytes(nkv, ...)): groups of 64 along head_dim per head (hd
+ *   not a multiple of 64 pads its last group), the codes of every KV head
+ *   first, then their {mn16, scale16}.  Slot s of sequence b starts at
+ *   byte (b * cap + s) * slot_bytes, so a slot is still one self-contained
+ *   byte range (H2O's moves, the tiers' paging).  k_new and v_new are
+ *   rounded to fp16 and quantised with sl_q4_quantize_group when written;
+ *   attention reads the dequantised values, the new token's too.  kv_f32
+ *   and kv_q4 exclude each other.
  *
- * score (optional): fp32 (nseq, nh, cap), head-major unlike the cache:
- *   slot s of sequence b, head h at (b * nh + h) * cap + s.  When given,
- *   the attention probability each query gives each cached slot is added
- *   to that slot's score (H2O).  For prefill that is the column sum over
- *   the sequence's real queries.
+ * score (optional): fp32 (nseq, nkv, cap), per KV head and head-major
+ *   unlike the cache: slot s of sequence b, KV head g at (b * nkv + g) *
+ *   cap + s.  When given, the attention probability each query head gives
+ *   each cached slot is added to that slot's score, summed over the nh /
+ *   nkv query heads of the slot's group (H2O: the cache holds one token
+ *   set per KV head, so the group decides together what it keeps; with
+ *   nkv = nh this is the per-head score).  For prefill that is the column
+ *   sum over the sequence's real queries, summed over the group.
  */
 typedef struct sl_attn_args {
 	int nseq, nh, hd;
+	int nkv; /* KV heads: divides nh; 0 is nh */
 	int t;   /* prefill: padded rows per sequence; decode: 1 */
-	int cap; /* cache slots per sequence (each holds all nh heads) */
-	const float *q, *k_new, *v_new;
-	float *out;
-	void *k_cache, *v_cache; /* (nseq, cap, nh, hd): sl_half, float where kv_f32,
+	int cap; /* cache slots per sequence (each holds all nkv KV heads) */
+	const float *q, *k_new, *v_new; /* q: rows of hidden; k_new, v_new: rows of kv */
+	float *out;                     /* rows of hidden */
+	void *k_cache, *v_cache; /* (nseq, cap, nkv, hd): sl_half, float where kv_f32,
 				  * sl_q4 slots where kv_q4 */
 	bool kv_f32;
 	bool kv_q4;
 	const int *npad; /* prefill: host (nseq) */
 	const int *len;  /* decode: host (nseq) */
-	float *score;    /* (optional) device (nseq, nh, cap) */
+	float *score;    /* (optional) device (nseq, nkv, cap) */
 } sl_attn_args;
+
+/* The KV heads of a, nkv where set, else nh (multi-head attention). */
+static inline int sl_attn_nkv(const sl_attn_args *a)
+{
+	return a->nkv ? a->nkv : a->nh;
+}
+
+/* For backends: the head counts' checks of the attention ops (nh >= 1,
+ * nkv 0 or dividing nh), one message for both (who names the backend's
+ * op, e.g. "cuda attn_decode"); 0 or SL_EINVAL. */
+int sl_attn_check_heads(const char *who, const sl_attn_args *a);
 
 /*
  * H2O (Heavy-Hitter Oracle) cache maintenance, per (sequence, head).
+ * nh is the cache's heads: with grouped-query attention the caller passes
+ * the KV heads (sl_attn_args' nkv), and score is attention's per-KV-head,
+ * group-summed one; a head below is a KV head.
  * Budgets: heavy[s] = H and recent[s] = R tokens, B = H + R.  The H2O cache
  * has cap >= B + 1 slots; slot j holds a token of position pos[j] with
  * accumulated attention score[j]; slots [len, cap) are free with score 0
@@ -260,8 +286,9 @@ int sl_rope_inv_freq(int hd, double theta, const sl_rope_scaling *s, float *inv_
  * (who names the backend's op, e.g. "cuda rope"); 0 or SL_EINVAL. */
 int sl_rope_check(const char *who, const sl_rope_args *a);
 
-/* Bytes of one KV cache slot (one token, all nh heads): fp16, fp32, or a
- * quantised (nh, hd) sl_q4 matrix. */
+/* Bytes of one KV cache slot (one token, all nh heads of the cache: the KV
+ * heads, nkv, under grouped-query attention): fp16, fp32, or a quantised
+ * (nh, hd) sl_q4 matrix. */
 static inline size_t sl_kv_slot_bytes(int nh, int hd, bool f32, bool q4)
 {
 	if (q4)

@@ -2501,6 +2501,243 @@ START_TEST(test_h2o_q4)
 }
 END_TEST
 
+/* ---- grouped-query attention -------------------------------------------------- */
+
+/*
+ * nh = 8 query heads over nkv KV heads (backend.h: query head h reads KV
+ * head h / (nh / nkv); q and out have nh heads per row, k_new, v_new, the
+ * cache and the score nkv), against a plain reference written here: the
+ * values the cache must hold are expanded to nh heads by repeat_kv, plain
+ * multi-head attention runs over them, and each KV head's score is the
+ * sum over its group of the query heads' probabilities.  Three sequences,
+ * left padding (one sequence with a single real row) or cached lengths
+ * (one empty), for fp16, fp32 and sl_q4 caches, with and without a score.
+ */
+enum { GQA_NH = 8, GQA_NSEQ = 3, GQA_T = 9 };
+static const int gqa_nkv[] = { 1, 2, 4, 8 }, gqa_hd[] = { 64, 7 };
+#define GQA_CASES 96 /* 4 nkv x 2 hd x 3 caches x 2 score x 2 (prefill, decode) */
+
+typedef struct gqa_case {
+	int nkv, hd;
+	int cache; /* 0 fp16, 1 fp32, 2 q4 */
+	bool score, prefill;
+} gqa_case;
+
+static gqa_case gqa_case_of(int i)
+{
+	gqa_case c;
+	c.prefill = i & 1;
+	c.score = (i >> 1) & 1;
+	i >>= 2;
+	c.cache = i % 3;
+	i /= 3;
+	c.hd = gqa_hd[i % 2];
+	c.nkv = gqa_nkv[i / 2];
+	return c;
+}
+
+/* The bytes a slot (all kvh heads) must hold for the fp32 row, and the
+ * values attention must read from it (kvh * hd). */
+static void gqa_ref_slot(int cache, const float *row, int kvh, int hd, uint8_t *slot, double *deq)
+{
+	const size_t n = (size_t)kvh * hd;
+	if (cache == 2) {
+		q4_ref_slot(row, kvh, hd, slot, deq);
+		return;
+	}
+	for (size_t e = 0; e < n; e++) {
+		if (cache == 1) {
+			memcpy(slot + 4 * e, &row[e], 4);
+			deq[e] = row[e];
+		} else {
+			const uint16_t h = ref_f2h(row[e]);
+			memcpy(slot + 2 * e, &h, 2);
+			deq[e] = ref_half(h);
+		}
+	}
+}
+
+static void gqa_check(sl_backend *b, sl_queue *q, const gqa_case *c, uint64_t seed)
+{
+	const int nseq = GQA_NSEQ, nh = GQA_NH, nkv = c->nkv, hd = c->hd, grp = nh / nkv;
+	const int hidden = nh * hd, kvw = nkv * hd;
+	const int t = c->prefill ? GQA_T : 1;
+	const int npad[GQA_NSEQ] = { 0, GQA_T - 1, 3 }, len[GQA_NSEQ] = { 5, 0, 11 };
+	const int cap = c->prefill ? GQA_T + 2 : 13;
+	const size_t sb = sl_kv_slot_bytes(nkv, hd, c->cache == 1, c->cache == 2);
+	const size_t ncache = (size_t)nseq * cap * sb, nscore = (size_t)nseq * nkv * cap;
+	rng r = rng_seed(seed);
+	float *qv = xmalloc(sizeof(float) * nseq * t * hidden), *out = xmalloc(sizeof(float) * nseq * t * hidden);
+	float *kn = xmalloc(sizeof(float) * nseq * t * kvw), *vn = xmalloc(sizeof(float) * nseq * t * kvw);
+	uint8_t *kc = xmalloc(ncache), *vc = xmalloc(ncache), *kw = xmalloc(ncache), *vw = xmalloc(ncache);
+	/* what attention must read: (nseq, cap, nkv, hd) */
+	double *K = xmalloc(sizeof(double) * nseq * cap * kvw), *V = xmalloc(sizeof(double) * nseq * cap * kvw);
+	float *score = c->score ? xmalloc(sizeof(float) * nscore) : NULL;
+	float *score0 = xmalloc(sizeof(float) * nscore), *row = xmalloc(sizeof(float) * kvw);
+	const float qs = (float)(1.0 / sqrt(hd));
+	/* NaN in every format (fp16, fp32, q4's mn16): a read of an unwritten
+	 * slot shows */
+	memset(kc, 0xff, ncache);
+	memset(vc, 0xff, ncache);
+	for (int s = 0; s < nseq; s++)
+		for (int i = 0; i < t; i++) {
+			const bool pad = c->prefill && i < npad[s]; /* garbage never to be used */
+			for (int e = 0; e < hidden; e++) {
+				qv[((size_t)s * t + i) * hidden + e] = pad ? 50.0f + rng_unif(&r) : rng_unif(&r) * qs;
+				out[((size_t)s * t + i) * hidden + e] = bitsf(POISON_F32);
+			}
+			for (int e = 0; e < kvw; e++) {
+				kn[((size_t)s * t + i) * kvw + e] = pad ? 70.0f + rng_unif(&r) : rng_unif(&r);
+				vn[((size_t)s * t + i) * kvw + e] = pad ? 90.0f + rng_unif(&r) : rng_unif(&r);
+			}
+		}
+	if (!c->prefill) /* slots [0, len) hold earlier tokens */
+		for (int s = 0; s < nseq; s++)
+			for (int j = 0; j < len[s]; j++)
+				for (int kv = 0; kv < 2; kv++) {
+					const size_t o = (size_t)s * cap + j;
+					for (int e = 0; e < kvw; e++)
+						row[e] = rng_unif(&r);
+					gqa_ref_slot(c->cache, row, nkv, hd, (kv ? vc : kc) + o * sb,
+						     (kv ? V : K) + o * kvw);
+				}
+	memcpy(kw, kc, ncache);
+	memcpy(vw, vc, ncache);
+	/* the new rows: where they must land, what attention must read */
+	for (int s = 0; s < nseq; s++) {
+		const int first = c->prefill ? 0 : len[s], nr = c->prefill ? t - npad[s] : 1;
+		for (int i = 0; i < nr; i++) {
+			const size_t src = ((size_t)s * t + (c->prefill ? npad[s] + i : 0)) * kvw;
+			const size_t o = (size_t)s * cap + first + i;
+			gqa_ref_slot(c->cache, kn + src, nkv, hd, kw + o * sb, K + o * kvw);
+			gqa_ref_slot(c->cache, vn + src, nkv, hd, vw + o * sb, V + o * kvw);
+		}
+	}
+	for (size_t i = 0; i < nscore; i++)
+		score0[i] = 1.0f + 0.25f * (float)(i % 7);
+	if (score)
+		memcpy(score, score0, sizeof(float) * nscore);
+
+	sl_attn_args a = { .nseq = nseq, .nh = nh, .nkv = nkv, .hd = hd, .t = t, .cap = cap,
+			   .q = qv, .k_new = kn, .v_new = vn, .out = out, .k_cache = kc, .v_cache = vc,
+			   .kv_f32 = c->cache == 1, .kv_q4 = c->cache == 2,
+			   .npad = c->prefill ? npad : NULL, .len = c->prefill ? NULL : len,
+			   .score = score };
+	int rc = c->prefill ? b->ops->attn_prefill(b, q, &a) : b->ops->attn_decode(b, q, &a);
+	ck_assert_msg(rc == 0, "gqa attn: rc %d (%s)", rc, sl_errmsg());
+
+#define GQ_CTX "gqa %s nh=%d nkv=%d hd=%d cache=%d score=%d seq %d: "
+#define GQ_ARGS c->prefill ? "prefill" : "decode", nh, nkv, hd, c->cache, c->score, s
+	/* (1) the cache: the new rows' bytes in their slots, nothing else
+	 * written (the KV heads only: a slot is sb bytes) */
+	for (int s = 0; s < nseq; s++)
+		for (int j = 0; j < cap; j++) {
+			const size_t o = ((size_t)s * cap + j) * sb;
+			FAIL_IF(memcmp(kc + o, kw + o, sb) || memcmp(vc + o, vw + o, sb),
+				GQ_CTX "slot %d holds other bytes than the reference's", GQ_ARGS, j);
+		}
+	/* (2) repeat_kv: the cache's values expanded to nh heads,
+	 * (nseq, cap, nh, hd) */
+	double *Kx = xmalloc(sizeof(double) * nseq * cap * hidden), *Vx = xmalloc(sizeof(double) * nseq * cap * hidden);
+	for (int s = 0; s < nseq; s++)
+		for (int j = 0; j < cap; j++)
+			for (int h = 0; h < nh; h++)
+				for (int d = 0; d < hd; d++) {
+					const size_t to = (((size_t)s * cap + j) * nh + h) * hd + d;
+					const size_t from = (((size_t)s * cap + j) * nkv + h / grp) * hd + d;
+					Kx[to] = K[from];
+					Vx[to] = V[from];
+				}
+	/* (3) multi-head attention over them, per query head; its scores
+	 * (nseq, nh, cap) summed over each group afterwards */
+	double *colsum = xmalloc(sizeof(double) * nseq * nh * cap);
+	double *Kh = xmalloc(sizeof(double) * cap * hd), *Vh = xmalloc(sizeof(double) * cap * hd);
+	double *p = xmalloc(sizeof(double) * cap), *o = xmalloc(sizeof(double) * hd), *tol = xmalloc(sizeof(double) * hd);
+	for (size_t i = 0; i < (size_t)nseq * nh * cap; i++)
+		colsum[i] = 0;
+	for (int s = 0; s < nseq; s++)
+		for (int h = 0; h < nh; h++) {
+			const int np = c->prefill ? npad[s] : 0, nq = c->prefill ? t - np : 1;
+			const int nk = c->prefill ? nq : len[s] + 1;
+			for (int j = 0; j < nk; j++)
+				for (int d = 0; d < hd; d++) {
+					const size_t e = (((size_t)s * cap + j) * nh + h) * hd + d;
+					Kh[(size_t)j * hd + d] = Kx[e];
+					Vh[(size_t)j * hd + d] = Vx[e];
+				}
+			for (int i = 0; i < np; i++)
+				for (int d = 0; d < hd; d++)
+					FAIL_IF(out[((size_t)s * t + i) * hidden + (size_t)h * hd + d] != 0.0f,
+						GQ_CTX "head %d padding row %d not zero", GQ_ARGS, h, i);
+			for (int i = 0; i < nq; i++) {
+				const size_t rw = ((size_t)s * t + np + i) * hidden + (size_t)h * hd;
+				const int nki = c->prefill ? i + 1 : nk;
+				ref_attend(qv + rw, Kh, Vh, nki, hd, p, o, tol);
+				for (int j = 0; j < nki; j++)
+					colsum[((size_t)s * nh + h) * cap + j] += p[j];
+				for (int d = 0; d < hd; d++)
+					FAIL_IF(!(fabs(out[rw + d] - o[d]) <= tol[d]),
+						GQ_CTX "head %d row %d out[%d] = %.9g, want %.9g (tol %.3g)",
+						GQ_ARGS, h, i, d, (double)out[rw + d], o[d], tol[d]);
+			}
+		}
+	/* (4) the score per KV head: the group's sum added, other slots kept */
+	for (int s = 0; score && s < nseq; s++)
+		for (int g = 0; g < nkv; g++)
+			for (int j = 0; j < cap; j++) {
+				const size_t si = ((size_t)s * nkv + g) * cap + j;
+				const int nk = c->prefill ? t - npad[s] : len[s] + 1;
+				if (j >= nk) {
+					FAIL_IF(fbits(score[si]) != fbits(score0[si]),
+						GQ_CTX "KV head %d score slot %d past the tokens changed", GQ_ARGS, g, j);
+					continue;
+				}
+				double want = score0[si];
+				for (int h = g * grp; h < (g + 1) * grp; h++)
+					want += colsum[((size_t)s * nh + h) * cap + j];
+				FAIL_IF(!(fabs(score[si] - want) <= 1e-5 * want),
+					GQ_CTX "KV head %d score slot %d = %.9g, want %.9g", GQ_ARGS, g, j,
+					(double)score[si], want);
+			}
+#undef GQ_CTX
+#undef GQ_ARGS
+	free(qv), free(out), free(kn), free(vn), free(kc), free(vc), free(kw), free(vw);
+	free(K), free(V), free(score), free(score0), free(row), free(Kx), free(Vx);
+	free(colsum), free(Kh), free(Vh), free(p), free(o), free(tol);
+}
+
+START_TEST(test_attn_gqa)
+{
+	const gqa_case c = gqa_case_of(_i);
+	gqa_check(be, qu, &c, 12000 + 2 * (uint64_t)_i);
+	gqa_check(be_scalar, qu_scalar, &c, 12001 + 2 * (uint64_t)_i);
+}
+END_TEST
+
+/* nkv below 0, or not dividing nh, is refused by both ops, naming the op. */
+START_TEST(test_attn_gqa_bad_heads)
+{
+	static const int bad[] = { -1, 3, 5, 16 };
+	float act[2 * 8 * 4] = { 0 }, out[2 * 8 * 4];
+	sl_half kc[2 * 8 * 4], vc[2 * 8 * 4];
+	const int npad[1] = { 0 }, len[1] = { 0 };
+	sl_attn_args a = { .nseq = 1, .nh = 8, .nkv = bad[_i], .hd = 4, .t = 2, .cap = 2, .q = act,
+			   .k_new = act, .v_new = act, .out = out, .k_cache = kc, .v_cache = vc,
+			   .npad = npad };
+	sl_err_clear();
+	ck_assert_int_eq(be->ops->attn_prefill(be, qu, &a), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "attn_prefill") && strstr(sl_errmsg(), "KV heads"),
+		      "%s", sl_errmsg());
+	a.t = 1;
+	a.npad = NULL;
+	a.len = len;
+	sl_err_clear();
+	ck_assert_int_eq(be->ops->attn_decode(be, qu, &a), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "attn_decode") && strstr(sl_errmsg(), "KV heads"),
+		      "%s", sl_errmsg());
+}
+END_TEST
+
 /* ---- argmax ------------------------------------------------------------------ */
 
 static const int am_rows[] = { 1, 4, 37 };
@@ -2726,6 +2963,8 @@ int main(int argc, char **argv)
 	tcase_add_loop_test(tc, test_attn_q4_decode, 0, Q4_DECODE_CASES);
 	tcase_add_test(tc, test_attn_q4_f32_refused);
 	tcase_add_loop_test(tc, test_h2o_q4, 0, 9);
+	tcase_add_loop_test(tc, test_attn_gqa, 0, GQA_CASES);
+	tcase_add_loop_test(tc, test_attn_gqa_bad_heads, 0, 4);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("backend");

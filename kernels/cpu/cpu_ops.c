@@ -2,8 +2,12 @@
  * cpu_ops.c - layernorm, embedding, attention (prefill and decode over the
  * KV cache: fp16, fp32 or 4-bit sl_q4 slots, with optional H2O score
  * accumulation) and argmax on the CPU.
- * Threads split work over rows or over (sequence, head) pairs.  The cache is
- * token-major (backend.h): a (sequence, head)'s slots are hidden apart.
+ * Threads split work over rows or over (sequence, KV head) pairs.  The cache
+ * is token-major (backend.h): a (sequence, KV head)'s slots are nkv * hd
+ * apart.  Under grouped-query attention a task loads its KV head's keys and
+ * values once and runs the group's query heads over them one after the
+ * other, so the group's probabilities are added into the one score row
+ * by one thread, in a fixed order (head, then query).
  */
 #include "cpu_internal.h"
 
@@ -111,29 +115,29 @@ static int attn_workspace(sl_backend *b, int rows, int hd)
 	return 0;
 }
 
-/* Element offset of slot 0 of sequence s, head h in a token-major fp16 or
- * fp32 cache (nseq, cap, nh, hd); slot j is j * hidden further on. */
+/* Element offset of slot 0 of sequence s, KV head h in a token-major fp16
+ * or fp32 cache (nseq, cap, nkv, hd); slot j is j * nkv * hd further on. */
 static size_t cache_base(const sl_attn_args *a, int s, int h)
 {
-	return ((size_t)s * a->cap * a->nh + (size_t)h) * a->hd;
+	return ((size_t)s * a->cap * sl_attn_nkv(a) + (size_t)h) * a->hd;
 }
 
-/* The quantised slot j of sequence s (kv_q4): an (nh, hd) sl_q4 matrix. */
+/* The quantised slot j of sequence s (kv_q4): an (nkv, hd) sl_q4 matrix. */
 static uint8_t *q4_slot(const sl_attn_args *a, const void *cache, int s, int j)
 {
-	const size_t sb = sl_q4_bytes((size_t)a->nh, (size_t)a->hd);
+	const size_t sb = sl_q4_bytes((size_t)sl_attn_nkv(a), (size_t)a->hd);
 	return (uint8_t *)cache + ((size_t)s * a->cap + (size_t)j) * sb;
 }
 
-/* Head h's row of slot j of sequence s from hd fp32 values: rounded to the
- * cache dtype, or to fp16 and quantised group by group (kv_q4). */
+/* KV head h's row of slot j of sequence s from hd fp32 values: rounded to
+ * the cache dtype, or to fp16 and quantised group by group (kv_q4). */
 static void store_slot(const sl_attn_args *a, void *cache, int s, int j, int h, const float *src)
 {
 	const int hd = a->hd;
 	if (a->kv_q4) {
 		const size_t ng = sl_q4_groups((size_t)hd);
 		uint8_t *slot = q4_slot(a, cache, s, j);
-		sl_half *meta = sl_q4_meta(slot, (size_t)a->nh, (size_t)hd);
+		sl_half *meta = sl_q4_meta(slot, (size_t)sl_attn_nkv(a), (size_t)hd);
 		sl_half x[SL_Q4_GROUP];
 		for (size_t g = 0; g < ng; g++) {
 			const int c0 = (int)g * SL_Q4_GROUP, n = SL_MIN(SL_Q4_GROUP, hd - c0);
@@ -145,7 +149,7 @@ static void store_slot(const sl_attn_args *a, void *cache, int s, int j, int h, 
 		}
 		return;
 	}
-	const size_t off = cache_base(a, s, h) + (size_t)j * a->nh * hd;
+	const size_t off = cache_base(a, s, h) + (size_t)j * sl_attn_nkv(a) * hd;
 	if (a->kv_f32) {
 		memcpy((float *)cache + off, src, sizeof(float) * (size_t)hd);
 	} else {
@@ -155,17 +159,17 @@ static void store_slot(const sl_attn_args *a, void *cache, int s, int j, int h, 
 	}
 }
 
-/* rows slots [j0, j0 + rows) of sequence s, head h to dst as packed fp32
- * rows of hd: the cache's values, dequantised where kv_q4 */
+/* rows slots [j0, j0 + rows) of sequence s, KV head h to dst as packed
+ * fp32 rows of hd: the cache's values, dequantised where kv_q4 */
 static void load_slots(const sl_attn_args *a, const void *cache, int s, int j0, int h, int rows,
 		       float *dst, int simd)
 {
-	const size_t hd = (size_t)a->hd, stride = (size_t)a->nh * hd;
+	const size_t hd = (size_t)a->hd, nkv = (size_t)sl_attn_nkv(a), stride = nkv * hd;
 	if (a->kv_q4) {
 		const size_t ng = sl_q4_groups(hd);
 		for (int j = 0; j < rows; j++, dst += hd) {
 			const uint8_t *slot = q4_slot(a, cache, s, j0 + j);
-			const sl_half *meta = sl_q4_meta((void *)slot, (size_t)a->nh, hd);
+			const sl_half *meta = sl_q4_meta((void *)slot, nkv, hd);
 			for (size_t g = 0; g < ng; g++) {
 				const size_t k = (size_t)h * ng + g;
 				const uint8_t *codes = slot + k * SL_Q4_CODE_BYTES;
@@ -193,7 +197,9 @@ static void load_slots(const sl_attn_args *a, const void *cache, int s, int j0, 
 int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 {
 	sl_cpu_ctx *c = sl_cpu(b);
+	SL_TRY(sl_attn_check_heads("attn_prefill", a));
 	const int nh = a->nh, hd = a->hd, hidden = nh * hd, t = a->t;
+	const int nkv = sl_attn_nkv(a), grp = nh / nkv, kvw = nkv * hd;
 	for (int s = 0; s < a->nseq; s++)
 		if (a->npad[s] < 0 || a->npad[s] > t || t - a->npad[s] > a->cap)
 			return sl_err(SL_EINVAL, "attn_prefill: sequence %d has %d pad rows of %d (cache %d)",
@@ -201,30 +207,32 @@ int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 	if (a->kv_f32 && a->kv_q4)
 		return sl_err(SL_EINVAL, "attn_prefill: kv_f32 and kv_q4 both set");
 	SL_TRY(attn_workspace(b, t, hd));
-	const int tasks = a->nseq * nh;
+	const int tasks = a->nseq * nkv;
 #pragma omp parallel for num_threads(c->nthreads) schedule(dynamic, 1)
 	for (int task = 0; task < tasks; task++) {
-		const int s = task / nh, h = task % nh;
+		const int s = task / nkv, g = task % nkv;
 		const int np = a->npad[s], r = t - np;
 		float *ws = c->attn_ws + (size_t)omp_get_thread_num() * c->attn_ws_per_thread;
 		float *kf = ws, *vf = kf + (size_t)t * hd, *p = vf + (size_t)t * hd;
 		for (int i = 0; i < r; i++) {
-			const size_t row = ((size_t)s * t + np + i) * hidden + (size_t)h * hd;
-			store_slot(a, a->k_cache, s, i, h, a->k_new + row);
-			store_slot(a, a->v_cache, s, i, h, a->v_new + row);
+			const size_t row = ((size_t)s * t + np + i) * kvw + (size_t)g * hd;
+			store_slot(a, a->k_cache, s, i, g, a->k_new + row);
+			store_slot(a, a->v_cache, s, i, g, a->v_new + row);
 		}
 		/* attention reads the cached keys and values (rounded to the
 		 * cache dtype, or dequantised), exactly as every later decode
 		 * step will */
-		load_slots(a, a->k_cache, s, 0, h, r, kf, c->simd);
-		load_slots(a, a->v_cache, s, 0, h, r, vf, c->simd);
-		float *score = a->score ? a->score + (size_t)(s * nh + h) * a->cap : NULL;
-		for (int i = 0; i < np; i++)
-			memset(a->out + ((size_t)s * t + i) * hidden + (size_t)h * hd, 0,
-			       sizeof(float) * hd);
-		for (int i = 0; i < r; i++) {
-			const size_t row = ((size_t)s * t + np + i) * hidden + (size_t)h * hd;
-			attend_one(a->q + row, kf, vf, i + 1, hd, p, a->out + row, score);
+		load_slots(a, a->k_cache, s, 0, g, r, kf, c->simd);
+		load_slots(a, a->v_cache, s, 0, g, r, vf, c->simd);
+		float *score = a->score ? a->score + (size_t)(s * nkv + g) * a->cap : NULL;
+		for (int h = g * grp; h < (g + 1) * grp; h++) { /* the group's query heads */
+			for (int i = 0; i < np; i++)
+				memset(a->out + ((size_t)s * t + i) * hidden + (size_t)h * hd, 0,
+				       sizeof(float) * hd);
+			for (int i = 0; i < r; i++) {
+				const size_t row = ((size_t)s * t + np + i) * hidden + (size_t)h * hd;
+				attend_one(a->q + row, kf, vf, i + 1, hd, p, a->out + row, score);
+			}
 		}
 	}
 	return 0;
@@ -233,7 +241,9 @@ int sl_cpu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 int sl_cpu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 {
 	sl_cpu_ctx *c = sl_cpu(b);
+	SL_TRY(sl_attn_check_heads("attn_decode", a));
 	const int nh = a->nh, hd = a->hd, hidden = nh * hd;
+	const int nkv = sl_attn_nkv(a), grp = nh / nkv, kvw = nkv * hd;
 	int maxlen = 0;
 	for (int s = 0; s < a->nseq; s++) {
 		if (a->len[s] < 0 || a->len[s] >= a->cap)
@@ -244,20 +254,23 @@ int sl_cpu_attn_decode(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 	if (a->kv_f32 && a->kv_q4)
 		return sl_err(SL_EINVAL, "attn_decode: kv_f32 and kv_q4 both set");
 	SL_TRY(attn_workspace(b, maxlen, hd));
-	const int tasks = a->nseq * nh;
+	const int tasks = a->nseq * nkv;
 #pragma omp parallel for num_threads(c->nthreads) schedule(dynamic, 1)
 	for (int task = 0; task < tasks; task++) {
-		const int s = task / nh, h = task % nh;
+		const int s = task / nkv, g = task % nkv;
 		const int nk = a->len[s] + 1;
 		float *ws = c->attn_ws + (size_t)omp_get_thread_num() * c->attn_ws_per_thread;
 		float *kf = ws, *vf = kf + (size_t)maxlen * hd, *p = vf + (size_t)maxlen * hd;
-		const size_t row = (size_t)s * hidden + (size_t)h * hd;
-		store_slot(a, a->k_cache, s, a->len[s], h, a->k_new + row);
-		store_slot(a, a->v_cache, s, a->len[s], h, a->v_new + row);
-		load_slots(a, a->k_cache, s, 0, h, nk, kf, c->simd);
-		load_slots(a, a->v_cache, s, 0, h, nk, vf, c->simd);
-		float *score = a->score ? a->score + (size_t)(s * nh + h) * a->cap : NULL;
-		attend_one(a->q + row, kf, vf, nk, hd, p, a->out + row, score);
+		const size_t kvrow = (size_t)s * kvw + (size_t)g * hd;
+		store_slot(a, a->k_cache, s, a->len[s], g, a->k_new + kvrow);
+		store_slot(a, a->v_cache, s, a->len[s], g, a->v_new + kvrow);
+		load_slots(a, a->k_cache, s, 0, g, nk, kf, c->simd);
+		load_slots(a, a->v_cache, s, 0, g, nk, vf, c->simd);
+		float *score = a->score ? a->score + (size_t)(s * nkv + g) * a->cap : NULL;
+		for (int h = g * grp; h < (g + 1) * grp; h++) { /* the group's query heads */
+			const size_t row = (size_t)s * hidden + (size_t)h * hd;
+			attend_one(a->q + row, kf, vf, nk, hd, p, a->out + row, score);
+		}
 	}
 	return 0;
 }

@@ -4,7 +4,9 @@
  * fp16 or compressed), and the launches in
  * chunks of sequences (the per-sequence npad / len travel by value in the
  * kernel parameters, SL_CU_PARAM_INTS sequences per launch).  The kernels
- * and their shapes are described in attention_kernels.cuh.
+ * and their shapes are described in attention_kernels.cuh.  Grouped-query
+ * attention (nkv < nh): q and out have nh heads per row, k_new, v_new and
+ * the cache nkv; offsets into the two kinds of tensor differ.
  */
 #include "cuda_internal.cuh"
 #include "attention_kernels.cuh"
@@ -23,6 +25,9 @@ static int sl_cu_attn_check(const sl_attn_args *a, const char *op)
 			      op);
 	if (a->kv_q4 && a->kv_f32)
 		return sl_err(SL_EINVAL, "cuda %s: kv_f32 and kv_q4 both set", op);
+	char who[40];
+	snprintf(who, sizeof who, "cuda %s", op);
+	SL_TRY(sl_attn_check_heads(who, a));
 	if ((long long)a->nh * a->hd > (1 << 30))
 		return sl_err(SL_EINVAL, "cuda %s: hidden size %lld too large", op,
 			      (long long)a->nh * a->hd);
@@ -32,10 +37,12 @@ static int sl_cu_attn_check(const sl_attn_args *a, const char *op)
 	return 0;
 }
 
-/* The cache from sequence s0 on (fp16 or compressed slots, backend.h). */
+/* The cache from sequence s0 on (fp16 or compressed slots of nkv heads,
+ * backend.h). */
 static void *sl_cu_kv_at(const sl_attn_args *a, void *cache, size_t s0)
 {
-	return (char *)cache + s0 * (size_t)a->cap * sl_kv_slot_bytes(a->nh, a->hd, false, a->kv_q4);
+	return (char *)cache +
+	       s0 * (size_t)a->cap * sl_kv_slot_bytes(sl_attn_nkv(a), a->hd, false, a->kv_q4);
 }
 
 /* The new rows of sequences [s0, s0 + ns) into a compressed cache: meta
@@ -43,11 +50,12 @@ static void *sl_cu_kv_at(const sl_attn_args *a, void *cache, size_t s0)
 static int sl_cu_q4_store(sl_backend *b, cudaStream_t st, const sl_attn_args *a, bool decode,
 			  const sl_cu_ints &meta, int s0, int ns)
 {
-	const int rows = decode ? 1 : a->t;
-	const size_t act = (size_t)s0 * rows * a->nh * a->hd;
+	const int rows = decode ? 1 : a->t, nkv = sl_attn_nkv(a);
+	const size_t act = (size_t)s0 * rows * a->nh * a->hd; /* q, out */
+	const size_t kact = (size_t)s0 * rows * nkv * a->hd;  /* k_new, v_new */
 	SL_CU_LAUNCH(sl_q4_store_kernel, dim3((unsigned)rows, (unsigned)ns), SL_Q4_STORE_THREADS,
-		     0, st, rows, a->nh, a->hd, a->cap, decode ? 1 : 0, meta, a->k_new + act,
-		     a->v_new + act, a->out + act,
+		     0, st, rows, a->nh, nkv, a->hd, a->cap, decode ? 1 : 0, meta, a->k_new + kact,
+		     a->v_new + kact, a->out + act,
 		     (unsigned char *)sl_cu_kv_at(a, a->k_cache, (size_t)s0),
 		     (unsigned char *)sl_cu_kv_at(a, a->v_cache, (size_t)s0));
 	SL_CU_LAUNCHED("sl_q4_store_kernel");
@@ -65,7 +73,8 @@ static int sl_cu_prefill_launch(sl_backend *b, cudaStream_t st, dim3 grid, size_
 	auto *kfn = sl_prefill_attn_kernel<DPL, KV>; /* the template's comma */
 	SL_TRY(sl_cu_smem_limit(b, (const void *)kfn, smem, "attn_prefill"));
 	SL_CU_LAUNCH(kfn, grid, SL_PF_THREADS, smem, st,
-		a->t, a->nh, a->hd, a->cap, np, a->q + act, sl_cu_kv_at(a, a->k_cache, s0),
+		a->t, a->nh, sl_attn_nkv(a), a->hd, a->cap, np, a->q + act,
+		sl_cu_kv_at(a, a->k_cache, s0),
 		sl_cu_kv_at(a, a->v_cache, s0), a->out + act, ml);
 	SL_CU_LAUNCHED("sl_prefill_attn_kernel");
 	return 0;
@@ -96,8 +105,8 @@ int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 				      s, a->npad[s], a->t, a->cap);
 	q = sl_cu_queue(b, q);
 	cudaStream_t st = q->stream;
-	const int t = a->t, nh = a->nh, hd = a->hd, cap = a->cap;
-	const size_t hidden = (size_t)nh * hd;
+	const int t = a->t, nh = a->nh, hd = a->hd, cap = a->cap, nkv = sl_attn_nkv(a);
+	const size_t hidden = (size_t)nh * hd, kvw = (size_t)nkv * hd;
 
 	/* sequences per launch; with a score the (m, l) scratch bounds it too */
 	int per = SL_CU_PARAM_INTS;
@@ -131,17 +140,17 @@ int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 			np.v[i] = a->npad[s0 + i];
 			maxl = SL_MAX(maxl, t - np.v[i]);
 		}
-		const size_t act = (size_t)s0 * t * hidden;
+		const size_t act = (size_t)s0 * t * hidden, kact = (size_t)s0 * t * kvw;
 
 		/* the new rows into the cache (quantised where kv_q4), zeros
 		 * into the padding rows */
 		if (a->kv_q4) {
 			SL_TRY(sl_cu_q4_store(b, st, a, false, np, s0, ns));
 		} else {
-			const size_t cache = (size_t)s0 * nh * cap * hd;
+			const size_t cache = (size_t)s0 * cap * kvw;
 			SL_CU_LAUNCH(sl_prefill_store_kernel, dim3((unsigned)t, (unsigned)ns),
 				     SL_PF_STORE_THREADS, 0, st,
-				t, nh, hd, cap, np, a->k_new + act, a->v_new + act, a->out + act,
+				t, nh, nkv, hd, cap, np, a->k_new + kact, a->v_new + kact, a->out + act,
 				(__half *)a->k_cache + cache, (__half *)a->v_cache + cache);
 			SL_CU_LAUNCHED("sl_prefill_store_kernel");
 		}
@@ -154,13 +163,14 @@ int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 		else
 			SL_TRY(sl_cu_prefill_chunk<sl_kv_f16>(b, st, grid, smem, a, np, s0, ml));
 
-		if (a->score) {
-			dim3 sgrid((unsigned)sl_cu_div_up(maxl, SL_PS_KEYS), (unsigned)nh, (unsigned)ns);
+		if (a->score) { /* one block per KV head: it sums its group */
+			dim3 sgrid((unsigned)sl_cu_div_up(maxl, SL_PS_KEYS), (unsigned)nkv, (unsigned)ns);
 			auto *sfn = a->kv_q4 ? sl_prefill_score_kernel<sl_kv_q4>
 					     : sl_prefill_score_kernel<sl_kv_f16>;
 			SL_CU_LAUNCH(sfn, sgrid, SL_PS_THREADS, smem_score, st,
-				t, nh, hd, cap, np, a->q + act, sl_cu_kv_at(a, a->k_cache, (size_t)s0), ml,
-				a->score + (size_t)s0 * nh * cap);
+				t, nh, nkv, hd, cap, np, a->q + act,
+				sl_cu_kv_at(a, a->k_cache, (size_t)s0), ml,
+				a->score + (size_t)s0 * nkv * cap);
 			SL_CU_LAUNCHED("sl_prefill_score_kernel");
 		}
 	}
@@ -172,8 +182,12 @@ int sl_cu_attn_prefill(sl_backend *b, sl_queue *q, const sl_attn_args *a)
 template <int VEC, int CPL, typename KV>
 static int sl_cu_decode_launch(sl_backend *b, cudaStream_t st, const sl_attn_args *a)
 {
-	const int nh = a->nh, hd = a->hd, cap = a->cap;
-	const size_t hidden = (size_t)nh * hd;
+	const int nh = a->nh, hd = a->hd, cap = a->cap, nkv = sl_attn_nkv(a);
+	const size_t hidden = (size_t)nh * hd, kvw = (size_t)nkv * hd;
+	/* query heads per block: one, or with a score a whole group, whose
+	 * probabilities the block then adds into the group's score row in
+	 * order (one writer: no atomics, the same sum every run) */
+	const int hpb = a->score ? nh / nkv : 1;
 	const int nchunk = hd / VEC;
 	int lpk = 32;
 	if (VEC == 8) { /* the smallest power of two that covers a row */
@@ -193,14 +207,14 @@ static int sl_cu_decode_launch(sl_backend *b, cudaStream_t st, const sl_attn_arg
 		}
 		const size_t smem = sl_decode_smem(hd, VEC, maxlen);
 		SL_TRY(sl_cu_smem_limit(b, (const void *)kfn, smem, "attn_decode"));
-		const size_t act = (size_t)s0 * hidden;
+		const size_t act = (size_t)s0 * hidden, kact = (size_t)s0 * kvw;
 		if (KV::q4) /* the new token quantised into slot len first */
 			SL_TRY(sl_cu_q4_store(b, st, a, true, len, s0, ns));
-		SL_CU_LAUNCH(kfn, dim3((unsigned)nh, (unsigned)ns), SL_DEC_THREADS, smem, st,
-			nh, hd, cap, lpk, len, a->q + act, a->k_new + act, a->v_new + act,
+		SL_CU_LAUNCH(kfn, dim3((unsigned)(nh / hpb), (unsigned)ns), SL_DEC_THREADS, smem, st,
+			nh, nkv, hpb, hd, cap, lpk, len, a->q + act, a->k_new + kact, a->v_new + kact,
 			sl_cu_kv_at(a, a->k_cache, (size_t)s0), sl_cu_kv_at(a, a->v_cache, (size_t)s0),
 			a->out + act,
-			a->score ? a->score + (size_t)s0 * nh * cap : NULL);
+			a->score ? a->score + (size_t)s0 * nkv * cap : NULL);
 		SL_CU_LAUNCHED("sl_decode_attn_kernel");
 	}
 	return 0;

@@ -4,18 +4,21 @@
  * step, with the optional H2O score (the probability each query gives each
  * cached slot, added into score).
  *
- * Layouts (b: sequence, h: head, s: slot, d: dim, hidden = nh * hd):
- *   prefill q, k_new, v_new, out: fp32 [b][t][hidden], the first npad[b]
- *     rows of sequence b are padding; real row j is padded row npad[b] + j
- *   decode q, k_new, v_new, out: fp32 [b][hidden]
- *   cache: fp16 [b][cap][h][hd], token-major: slot s of sequence b holds
- *     every head's row (hidden values), so a (sequence, head)'s slots are
- *     hidden apart and one slot's hd values of one head are contiguous
- *   score: fp32 [b][h][cap] (head-major)
+ * Layouts (b: sequence, h: query head, g: KV head, s: slot, d: dim,
+ * hidden = nh * hd, kvw = nkv * hd; grouped-query attention: query head h
+ * reads KV head g = h / (nh / nkv), nkv = nh without it):
+ *   prefill q, out: fp32 [b][t][hidden], k_new, v_new: fp32 [b][t][kvw],
+ *     the first npad[b] rows of sequence b are padding; real row j is
+ *     padded row npad[b] + j
+ *   decode q, out: fp32 [b][hidden], k_new, v_new: fp32 [b][kvw]
+ *   cache: fp16 [b][cap][g][hd], token-major: slot s of sequence b holds
+ *     every KV head's row (kvw values), so a (sequence, KV head)'s slots
+ *     are kvw apart and one slot's hd values of one head are contiguous
+ *   score: fp32 [b][g][cap] (head-major), the sum over g's query heads
  * Attention reads k and v from the cache, that is rounded to fp16, for the
  * new tokens too (the values that later steps will see).
  *
- * A compressed cache (kv_q4, backend.h) holds per slot an sl_q4 (nh, hd)
+ * A compressed cache (kv_q4, backend.h) holds per slot an sl_q4 (nkv, hd)
  * matrix: sl_q4_store_kernel quantises the new rows into their slots
  * (exactly sl_q4_quantize_group's codes), and the attention kernels read
  * the cache through a view (sl_kv_f16 or sl_kv_q4) that dequantises as it
@@ -36,27 +39,30 @@
 
 /*
  * Row i of sequence b: a padding row (i < npad) gets out = 0 over all
- * heads; a real row j = i - npad has its k and v (all heads) rounded to
- * fp16 and written to cache slot j (one contiguous run of hidden values).
+ * query heads; a real row j = i - npad has its k and v (all nkv KV heads)
+ * rounded to fp16 and written to cache slot j (one contiguous run of kvw
+ * values).
  * grid: (t, nseq in chunk); block: 256.
  */
 static __global__ void __launch_bounds__(SL_PF_STORE_THREADS)
-sl_prefill_store_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
+sl_prefill_store_kernel(int t, int nh, int nkv, int hd, int cap, sl_cu_ints npad,
 			const float *__restrict__ k_new, const float *__restrict__ v_new,
 			float *__restrict__ out, __half *__restrict__ kc, __half *__restrict__ vc)
 {
 	const int i = blockIdx.x, b = blockIdx.y;
 	const int np = npad.v[b];
-	const int hidden = nh * hd;
-	const size_t row = ((size_t)b * t + i) * hidden;
 	if (i < np) {
+		const int hidden = nh * hd;
+		const size_t row = ((size_t)b * t + i) * hidden;
 		for (int e = threadIdx.x; e < hidden; e += SL_PF_STORE_THREADS)
 			out[row + e] = 0.f;
 		return;
 	}
+	const int kvw = nkv * hd;
+	const size_t row = ((size_t)b * t + i) * kvw;
 	const int j = i - np;
-	const size_t slot = ((size_t)b * cap + j) * hidden;
-	for (int e = threadIdx.x; e < hidden; e += SL_PF_STORE_THREADS) {
+	const size_t slot = ((size_t)b * cap + j) * kvw;
+	for (int e = threadIdx.x; e < kvw; e += SL_PF_STORE_THREADS) {
 		kc[slot + e] = __float2half_rn(k_new[row + e]);
 		vc[slot + e] = __float2half_rn(v_new[row + e]);
 	}
@@ -122,39 +128,42 @@ static __device__ void sl_q4_quantize_dev(const float *x, int n, unsigned char *
 
 /*
  * The new rows into a compressed cache.  Block (i, b) takes row i of
- * sequence b of k_new / v_new ([b][rows][hidden]).  Prefill (decode = 0,
- * meta = npad): rows i < npad[b] are padding, whose out rows (all heads)
- * become zero; row i >= npad goes to slot i - npad.  Decode (decode = 1,
- * rows = 1, meta = len): the row goes to slot len[b].  Each
- * thread quantises (head, group) pairs of the row, k and v.
+ * sequence b of k_new / v_new ([b][rows][kvw]).  Prefill (decode = 0,
+ * meta = npad): rows i < npad[b] are padding, whose out rows (all nh query
+ * heads, [b][rows][hidden]) become zero; row i >= npad goes to slot
+ * i - npad.  Decode (decode = 1, rows = 1, meta = len): the row goes to
+ * slot len[b].  Each thread quantises (KV head, group) pairs of the row,
+ * k and v.
  * grid: (rows, nseq in chunk); block: 64.
  */
 static __global__ void __launch_bounds__(SL_Q4_STORE_THREADS)
-sl_q4_store_kernel(int rows, int nh, int hd, int cap, int decode, sl_cu_ints meta,
+sl_q4_store_kernel(int rows, int nh, int nkv, int hd, int cap, int decode, sl_cu_ints meta,
 		   const float *__restrict__ k_new, const float *__restrict__ v_new,
 		   float *__restrict__ out, unsigned char *__restrict__ kc,
 		   unsigned char *__restrict__ vc)
 {
 	const int i = blockIdx.x, b = blockIdx.y;
-	const int hidden = nh * hd, ng = (hd + SL_Q4D_GROUP - 1) / SL_Q4D_GROUP;
-	const size_t row = ((size_t)b * rows + i) * hidden;
+	const int ng = (hd + SL_Q4D_GROUP - 1) / SL_Q4D_GROUP;
 	int slot;
 	if (decode) {
 		slot = meta.v[b];
 	} else {
 		const int np = meta.v[b];
 		if (i < np) {
+			const int hidden = nh * hd;
+			const size_t orow = ((size_t)b * rows + i) * hidden;
 			for (int e = threadIdx.x; e < hidden; e += SL_Q4_STORE_THREADS)
-				out[row + e] = 0.f;
+				out[orow + e] = 0.f;
 			return;
 		}
 		slot = i - np;
 	}
-	const size_t sb = (size_t)nh * ng * (32 + 4);
+	const size_t row = ((size_t)b * rows + i) * nkv * hd;
+	const size_t sb = (size_t)nkv * ng * (32 + 4);
 	const size_t so = ((size_t)b * cap + slot) * sb;
 	float x[SL_Q4D_GROUP];
-	for (int task = threadIdx.x; task < 2 * nh * ng; task += SL_Q4_STORE_THREADS) {
-		const int kv = task / (nh * ng), k = task - kv * nh * ng; /* k = h * ng + g */
+	for (int task = threadIdx.x; task < 2 * nkv * ng; task += SL_Q4_STORE_THREADS) {
+		const int kv = task / (nkv * ng), k = task - kv * nkv * ng; /* k = h * ng + g */
 		const int h = k / ng, g = k - h * ng;
 		const int c0 = g * SL_Q4D_GROUP, n = min(SL_Q4D_GROUP, hd - c0);
 		const float *src = (kv ? v_new : k_new) + row + (size_t)h * hd + c0;
@@ -162,14 +171,15 @@ sl_q4_store_kernel(int rows, int nh, int hd, int cap, int decode, sl_cu_ints met
 			x[e] = __half2float(__float2half_rn(src[e]));
 		unsigned char *slotp = (kv ? vc : kc) + so;
 		sl_q4_quantize_dev(x, n, slotp + (size_t)k * 32,
-				   reinterpret_cast<unsigned short *>(slotp + (size_t)nh * ng * 32) + 2 * k);
+				   reinterpret_cast<unsigned short *>(slotp + (size_t)nkv * ng * 32) + 2 * k);
 	}
 }
 
 /*
  * The cache as the attention kernels read it: slot j, dim d of one
- * (sequence, head), as fp32.  load<VEC>(j, d0, f): VEC consecutive dims
- * from d0 (VEC 8: d0 % 8 == 0, the alignment the decode kernel checks).
+ * (sequence, KV head), as fp32; make's nh is the cache's heads (nkv).
+ * load<VEC>(j, d0, f): VEC consecutive dims from d0 (VEC 8: d0 % 8 == 0,
+ * the alignment the decode kernel checks).
  */
 template <int VEC>
 static __device__ __forceinline__ void sl_load_halves(const __half *p, float *f)
@@ -184,7 +194,7 @@ static __device__ __forceinline__ void sl_load_halves(const __half *p, float *f)
 
 struct sl_kv_f16 {
 	static constexpr bool q4 = false;
-	const __half *p; /* slot 0 of (b, h); slot j is j * hidden further on */
+	const __half *p; /* slot 0 of (b, h); slot j is j * nh * hd further on */
 	int hidden;
 	static __device__ __forceinline__ sl_kv_f16 make(const void *cache, int b, int h, int nh,
 							 int hd, int cap)
@@ -320,7 +330,7 @@ static inline size_t sl_prefill_attn_smem(int hd)
 
 /*
  * Block (x, h, b) computes real query rows [16x, 16x + 16) of sequence b,
- * head h, over real keys [0, min(L, 16x + 16)), L = t - npad[b], in tiles
+ * query head h, over KV head h / (nh / nkv)'s real keys [0, min(L, 16x + 16)), L = t - npad[b], in tiles
  * of 32 keys staged in shared memory as fp32, with the online softmax
  * (running max m and sum l per row, the output rescaled when m grows).
  * Each warp owns 4 query rows; in the score step lane l takes key l of the
@@ -332,7 +342,7 @@ static inline size_t sl_prefill_attn_smem(int hd)
  */
 template <int DPL, typename KV>
 static __global__ void __launch_bounds__(SL_PF_THREADS)
-sl_prefill_attn_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
+sl_prefill_attn_kernel(int t, int nh, int nkv, int hd, int cap, sl_cu_ints npad,
 		       const float *__restrict__ q, const void *__restrict__ kc,
 		       const void *__restrict__ vc, float *__restrict__ out,
 		       float2 *__restrict__ ml)
@@ -352,8 +362,9 @@ sl_prefill_attn_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 	float *Qs = sl_smem;             /* [BQ][hd] */
 	float *Ks = Qs + SL_PF_BQ * hd;  /* [BK][ks] */
 	float *Vs = Ks + SL_PF_BK * ks;  /* [BK][hd] */
-	const KV kb = KV::make(kc, b, h, nh, hd, cap);
-	const KV vb = KV::make(vc, b, h, nh, hd, cap);
+	const int g = h / (nh / nkv);
+	const KV kb = KV::make(kc, b, g, nkv, hd, cap);
+	const KV vb = KV::make(vc, b, g, nkv, hd, cap);
 
 	/* the query tile (rows past L are zero and never written back) */
 	const float *qb = q + ((size_t)b * t + np + j0) * hidden + (size_t)h * hd;
@@ -464,23 +475,24 @@ static inline size_t sl_prefill_score_smem(int hd)
 }
 
 /*
- * score[b][h][kj] += sum over real queries qj >= kj of exp(q.k - m[qj]) / l[qj]
- * with the (m, l) the attention kernel saved: the probabilities are
- * recomputed, not stored.  Block (x, h, b) owns keys [16x, 16x + 16) (4 per
- * warp, in shared memory) and walks the query tiles from its first key to
- * L; lane l takes query l of the tile.  Each key has one owner, so the add
- * into score needs no atomics.
- * grid: (ceil(max L / 16), nh, nseq in chunk); block: 128;
+ * score[b][g][kj] += sum over g's query heads h, then over real queries
+ * qj >= kj, of exp(q.k - m[h][qj]) / l[h][qj] with the (m, l) the attention
+ * kernel saved: the probabilities are recomputed, not stored.  Block
+ * (x, g, b) owns keys [16x, 16x + 16) of KV head g (4 per warp, in shared
+ * memory) and, for each query head of the group in turn, walks the query
+ * tiles from its first key to L; lane l takes query l of the tile.  Each
+ * key has one owner, so the add into score needs no atomics.
+ * grid: (ceil(max L / 16), nkv, nseq in chunk); block: 128;
  * shared: sl_prefill_score_smem(hd).
  */
 template <typename KV>
 static __global__ void __launch_bounds__(SL_PS_THREADS)
-sl_prefill_score_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
+sl_prefill_score_kernel(int t, int nh, int nkv, int hd, int cap, sl_cu_ints npad,
 			const float *__restrict__ q, const void *__restrict__ kc,
 			const float2 *__restrict__ ml, float *__restrict__ score)
 {
 	SL_CU_DYN_SMEM(float, sl_smem);
-	const int b = blockIdx.z, h = blockIdx.y;
+	const int b = blockIdx.z, g = blockIdx.y, grp = nh / nkv;
 	const int np = npad.v[b];
 	const int L = t - np;
 	const int c0 = blockIdx.x * SL_PS_KEYS;
@@ -494,41 +506,43 @@ sl_prefill_score_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 	float *Ms = Qs + SL_PS_BQ * qs;   /* [BQ] row max */
 	float *Is = Ms + SL_PS_BQ;            /* [BQ] 1 / row sum */
 
-	const KV kb = KV::make(kc, b, h, nh, hd, cap);
+	const KV kb = KV::make(kc, b, g, nkv, hd, cap);
 	for (int e = tid; e < SL_PS_KEYS * hd; e += SL_PS_THREADS) {
 		const int kk = e / hd, d = e - kk * hd;
 		Ks[e] = c0 + kk < L ? kb.at(c0 + kk, d) : 0.f;
 	}
-	const float *qb = q + ((size_t)b * t + np) * hidden + (size_t)h * hd;
-	const float2 *mlb = ml + ((size_t)b * nh + h) * t;
 
 	float acc[SL_PS_ROWS];
 #pragma unroll
 	for (int r = 0; r < SL_PS_ROWS; r++)
 		acc[r] = 0.f;
 	const float *kr = Ks + warp * SL_PS_ROWS * hd;
-	for (int q0 = c0; q0 < L; q0 += SL_PS_BQ) {
-		const int nq = min(SL_PS_BQ, L - q0);
-		__syncthreads(); /* the previous tile is consumed (and Ks is written) */
-		for (int e = tid; e < SL_PS_BQ * hd; e += SL_PS_THREADS) {
-			const int qq = e / hd, d = e - qq * hd;
-			Qs[qq * qs + d] = qq < nq ? qb[(size_t)(q0 + qq) * hidden + d] : 0.f;
-		}
-		for (int e = tid; e < SL_PS_BQ; e += SL_PS_THREADS) {
-			const float2 v = e < nq ? mlb[q0 + e] : make_float2(0.f, 1.f);
-			Ms[e] = v.x;
-			Is[e] = 1.f / v.y;
-		}
-		__syncthreads();
+	for (int h = g * grp; h < (g + 1) * grp; h++) {
+		const float *qb = q + ((size_t)b * t + np) * hidden + (size_t)h * hd;
+		const float2 *mlb = ml + ((size_t)b * nh + h) * t;
+		for (int q0 = c0; q0 < L; q0 += SL_PS_BQ) {
+			const int nq = min(SL_PS_BQ, L - q0);
+			__syncthreads(); /* the previous tile is consumed (and Ks is written) */
+			for (int e = tid; e < SL_PS_BQ * hd; e += SL_PS_THREADS) {
+				const int qq = e / hd, d = e - qq * hd;
+				Qs[qq * qs + d] = qq < nq ? qb[(size_t)(q0 + qq) * hidden + d] : 0.f;
+			}
+			for (int e = tid; e < SL_PS_BQ; e += SL_PS_THREADS) {
+				const float2 v = e < nq ? mlb[q0 + e] : make_float2(0.f, 1.f);
+				Ms[e] = v.x;
+				Is[e] = 1.f / v.y;
+			}
+			__syncthreads();
 
-		float s[SL_PS_ROWS];
-		sl_lane_dots<SL_PS_ROWS>(Qs + lane * qs, kr, hd, s);
-		const int qj = q0 + lane;
+			float s[SL_PS_ROWS];
+			sl_lane_dots<SL_PS_ROWS>(Qs + lane * qs, kr, hd, s);
+			const int qj = q0 + lane;
 #pragma unroll
-		for (int r = 0; r < SL_PS_ROWS; r++) {
-			const int kj = c0 + warp * SL_PS_ROWS + r;
-			if (lane < nq && kj <= qj && kj < L)
-				acc[r] += expf(s[r] - Ms[lane]) * Is[lane];
+			for (int r = 0; r < SL_PS_ROWS; r++) {
+				const int kj = c0 + warp * SL_PS_ROWS + r;
+				if (lane < nq && kj <= qj && kj < L)
+					acc[r] += expf(s[r] - Ms[lane]) * Is[lane];
+			}
 		}
 	}
 #pragma unroll
@@ -536,11 +550,11 @@ sl_prefill_score_kernel(int t, int nh, int hd, int cap, sl_cu_ints npad,
 		const float tot = sl_warp_sum(acc[r]);
 		const int kj = c0 + warp * SL_PS_ROWS + r;
 		if (lane == 0 && kj < L)
-			score[((size_t)b * nh + h) * cap + kj] += tot;
+			score[((size_t)b * nkv + g) * cap + kj] += tot;
 	}
 }
 
-/* ---- decode: one query per (sequence, head) --------------------------------------- */
+/* ---- decode: one query per (sequence, query head) --------------------------------------- */
 
 #define SL_DEC_THREADS 256
 
@@ -558,36 +572,42 @@ static inline size_t sl_decode_smem(int hd, int vec, int maxlen)
 }
 
 /*
- * Block (h, b): sequence b, head h, n = len[b] cached tokens.  Writes the
- * new k, v (fp16) to slot n, then attention of q over slots [0, n]:
+ * Block (x, b): sequence b, query heads [x * hpb, x * hpb + hpb), one after
+ * the other (hpb is 1, or a whole group of nh / nkv heads when the block
+ * must be the only writer of the group's score row), n = len[b] cached
+ * tokens.  Query head h reads KV head g = h / (nh / nkv).  The first query
+ * head of each group writes the new k, v (fp16) of g to slot n (the
+ * group's other heads take them from k_new, rounded alike, and never read
+ * slot n of the cache); then attention of q over slots [0, n]:
  *   1. scores: groups of lpk lanes take one key each (lane g of a group
  *      holds dims [VEC * (g + lpk c), +VEC) of q in registers), partial dots
  *      reduced within the group; the scores go to shared memory;
  *   2. max and sum over the block (exact softmax, no rescaling);
- *   3. score[b][h][j] += p[j] (optional);
+ *   3. score[b][g][j] += p[j] (optional; thread j's slots are the same for
+ *      every head of the block, so the group's sum needs no atomics);
  *   4. PV: thread (kg, ch) sums p[j] v[j][ch*VEC, +VEC) over keys
  *      j = kg, kg + groups, ...; the groups' partials are added at the end.
- * Slots [0, n) are read once each for k and once for v; slot n comes from
- * the registers of the new token; nothing past n is read.
- * The (b, h) rows are hidden = nh * hd apart (token-major cache); a row's
+ * Slots [0, n) are read once each for k and once for v per query head;
+ * slot n comes from the registers of the new token; nothing past n is read.
+ * The (b, g) rows are kvw = nkv * hd apart (token-major cache); a row's
  * hd values are contiguous.
  * VEC = 8: 16-byte loads (hd % 8 == 0, cache 16-byte aligned: then every
- * row start, (slot * nh + h) * hd halves in, is aligned too), lpk =
+ * row start, (slot * nkv + g) * hd halves in, is aligned too), lpk =
  * the power of two >= hd / 8, CPL = 1; VEC = 1: half loads, lpk = 32,
  * CPL = 8.  hd <= 256.
- * grid: (nh, nseq in chunk); block: 256; shared: sl_decode_smem(hd, VEC, max len).
+ * grid: (nh / hpb, nseq in chunk); block: 256; shared: sl_decode_smem(hd, VEC, max len).
  */
 template <int VEC, int CPL, typename KV>
 static __global__ void __launch_bounds__(SL_DEC_THREADS)
-sl_decode_attn_kernel(int nh, int hd, int cap, int lpk, sl_cu_ints len,
+sl_decode_attn_kernel(int nh, int nkv, int hpb, int hd, int cap, int lpk, sl_cu_ints len,
 		      const float *__restrict__ q, const float *__restrict__ k_new,
 		      const float *__restrict__ v_new, void *__restrict__ kc,
 		      void *__restrict__ vc, float *__restrict__ out, float *__restrict__ score)
 {
 	SL_CU_DYN_SMEM(float, sl_smem);
-	const int h = blockIdx.x, b = blockIdx.y;
+	const int b = blockIdx.y;
 	const int n = len.v[b];
-	const int hidden = nh * hd;
+	const int hidden = nh * hd, kvw = nkv * hd, grp = nh / nkv;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int nchunk = hd / VEC;
 	const int groups = SL_DEC_THREADS / nchunk;
@@ -598,124 +618,131 @@ sl_decode_attn_kernel(int nh, int hd, int cap, int lpk, sl_cu_ints len,
 	float *part = red + 32;          /* [groups][hd] */
 	float *ps = part + groups * hd;  /* [n + 1] scores, then probabilities */
 
-	const size_t qoff = (size_t)b * hidden + (size_t)h * hd;
-	const KV kb = KV::make(kc, b, h, nh, hd, cap);
-	const KV vb = KV::make(vc, b, h, nh, hd, cap);
-	for (int d = tid; d < hd; d += SL_DEC_THREADS) {
-		qs[d] = q[qoff + d];
-		if constexpr (KV::q4) { /* sl_q4_store_kernel wrote slot n before */
-			kns[d] = kb.at(n, d);
-			vns[d] = vb.at(n, d);
-		} else {
-			/* slot 0 of (b, h); slot j is j * hidden further on */
-			const size_t cbase = (size_t)b * cap * hidden + (size_t)h * hd;
-			const __half kh = __float2half_rn(k_new[qoff + d]);
-			const __half vh = __float2half_rn(v_new[qoff + d]);
-			((__half *)kc)[cbase + (size_t)n * hidden + d] = kh;
-			((__half *)vc)[cbase + (size_t)n * hidden + d] = vh;
-			kns[d] = __half2float(kh);
-			vns[d] = __half2float(vh);
-		}
-	}
-	__syncthreads();
-
-	/* 1. scores */
-	const int gl = lane & (lpk - 1);
-	const int grp = warp * (32 / lpk) + lane / lpk;
-	const int ngrp = (SL_DEC_THREADS / 32) * (32 / lpk);
-	float qr[CPL][VEC];
-#pragma unroll
-	for (int c = 0; c < CPL; c++) {
-		const int ch = gl + c * lpk;
-#pragma unroll
-		for (int e = 0; e < VEC; e++)
-			qr[c][e] = ch < nchunk ? qs[ch * VEC + e] : 0.f;
-	}
-	for (int j0 = 0; j0 <= n; j0 += ngrp) { /* uniform trip count: full-warp shuffles */
-		const int j = j0 + grp;
-		float s = 0.f;
-		if (j < n) {
-#pragma unroll
-			for (int c = 0; c < CPL; c++) {
-				const int ch = gl + c * lpk;
-				if (ch < nchunk) {
-					float kv[VEC];
-					kb.template load<VEC>(j, ch * VEC, kv);
-#pragma unroll
-					for (int e = 0; e < VEC; e++)
-						s = fmaf(qr[c][e], kv[e], s);
-				}
-			}
-		} else if (j == n) {
-#pragma unroll
-			for (int c = 0; c < CPL; c++) {
-				const int ch = gl + c * lpk;
-				if (ch < nchunk) {
-#pragma unroll
-					for (int e = 0; e < VEC; e++)
-						s = fmaf(qr[c][e], kns[ch * VEC + e], s);
-				}
-			}
-		}
-		s = sl_group_sum(s, lpk);
-		if (gl == 0 && j <= n)
-			ps[j] = s;
-	}
-
-	__syncthreads(); /* every score is in ps before anyone reads them */
-
-	/* 2. softmax */
-	float mx = -INFINITY;
-	for (int j = tid; j <= n; j += SL_DEC_THREADS)
-		mx = fmaxf(mx, ps[j]);
-	mx = sl_block_max(mx, red);
-	float sum = 0.f;
-	for (int j = tid; j <= n; j += SL_DEC_THREADS) {
-		const float p = expf(ps[j] - mx);
-		ps[j] = p;
-		sum += p;
-	}
-	sum = sl_block_sum(sum, red); /* its barriers also publish the new ps */
-	const float inv = 1.f / sum;
-
-	/* 3. H2O score */
-	if (score) {
-		float *sc = score + ((size_t)b * nh + h) * cap;
-		for (int j = tid; j <= n; j += SL_DEC_THREADS)
-			sc[j] += ps[j] * inv;
-	}
-
-	/* 4. PV */
-	const int kg = tid / nchunk, ch = tid - kg * nchunk;
-	if (kg < groups) {
-		float acc[VEC];
-#pragma unroll
-		for (int e = 0; e < VEC; e++)
-			acc[e] = 0.f;
-		for (int j = kg; j <= n; j += groups) {
-			const float p = ps[j];
-			if (j < n) {
-				float vv[VEC];
-				vb.template load<VEC>(j, ch * VEC, vv);
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					acc[e] = fmaf(p, vv[e], acc[e]);
+	for (int h = (int)blockIdx.x * hpb; h < ((int)blockIdx.x + 1) * hpb; h++) {
+		const int g = h / grp;
+		const size_t qoff = (size_t)b * hidden + (size_t)h * hd;
+		const size_t kvoff = (size_t)b * kvw + (size_t)g * hd;
+		const KV kb = KV::make(kc, b, g, nkv, hd, cap);
+		const KV vb = KV::make(vc, b, g, nkv, hd, cap);
+		for (int d = tid; d < hd; d += SL_DEC_THREADS) {
+			qs[d] = q[qoff + d];
+			if constexpr (KV::q4) { /* sl_q4_store_kernel wrote slot n before */
+				kns[d] = kb.at(n, d);
+				vns[d] = vb.at(n, d);
 			} else {
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					acc[e] = fmaf(p, vns[ch * VEC + e], acc[e]);
+				const __half kh = __float2half_rn(k_new[kvoff + d]);
+				const __half vh = __float2half_rn(v_new[kvoff + d]);
+				if (h % grp == 0) {
+					/* slot 0 of (b, g); slot j is j * kvw further on */
+					const size_t cbase = (size_t)b * cap * kvw + (size_t)g * hd;
+					((__half *)kc)[cbase + (size_t)n * kvw + d] = kh;
+					((__half *)vc)[cbase + (size_t)n * kvw + d] = vh;
+				}
+				kns[d] = __half2float(kh);
+				vns[d] = __half2float(vh);
 			}
 		}
+		__syncthreads();
+
+		/* 1. scores */
+		const int gl = lane & (lpk - 1);
+		const int grpi = warp * (32 / lpk) + lane / lpk;
+		const int ngrp = (SL_DEC_THREADS / 32) * (32 / lpk);
+		float qr[CPL][VEC];
 #pragma unroll
-		for (int e = 0; e < VEC; e++)
-			part[kg * hd + ch * VEC + e] = acc[e];
-	}
-	__syncthreads();
-	for (int d = tid; d < hd; d += SL_DEC_THREADS) {
-		float o = 0.f;
-		for (int g = 0; g < groups; g++)
-			o += part[g * hd + d];
-		out[qoff + d] = o * inv;
+		for (int c = 0; c < CPL; c++) {
+			const int ch = gl + c * lpk;
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				qr[c][e] = ch < nchunk ? qs[ch * VEC + e] : 0.f;
+		}
+		for (int j0 = 0; j0 <= n; j0 += ngrp) { /* uniform trip count: full-warp shuffles */
+			const int j = j0 + grpi;
+			float s = 0.f;
+			if (j < n) {
+#pragma unroll
+				for (int c = 0; c < CPL; c++) {
+					const int ch = gl + c * lpk;
+					if (ch < nchunk) {
+						float kv[VEC];
+						kb.template load<VEC>(j, ch * VEC, kv);
+#pragma unroll
+						for (int e = 0; e < VEC; e++)
+							s = fmaf(qr[c][e], kv[e], s);
+					}
+				}
+			} else if (j == n) {
+#pragma unroll
+				for (int c = 0; c < CPL; c++) {
+					const int ch = gl + c * lpk;
+					if (ch < nchunk) {
+#pragma unroll
+						for (int e = 0; e < VEC; e++)
+							s = fmaf(qr[c][e], kns[ch * VEC + e], s);
+					}
+				}
+			}
+			s = sl_group_sum(s, lpk);
+			if (gl == 0 && j <= n)
+				ps[j] = s;
+		}
+
+		__syncthreads(); /* every score is in ps before anyone reads them */
+
+		/* 2. softmax */
+		float mx = -INFINITY;
+		for (int j = tid; j <= n; j += SL_DEC_THREADS)
+			mx = fmaxf(mx, ps[j]);
+		mx = sl_block_max(mx, red);
+		float sum = 0.f;
+		for (int j = tid; j <= n; j += SL_DEC_THREADS) {
+			const float p = expf(ps[j] - mx);
+			ps[j] = p;
+			sum += p;
+		}
+		sum = sl_block_sum(sum, red); /* its barriers also publish the new ps */
+		const float inv = 1.f / sum;
+
+		/* 3. H2O score */
+		if (score) {
+			float *sc = score + ((size_t)b * nkv + g) * cap;
+			for (int j = tid; j <= n; j += SL_DEC_THREADS)
+				sc[j] += ps[j] * inv;
+		}
+
+		/* 4. PV */
+		const int kg = tid / nchunk, ch = tid - kg * nchunk;
+		if (kg < groups) {
+			float acc[VEC];
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				acc[e] = 0.f;
+			for (int j = kg; j <= n; j += groups) {
+				const float p = ps[j];
+				if (j < n) {
+					float vv[VEC];
+					vb.template load<VEC>(j, ch * VEC, vv);
+#pragma unroll
+					for (int e = 0; e < VEC; e++)
+						acc[e] = fmaf(p, vv[e], acc[e]);
+				} else {
+#pragma unroll
+					for (int e = 0; e < VEC; e++)
+						acc[e] = fmaf(p, vns[ch * VEC + e], acc[e]);
+				}
+			}
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				part[kg * hd + ch * VEC + e] = acc[e];
+		}
+		__syncthreads();
+		for (int d = tid; d < hd; d += SL_DEC_THREADS) {
+			float o = 0.f;
+			for (int gi = 0; gi < groups; gi++)
+				o += part[gi * hd + d];
+			out[qoff + d] = o * inv;
+		}
+		__syncthreads(); /* part, ps and the rows are free for the next head */
 	}
 }
 
