@@ -704,34 +704,48 @@ typedef struct attn_case {
 		      * after them; meta[0] = -1: random for all */
 	bool misalign; /* decode: cache pointers off 16-byte alignment */
 	bool big;
+	int nkv; /* KV heads (grouped-query attention); 0: nh */
 } attn_case;
 
 static const attn_case prefill_cases[] = {
-	{ 1, 1, 64, 1, 4, { 0 }, false, false },
-	{ 2, 2, 64, 17, 20, { 0, 3 }, false, false },
-	{ 3, 4, 128, 40, 48, { 0, 5, 39 }, false, false },
-	{ 2, 3, 80, 33, 40, { 7, 0 }, false, false },     /* OPT-2.7b's head dim */
-	{ 4, 2, 32, 64, 64, { 0, 63, 64, 10 }, false, false }, /* one row, all padding */
-	{ 1, 2, 256, 20, 24, { 2 }, false, false },
-	{ 3, 2, 36, 19, 25, { -1 }, false, false },
-	{ 2, 1, 8, 50, 50, { 1, 0 }, false, false },
-	{ 2, 2, 30, 21, 24, { 3, 0 }, false, false },     /* hd % 4 != 0: scalar dots */
-	{ 2, 1, 16, 5, 8, { 5, 5 }, false, false },       /* nothing but padding */
-	{ 4, 8, 128, 128, 160, { 0, 17, 100, 127 }, false, true },
-	{ 8, 32, 128, 256, 288, { -1 }, false, true },
+	{ 1, 1, 64, 1, 4, { 0 }, false, false, 0 },
+	{ 2, 2, 64, 17, 20, { 0, 3 }, false, false, 0 },
+	{ 3, 4, 128, 40, 48, { 0, 5, 39 }, false, false, 0 },
+	{ 2, 3, 80, 33, 40, { 7, 0 }, false, false, 0 },     /* OPT-2.7b's head dim */
+	{ 4, 2, 32, 64, 64, { 0, 63, 64, 10 }, false, false, 0 }, /* one row, all padding */
+	{ 1, 2, 256, 20, 24, { 2 }, false, false, 0 },
+	{ 3, 2, 36, 19, 25, { -1 }, false, false, 0 },
+	{ 2, 1, 8, 50, 50, { 1, 0 }, false, false, 0 },
+	{ 2, 2, 30, 21, 24, { 3, 0 }, false, false, 0 },     /* hd % 4 != 0: scalar dots */
+	{ 2, 1, 16, 5, 8, { 5, 5 }, false, false, 0 },       /* nothing but padding */
+	{ 4, 8, 128, 128, 160, { 0, 17, 100, 127 }, false, true, 0 },
+	{ 8, 32, 128, 256, 288, { -1 }, false, true, 0 },
+	/* grouped-query attention */
+	{ 3, 8, 64, 37, 40, { 0, 36, 9 }, false, false, 2 },
+	{ 2, 8, 64, 20, 24, { 3, 0 }, false, false, 1 },   /* multi-query */
+	{ 2, 6, 80, 33, 36, { 0, 5 }, false, false, 3 },
+	{ 2, 4, 30, 21, 24, { 3, 0 }, false, false, 2 },   /* hd % 4 != 0: scalar dots */
+	{ 4, 32, 128, 128, 160, { 0, 17, 100, 127 }, false, true, 8 }, /* llama-3-8b's heads */
 };
 
 static const attn_case decode_cases[] = {
-	{ 3, 4, 64, 1, 50, { 0, 17, 49 }, false, false },  /* len 0: only the new token */
-	{ 3, 2, 64, 1, 1, { 0, 0, 0 }, false, false },     /* one slot (an H2O budget of 0) */
-	{ 2, 2, 128, 1, 300, { 299, 150 }, false, false }, /* a full cache */
-	{ 5, 3, 80, 1, 40, { -1 }, false, false },
-	{ 2, 2, 36, 1, 20, { 5, 19 }, false, false },      /* hd % 8 != 0: half loads */
-	{ 2, 2, 64, 1, 33, { 31, 2 }, true, false },       /* misaligned: half loads */
-	{ 1, 1, 256, 1, 10, { 9 }, false, false },
-	{ 800, 1, 8, 1, 4, { -1 }, false, false },         /* more sequences than one launch */
-	{ 16, 32, 128, 1, 1100, { -1 }, false, true },
-	{ 4, 2, 64, 1, 4000, { 3999, 2500, 1, 0 }, false, true }, /* long contexts */
+	{ 3, 4, 64, 1, 50, { 0, 17, 49 }, false, false, 0 },  /* len 0: only the new token */
+	{ 3, 2, 64, 1, 1, { 0, 0, 0 }, false, false, 0 },     /* one slot (an H2O budget of 0) */
+	{ 2, 2, 128, 1, 300, { 299, 150 }, false, false, 0 }, /* a full cache */
+	{ 5, 3, 80, 1, 40, { -1 }, false, false, 0 },
+	{ 2, 2, 36, 1, 20, { 5, 19 }, false, false, 0 },      /* hd % 8 != 0: half loads */
+	{ 2, 2, 64, 1, 33, { 31, 2 }, true, false, 0 },       /* misaligned: half loads */
+	{ 1, 1, 256, 1, 10, { 9 }, false, false, 0 },
+	{ 800, 1, 8, 1, 4, { -1 }, false, false, 0 },         /* more sequences than one launch */
+	{ 16, 32, 128, 1, 1100, { -1 }, false, true, 0 },
+	{ 4, 2, 64, 1, 4000, { 3999, 2500, 1, 0 }, false, true, 0 }, /* long contexts */
+	/* grouped-query attention */
+	{ 3, 8, 64, 1, 50, { 0, 17, 49 }, false, false, 2 },
+	{ 2, 8, 64, 1, 30, { 29, 4 }, false, false, 1 },   /* multi-query */
+	{ 5, 6, 80, 1, 40, { -1 }, false, false, 3 },
+	{ 2, 4, 36, 1, 20, { 5, 19 }, false, false, 2 },   /* hd % 8 != 0: half loads */
+	{ 2, 8, 64, 1, 33, { 31, 2 }, true, false, 4 },    /* misaligned: half loads */
+	{ 16, 32, 128, 1, 600, { -1 }, false, true, 8 },   /* llama-3-8b's heads */
 };
 
 static void attn_meta(const attn_case *c, bool prefill, int *meta)
@@ -744,16 +758,101 @@ static void attn_meta(const attn_case *c, bool prefill, int *meta)
 	}
 }
 
+/*
+ * Grouped-query attention against multi-head attention: k_new, v_new and
+ * the cache (nkv heads) expanded to nh heads by repeat_kv (query head h
+ * gets KV head h / (nh / nkv); a q4 slot's head is its codes and its
+ * {mn16, scale16}, copied), run through the CPU backend with nkv 0, must
+ * give got_out, and each KV head's score increments got_inc must be the
+ * sum of its group's per-head ones.
+ */
+static void gqa_against_mha(const attn_case *c, bool prefill, bool with_score, bool q4,
+			    const int *meta, const float *q, const float *kn, const float *vn,
+			    const void *kc0, const void *vc0, const float *got_out,
+			    const float *got_inc, const char *what)
+{
+	const int nh = c->nh, hd = c->hd, nkv = c->nkv, grp = nh / nkv;
+	const int hidden = nh * hd, kvw = nkv * hd, rows = prefill ? c->t : 1;
+	const size_t act = (size_t)c->nseq * rows * hidden;
+	const size_t sbg = sl_kv_slot_bytes(nkv, hd, false, q4), sbx = sl_kv_slot_bytes(nh, hd, false, q4);
+	const size_t slots = (size_t)c->nseq * c->cap, nsx = slots * nh;
+	float *kx = malloc(sizeof(float) * act), *vx = malloc(sizeof(float) * act);
+	for (size_t r = 0; r < (size_t)c->nseq * rows; r++)
+		for (int h = 0; h < nh; h++) {
+			memcpy(kx + r * hidden + (size_t)h * hd, kn + r * kvw + (size_t)(h / grp) * hd,
+			       sizeof(float) * hd);
+			memcpy(vx + r * hidden + (size_t)h * hd, vn + r * kvw + (size_t)(h / grp) * hd,
+			       sizeof(float) * hd);
+		}
+	char *kcx = malloc(slots * sbx + 2), *vcx = malloc(slots * sbx + 2);
+	const size_t ng = sl_q4_groups((size_t)hd), cb = ng * SL_Q4_CODE_BYTES, mb = ng * SL_Q4_META_BYTES;
+	for (size_t j = 0; j < slots; j++)
+		for (int kv = 0; kv < 2; kv++) {
+			const char *from = (const char *)(kv ? vc0 : kc0) + j * sbg;
+			char *to = (kv ? vcx : kcx) + j * sbx;
+			for (int h = 0; h < nh; h++) {
+				const int g = h / grp;
+				if (q4) {
+					memcpy(to + (size_t)h * cb, from + (size_t)g * cb, cb);
+					memcpy(to + (size_t)nh * cb + (size_t)h * mb,
+					       from + (size_t)nkv * cb + (size_t)g * mb, mb);
+				} else {
+					memcpy(to + (size_t)h * hd * 2, from + (size_t)g * hd * 2,
+					       (size_t)hd * 2);
+				}
+			}
+		}
+	float *zero = calloc(nsx, sizeof(float));
+	float *dq = dput(0, q, act * 4), *dk = dput(0, kx, act * 4), *dv = dput(0, vx, act * 4);
+	float *dout = dput(0, zero, act * 4), *dscore = dput(0, zero, nsx * 4);
+	char *dkc = dput(0, kcx, slots * sbx), *dvc = dput(0, vcx, slots * sbx);
+	sl_attn_args a = { .nseq = c->nseq, .nh = nh, .hd = hd, .t = rows, .cap = c->cap,
+			   .q = dq, .k_new = dk, .v_new = dv, .out = dout, .k_cache = dkc,
+			   .v_cache = dvc, .kv_q4 = q4, .npad = prefill ? meta : NULL,
+			   .len = prefill ? NULL : meta, .score = with_score ? dscore : NULL };
+	if (prefill)
+		ok(g_be[0]->ops->attn_prefill(g_be[0], g_q[0], &a), "attn_prefill (MHA)");
+	else
+		ok(g_be[0]->ops->attn_decode(g_be[0], g_q[0], &a), "attn_decode (MHA)");
+	float *out = malloc(sizeof(float) * act), *sx = malloc(sizeof(float) * nsx);
+	dget(0, out, dout, act * 4);
+	dget(0, sx, dscore, nsx * 4);
+	char swhat[260];
+	snprintf(swhat, sizeof swhat, "%s against MHA over repeat_kv", what);
+	check_close(swhat, out, got_out, act, TOL_FP32);
+	if (with_score) {
+		float *sum = calloc(slots * nkv, sizeof(float));
+		for (int s = 0; s < c->nseq; s++)
+			for (int h = 0; h < nh; h++)
+				for (int j = 0; j < c->cap; j++)
+					sum[((size_t)s * nkv + h / grp) * c->cap + j] +=
+						sx[((size_t)s * nh + h) * c->cap + j];
+		snprintf(swhat, sizeof swhat, "%s (score increments) against MHA's summed over groups",
+			 what);
+		check_close(swhat, sum, got_inc, slots * nkv, TOL_FP32);
+		free(sum);
+	}
+	dfree(0, dq, act * 4);
+	dfree(0, dk, act * 4);
+	dfree(0, dv, act * 4);
+	dfree(0, dout, act * 4);
+	dfree(0, dscore, nsx * 4);
+	dfree(0, dkc, slots * sbx);
+	dfree(0, dvc, slots * sbx);
+	free(kx), free(vx), free(kcx), free(vcx), free(zero), free(out), free(sx);
+}
+
 /* q4: a compressed cache (backend.h, kv_q4): the slots' bytes must agree
  * exactly (the codes are sl_q4's on both), the outputs within TOL_FP32. */
 static void run_attn(const attn_case *c, bool prefill, bool with_score, bool q4, uint64_t seed)
 {
-	const int hidden = c->nh * c->hd;
+	const int hidden = c->nh * c->hd, nkv = c->nkv ? c->nkv : c->nh, kvw = nkv * c->hd;
 	const int rows = prefill ? c->t : 1;
-	const size_t act = (size_t)c->nseq * rows * hidden;
-	const size_t sb = sl_kv_slot_bytes(c->nh, c->hd, false, q4);
+	const size_t act = (size_t)c->nseq * rows * hidden; /* q, out */
+	const size_t kact = (size_t)c->nseq * rows * kvw;   /* k_new, v_new */
+	const size_t sb = sl_kv_slot_bytes(nkv, c->hd, false, q4);
 	const size_t cb = (size_t)c->nseq * c->cap * sb; /* bytes of one cache */
-	const size_t nscore = (size_t)c->nseq * c->nh * c->cap;
+	const size_t nscore = (size_t)c->nseq * nkv * c->cap;
 	ck_assert_int_le(c->nseq, MAXSEQ);
 	int meta[MAXSEQ];
 	rng_seed(seed);
@@ -763,29 +862,29 @@ static void run_attn(const attn_case *c, bool prefill, bool with_score, bool q4,
 	 * peaked attention */
 	const float qs = (seed & 1 ? 4.0f : 1.0f) / sqrtf((float)c->hd);
 	float *q = fill_f32(act, qs);
-	float *kn = fill_f32(act, 1.0f);
-	float *vn = fill_f32(act, 1.0f);
+	float *kn = fill_f32(kact, 1.0f);
+	float *vn = fill_f32(kact, 1.0f);
 	sl_half *kc0 = malloc(cb + 2), *vc0 = malloc(cb + 2);
 	memset(kc0, 0xff, cb); /* NaN: any read of a slot outside the range shows */
 	memset(vc0, 0xff, cb);
 	if (!prefill && q4) { /* decode: slots [0, len) hold earlier tokens, quantised */
-		sl_half *row = malloc(sizeof(sl_half) * (size_t)hidden);
+		sl_half *row = malloc(sizeof(sl_half) * (size_t)kvw);
 		for (int s = 0; s < c->nseq; s++)
 			for (int j = 0; j < meta[s]; j++)
 				for (int kv = 0; kv < 2; kv++) {
-					for (int e = 0; e < hidden; e++)
+					for (int e = 0; e < kvw; e++)
 						row[e] = sl_float_to_half(rnd());
-					sl_q4_quantize_matrix(row, (size_t)c->nh, (size_t)c->hd,
+					sl_q4_quantize_matrix(row, (size_t)nkv, (size_t)c->hd,
 							      (char *)(kv ? vc0 : kc0) + ((size_t)s * c->cap + j) * sb);
 				}
 		free(row);
 	} else if (!prefill) /* decode: slots [0, len) hold earlier tokens */
 		for (int s = 0; s < c->nseq; s++)
-			for (int h = 0; h < c->nh; h++)
+			for (int h = 0; h < nkv; h++)
 				for (int j = 0; j < meta[s]; j++)
 					for (int d = 0; d < c->hd; d++) {
-						/* token-major: (nseq, cap, nh, hd) */
-						const size_t i = (((size_t)s * c->cap + j) * c->nh + h) * c->hd + d;
+						/* token-major: (nseq, cap, nkv, hd) */
+						const size_t i = (((size_t)s * c->cap + j) * nkv + h) * c->hd + d;
 						kc0[i] = sl_float_to_half(rnd());
 						vc0[i] = sl_float_to_half(rnd());
 					}
@@ -798,7 +897,7 @@ static void run_attn(const attn_case *c, bool prefill, bool with_score, bool q4,
 	float *out[2], *score[2];
 	sl_half *kcache[2], *vcache[2];
 	for (int s = 0; s < 2; s++) {
-		float *dq = dput(s, q, act * 4), *dk = dput(s, kn, act * 4), *dv = dput(s, vn, act * 4);
+		float *dq = dput(s, q, act * 4), *dk = dput(s, kn, kact * 4), *dv = dput(s, vn, kact * 4);
 		float *dout = dput(s, out0, act * 4);
 		char *dkc = NULL, *dvc = NULL;
 		ok(sl_dev_alloc(g_be[s], cb + off, "test k cache", (void **)&dkc), "alloc");
@@ -807,8 +906,8 @@ static void run_attn(const attn_case *c, bool prefill, bool with_score, bool q4,
 		ok(g_be[s]->ops->copy_h2d(g_be[s], g_q[s], dvc + off, vc0, cb), "copy_h2d");
 		float *dscore = dput(s, score0, nscore * 4);
 		sl_attn_args a = {
-			.nseq = c->nseq, .nh = c->nh, .hd = c->hd, .t = rows, .cap = c->cap,
-			.q = dq, .k_new = dk, .v_new = dv, .out = dout,
+			.nseq = c->nseq, .nh = c->nh, .nkv = c->nkv, .hd = c->hd, .t = rows,
+			.cap = c->cap, .q = dq, .k_new = dk, .v_new = dv, .out = dout,
 			.k_cache = (sl_half *)(dkc + off), .v_cache = (sl_half *)(dvc + off),
 			.kv_q4 = q4,
 			.npad = prefill ? meta : NULL, .len = prefill ? NULL : meta,
@@ -827,16 +926,16 @@ static void run_attn(const attn_case *c, bool prefill, bool with_score, bool q4,
 		dget(s, kcache[s], dkc + off, cb);
 		dget(s, vcache[s], dvc + off, cb);
 		dfree(s, dq, act * 4);
-		dfree(s, dk, act * 4);
-		dfree(s, dv, act * 4);
+		dfree(s, dk, kact * 4);
+		dfree(s, dv, kact * 4);
 		dfree(s, dout, act * 4);
 		dfree(s, dkc, cb + off);
 		dfree(s, dvc, cb + off);
 		dfree(s, dscore, nscore * 4);
 	}
 	char what[200];
-	snprintf(what, sizeof(what), "attn_%s nseq=%d nh=%d hd=%d t=%d cap=%d score=%d%s%s",
-		 prefill ? "prefill" : "decode", c->nseq, c->nh, c->hd, rows, c->cap, with_score,
+	snprintf(what, sizeof(what), "attn_%s nseq=%d nh=%d nkv=%d hd=%d t=%d cap=%d score=%d%s%s",
+		 prefill ? "prefill" : "decode", c->nseq, c->nh, nkv, c->hd, rows, c->cap, with_score,
 		 c->misalign ? " misaligned" : "", q4 ? " q4" : "");
 	/* the cache: the same fp16 bits (or q4 bytes) everywhere, written slots
 	 * and untouched ones */
@@ -855,7 +954,7 @@ static void run_attn(const attn_case *c, bool prefill, bool with_score, bool q4,
 	/* the score: slots that got no probability keep their value exactly */
 	for (size_t i = 0; i < nscore; i++) {
 		const size_t sh = i / c->cap;
-		const int slot = (int)(i % c->cap), seq = (int)(sh / c->nh);
+		const int slot = (int)(i % c->cap), seq = (int)(sh / nkv);
 		const int used = prefill ? c->t - meta[seq] : meta[seq] + 1;
 		if (!with_score || slot >= used)
 			CHECK(score[0][i] == score0[i] && score[1][i] == score0[i],
@@ -871,6 +970,9 @@ static void run_attn(const attn_case *c, bool prefill, bool with_score, bool q4,
 		snprintf(swhat, sizeof(swhat), "%s (H2O score increments)", what);
 		check_close(swhat, score[0], score[1], nscore, TOL_FP32);
 	}
+	if (nkv != c->nh) /* the increments: score[1] now holds them */
+		gqa_against_mha(c, prefill, with_score, q4, meta, q, kn, vn, kc0, vc0, out[1],
+				score[1], what);
 	for (int s = 0; s < 2; s++) {
 		free(out[s]);
 		free(score[s]);
@@ -1422,6 +1524,19 @@ START_TEST(test_errors)
 		at.t = 1;
 		ck_assert_int_eq(b->ops->attn_decode(b, g_q[s], &at), SL_EINVAL);
 		ck_assert_ptr_nonnull(strstr(sl_errmsg(), "8"));
+		/* KV heads that do not divide the query heads, or negative */
+		for (int nkv = -1; nkv <= 3; nkv += 4) {
+			int zero[1] = { 0 };
+			sl_attn_args ag = { .nseq = 1, .nh = 4, .nkv = nkv, .hd = 8, .t = 1, .cap = 2,
+					    .q = dummy, .k_new = dummy, .v_new = dummy, .out = dummy,
+					    .k_cache = hdummy, .v_cache = hdummy, .npad = zero };
+			ck_assert_int_eq(b->ops->attn_prefill(b, g_q[s], &ag), SL_EINVAL);
+			ck_assert_ptr_nonnull(strstr(sl_errmsg(), "KV heads"));
+			ag.npad = NULL;
+			ag.len = zero;
+			ck_assert_int_eq(b->ops->attn_decode(b, g_q[s], &ag), SL_EINVAL);
+			ck_assert_ptr_nonnull(strstr(sl_errmsg(), "KV heads"));
+		}
 		/* H2O: more prompt tokens than source slots; a full cache */
 		int n[2] = { 4, 9 }, heavy[2] = { 2, 2 }, recent[2] = { 1, 1 }, cur[2] = { 5, 9 };
 		int32_t pdummy[64];
@@ -1507,7 +1622,7 @@ START_TEST(test_chunked)
 			 ((combo & 2) ? SL_GEMM_RELU : 0u) | ((combo & 4) ? SL_GEMM_ACCUM : 0u),
 			 7050 + combo, true);
 	/* prefill with score: (m, l) of 2 heads x 200 rows is 3.2K per sequence */
-	const attn_case pc = { 30, 2, 16, 200, 210, { -1 }, false, false };
+	const attn_case pc = { 30, 2, 16, 200, 210, { -1 }, false, false, 0 };
 	run_attn(&pc, true, true, false, 7100);
 	run_attn(&pc, true, true, true, 7101);
 	/* h2o_compact's sort in global scratch, one block per launch */
