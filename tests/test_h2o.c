@@ -13,7 +13,10 @@
  *
  * Checked through the backend's ops: the kept positions at every step, the
  * attention outputs, the cache size min(B, length), and that kept plus
- * evicted scores sum to the number of queries.  Then through the model: a
+ * evicted scores sum to the number of queries (times the query heads of a
+ * KV head's group under grouped-query attention, where the cache, the
+ * scores and the kept sets are per KV head and a token's score sums the
+ * group's probabilities).  Then through the model: a
  * budget at least the length equals the dense cache; a sequence in a batch
  * behaves as alone; scoring (sl_scorer) equals the independent PyTorch
  * reference bench/h2o_ref.py (tests/fixtures/h2o-score.json, made by
@@ -78,9 +81,15 @@ static void attend(const float *q, const float *k, const float *v, const int *id
 	}
 }
 
-/* Prefill of P tokens (q, k, v: (P, hd)), then keep. */
-static void plain_prefill(plain *s, const float *q, const float *k, const float *v, int P, int H,
-			  int R, double *out)
+/*
+ * Prefill of P tokens (k, v: (P, hd)) of one cache head, attended by its
+ * grp query heads (grouped-query attention; grp 1 without it): query head
+ * r's q (P, hd) at q + r * qs, its output at out + r * P * hd.  A token's
+ * score is the sum of the probabilities every query of every head of the
+ * group gives it.  Then keep.
+ */
+static void plain_prefill(plain *s, const float *q, size_t qs, int grp, const float *k,
+			  const float *v, int P, int H, int R, double *out)
 {
 	double p[4096];
 	int idx[4096];
@@ -89,11 +98,13 @@ static void plain_prefill(plain *s, const float *q, const float *k, const float 
 		s->score[j] = 0;
 		s->pos[j] = j;
 	}
-	for (int i = 0; i < P; i++) {
-		attend(q + (size_t)i * s->hd, k, v, idx, i + 1, s->hd, p, out + (size_t)i * s->hd);
-		for (int j = 0; j <= i; j++)
-			s->score[j] += p[j];
-	}
+	for (int r = 0; r < grp; r++)
+		for (int i = 0; i < P; i++) {
+			attend(q + r * qs + (size_t)i * s->hd, k, v, idx, i + 1, s->hd, p,
+			       out + ((size_t)r * P + i) * s->hd);
+			for (int j = 0; j <= i; j++)
+				s->score[j] += p[j];
+		}
 	s->n = P;
 	s->evicted = 0;
 	if (P <= H + R)
@@ -124,17 +135,21 @@ static void plain_prefill(plain *s, const float *q, const float *k, const float 
 }
 
 /* One decode step for the token at position cur (its k, v appended to the
- * full-length arrays kall, vall at row cur). */
-static void plain_step(plain *s, const float *q, const float *kall, const float *vall, int cur,
-		       int H, int R, double *out)
+ * full-length arrays kall, vall at row cur), attended by the grp query
+ * heads of the group (q of head r at q + r * qs, its output at out + r *
+ * hd), whose probabilities all add to the scores. */
+static void plain_step(plain *s, const float *q, size_t qs, int grp, const float *kall,
+		       const float *vall, int cur, int H, int R, double *out)
 {
 	double p[4096];
 	s->pos[s->n] = cur;
 	s->score[s->n] = 0;
 	s->n++;
-	attend(q, kall, vall, s->pos, s->n, s->hd, p, out);
-	for (int j = 0; j < s->n; j++)
-		s->score[j] += p[j];
+	for (int r = 0; r < grp; r++) {
+		attend(q + r * qs, kall, vall, s->pos, s->n, s->hd, p, out + (size_t)r * s->hd);
+		for (int j = 0; j < s->n; j++)
+			s->score[j] += p[j];
+	}
 	if (s->n <= H + R)
 		return;
 	int v = -1;
@@ -184,139 +199,178 @@ static const budget_case cases[] = {
 	{ 1, 5, 0, 0 },
 };
 
-START_TEST(test_ops_against_plain)
+/*
+ * The ops driven like the model drives them, against the plain
+ * implementation: nh query heads, nkv KV heads (0: nh).  Under
+ * grouped-query attention the cache, the scores and H2O's kept sets are
+ * per KV head (sl_h2o_args' nh is nkv), each token's score summed over the
+ * nh / nkv query heads of its group.
+ */
+static void ops_against_plain(const budget_case *bc, int ci, bool f32, int nh, int nkv)
 {
-	const budget_case bc = cases[_i / 2];
-	const bool f32 = _i % 2;
-	const int nseq = 2, nh = 3, hd = 8, hidden = nh * hd;
-	const int P[2] = { bc.P, SL_MAX(1, bc.P - 3) }; /* two prompt lengths */
-	const int T = bc.P, L = bc.P + bc.G;
-	const int H = bc.H, R = bc.R, B = H + R, cap = SL_MIN(B + 1, L);
+	const int nseq = 2, hd = 8, hidden = nh * hd;
+	const int kvh = nkv ? nkv : nh, grp = nh / kvh, kvw = kvh * hd;
+	const int P[2] = { bc->P, SL_MAX(1, bc->P - 3) }; /* two prompt lengths */
+	const int T = bc->P, L = bc->P + bc->G;
+	const int H = bc->H, R = bc->R, B = H + R, cap = SL_MIN(B + 1, L);
 	const size_t es = f32 ? 4 : 2;
-	/* per sequence, per head: q, k, v for every position */
-	float *qa = malloc(sizeof(float) * nseq * nh * L * hd), *ka = malloc(sizeof(float) * nseq * nh * L * hd),
-	      *va = malloc(sizeof(float) * nseq * nh * L * hd);
-	for (int i = 0; i < nseq * nh * L * hd; i++) {
+	/* per sequence, per head: q (nh heads), k, v (kvh heads) for every position */
+	float *qa = malloc(sizeof(float) * nseq * nh * L * hd), *ka = malloc(sizeof(float) * nseq * kvh * L * hd),
+	      *va = malloc(sizeof(float) * nseq * kvh * L * hd);
+	for (int i = 0; i < nseq * nh * L * hd; i++)
 		qa[i] = (float)(2 * urand() - 1);
+	for (int i = 0; i < nseq * kvh * L * hd; i++) {
 		ka[i] = (float)(2 * urand() - 1);
 		va[i] = (float)(2 * urand() - 1);
 	}
 	if (!f32) /* the plain implementation sees what the fp16 cache holds */
-		for (int i = 0; i < nseq * nh * L * hd; i++) {
+		for (int i = 0; i < nseq * kvh * L * hd; i++) {
 			ka[i] = sl_half_to_float(sl_float_to_half(ka[i]));
 			va[i] = sl_half_to_float(sl_float_to_half(va[i]));
 		}
 #define AT(a, s, h, t) ((a) + (((size_t)(s) * nh + (h)) * L + (t)) * hd)
-	/* prefill inputs: (nseq, T, hidden), left-padded */
-	float *q = calloc((size_t)nseq * T * hidden, 4), *k = calloc((size_t)nseq * T * hidden, 4),
-	      *v = calloc((size_t)nseq * T * hidden, 4), *out = calloc((size_t)nseq * T * hidden, 4);
+#define ATK(a, s, g, t) ((a) + (((size_t)(s) * kvh + (g)) * L + (t)) * hd)
+	/* prefill inputs: q (nseq, T, hidden), k and v (nseq, T, kvw), left-padded */
+	float *q = calloc((size_t)nseq * T * hidden, 4), *k = calloc((size_t)nseq * T * kvw, 4),
+	      *v = calloc((size_t)nseq * T * kvw, 4), *out = calloc((size_t)nseq * T * hidden, 4);
 	int npad[2];
 	for (int s = 0; s < nseq; s++) {
 		npad[s] = T - P[s];
-		for (int i = 0; i < P[s]; i++)
+		for (int i = 0; i < P[s]; i++) {
 			for (int h = 0; h < nh; h++)
+				for (int e = 0; e < hd; e++)
+					q[((size_t)s * T + npad[s] + i) * hidden + (size_t)h * hd + e] =
+						AT(qa, s, h, i)[e];
+			for (int g = 0; g < kvh; g++)
 				for (int e = 0; e < hd; e++) {
-					size_t row = ((size_t)s * T + npad[s] + i) * hidden + (size_t)h * hd + e;
-					q[row] = AT(qa, s, h, i)[e];
-					k[row] = AT(ka, s, h, i)[e];
-					v[row] = AT(va, s, h, i)[e];
+					size_t row = ((size_t)s * T + npad[s] + i) * kvw + (size_t)g * hd + e;
+					k[row] = ATK(ka, s, g, i)[e];
+					v[row] = ATK(va, s, g, i)[e];
 				}
+		}
 	}
-	void *sk = calloc((size_t)nseq * nh * T * hd, es), *sv = calloc((size_t)nseq * nh * T * hd, es);
-	float *ss = calloc((size_t)nseq * nh * T, 4);
-	void *kc = calloc((size_t)nseq * nh * cap * hd, es), *vc = calloc((size_t)nseq * nh * cap * hd, es);
-	float *sc = calloc((size_t)nseq * nh * cap, 4), *ev = calloc((size_t)nseq * nh, 4);
-	int32_t *pos = calloc((size_t)nseq * nh * cap, 4);
-	sl_attn_args pa = { .nseq = nseq, .nh = nh, .hd = hd, .t = T, .cap = T, .q = q, .k_new = k,
-			    .v_new = v, .out = out, .k_cache = sk, .v_cache = sv, .kv_f32 = f32,
-			    .npad = npad, .score = ss };
+	void *sk = calloc((size_t)nseq * kvh * T * hd, es), *sv = calloc((size_t)nseq * kvh * T * hd, es);
+	float *ss = calloc((size_t)nseq * kvh * T, 4);
+	void *kc = calloc((size_t)nseq * kvh * cap * hd, es), *vc = calloc((size_t)nseq * kvh * cap * hd, es);
+	float *sc = calloc((size_t)nseq * kvh * cap, 4), *ev = calloc((size_t)nseq * kvh, 4);
+	int32_t *pos = calloc((size_t)nseq * kvh * cap, 4);
+	sl_attn_args pa = { .nseq = nseq, .nh = nh, .nkv = nkv, .hd = hd, .t = T, .cap = T, .q = q,
+			    .k_new = k, .v_new = v, .out = out, .k_cache = sk, .v_cache = sv,
+			    .kv_f32 = f32, .npad = npad, .score = ss };
 	ck_assert_int_eq(be->ops->attn_prefill(be, NULL, &pa), 0);
 	int n[2] = { P[0], P[1] }, heavy[2] = { H, H }, recent[2] = { R, R };
-	sl_h2o_args ha = { .nseq = nseq, .nh = nh, .hd = hd, .kv_f32 = f32, .k_src = sk, .v_src = sv,
+	/* the cache's heads: the KV heads */
+	sl_h2o_args ha = { .nseq = nseq, .nh = kvh, .hd = hd, .kv_f32 = f32, .k_src = sk, .v_src = sv,
 			   .score_src = ss, .cap_in = T, .k_cache = kc, .v_cache = vc, .score = sc,
 			   .pos = pos, .cap = cap, .n = n, .heavy = heavy, .recent = recent,
 			   .evicted = ev };
 	ck_assert_int_eq(be->ops->h2o_compact(be, NULL, &ha), 0);
-	plain pl[2][3];
-	double *ref = malloc(sizeof(double) * L * hd);
+	plain pl[2][8];
+	ck_assert_int_le(kvh, 8);
+	double *ref = malloc(sizeof(double) * grp * L * hd);
 	for (int s = 0; s < nseq; s++)
-		for (int h = 0; h < nh; h++) {
-			pl[s][h].hd = hd;
-			plain_prefill(&pl[s][h], AT(qa, s, h, 0), AT(ka, s, h, 0), AT(va, s, h, 0), P[s], H, R, ref);
-			for (int i = 0; i < P[s]; i++)
-				for (int e = 0; e < hd; e++) {
-					double got = out[((size_t)s * T + npad[s] + i) * hidden + (size_t)h * hd + e];
-					ck_assert_msg(fabs(got - ref[(size_t)i * hd + e]) < 1e-5,
-						      "prefill output differs");
-				}
+		for (int g = 0; g < kvh; g++) {
+			pl[s][g].hd = hd;
+			plain_prefill(&pl[s][g], AT(qa, s, g * grp, 0), (size_t)L * hd, grp,
+				      ATK(ka, s, g, 0), ATK(va, s, g, 0), P[s], H, R, ref);
+			for (int r = 0; r < grp; r++)
+				for (int i = 0; i < P[s]; i++)
+					for (int e = 0; e < hd; e++) {
+						const int h = g * grp + r;
+						double got = out[((size_t)s * T + npad[s] + i) * hidden +
+								 (size_t)h * hd + e];
+						ck_assert_msg(fabs(got - ref[((size_t)r * P[s] + i) * hd + e]) < 1e-5,
+							      "prefill output differs (head %d)", h);
+					}
 		}
 	int len[2], cur[2];
 	for (int s = 0; s < nseq; s++)
 		len[s] = SL_MIN(P[s], B);
-	float *q1 = malloc(sizeof(float) * nseq * hidden), *k1 = malloc(sizeof(float) * nseq * hidden),
-	      *v1 = malloc(sizeof(float) * nseq * hidden), *o1 = malloc(sizeof(float) * nseq * hidden);
-	for (int step = 0; step <= bc.G; step++) {
+	float *q1 = malloc(sizeof(float) * nseq * hidden), *k1 = malloc(sizeof(float) * nseq * kvw),
+	      *v1 = malloc(sizeof(float) * nseq * kvw), *o1 = malloc(sizeof(float) * nseq * hidden);
+	for (int step = 0; step <= bc->G; step++) {
 		/* compare the kept sets, sizes and the checksum */
 		for (int s = 0; s < nseq; s++) {
 			const int toks = P[s] + step;
 			ck_assert_int_eq(len[s], SL_MIN(B, toks));
-			for (int h = 0; h < nh; h++) {
-				plain *r = &pl[s][h];
+			for (int g = 0; g < kvh; g++) {
+				plain *r = &pl[s][g];
 				ck_assert_int_eq(r->n, len[s]);
 				int got[4096], want[4096];
 				double sum = 0;
 				for (int j = 0; j < len[s]; j++) {
-					got[j] = pos[((size_t)s * nh + h) * cap + j];
+					got[j] = pos[((size_t)s * kvh + g) * cap + j];
 					want[j] = r->pos[j];
-					sum += sc[((size_t)s * nh + h) * cap + j];
+					sum += sc[((size_t)s * kvh + g) * cap + j];
 				}
 				qsort(got, (size_t)len[s], sizeof(int), cmp_int);
 				qsort(want, (size_t)len[s], sizeof(int), cmp_int);
 				for (int j = 0; j < len[s]; j++)
 					ck_assert_msg(got[j] == want[j],
-						      "case %d seq %d head %d step %d: kept %d where the plain implementation keeps %d",
-						      _i / 2, s, h, step, got[j], want[j]);
-				sum += ev[s * nh + h];
-				ck_assert_msg(fabs(sum - toks) < 1e-3 * toks,
-					      "kept + evicted scores %.6f, %d queries", sum, toks);
+						      "case %d nh %d nkv %d seq %d head %d step %d: kept %d where the plain implementation keeps %d",
+						      ci, nh, nkv, s, g, step, got[j], want[j]);
+				/* every query of every head of the group gives 1 */
+				sum += ev[s * kvh + g];
+				ck_assert_msg(fabs(sum - grp * toks) < 1e-3 * grp * toks,
+					      "kept + evicted scores %.6f, %d queries of %d heads", sum, toks,
+					      grp);
 				for (int j = len[s]; j < cap; j++)
-					ck_assert(sc[((size_t)s * nh + h) * cap + j] == 0.0f);
+					ck_assert(sc[((size_t)s * kvh + g) * cap + j] == 0.0f);
 			}
 		}
-		if (step == bc.G)
+		if (step == bc->G)
 			break;
 		/* decode: the token at position P[s] + step */
 		for (int s = 0; s < nseq; s++) {
 			cur[s] = P[s] + step;
 			for (int h = 0; h < nh; h++)
-				for (int e = 0; e < hd; e++) {
+				for (int e = 0; e < hd; e++)
 					q1[s * hidden + h * hd + e] = AT(qa, s, h, cur[s])[e];
-					k1[s * hidden + h * hd + e] = AT(ka, s, h, cur[s])[e];
-					v1[s * hidden + h * hd + e] = AT(va, s, h, cur[s])[e];
+			for (int g = 0; g < kvh; g++)
+				for (int e = 0; e < hd; e++) {
+					k1[s * kvw + g * hd + e] = ATK(ka, s, g, cur[s])[e];
+					v1[s * kvw + g * hd + e] = ATK(va, s, g, cur[s])[e];
 				}
 		}
-		sl_attn_args da = { .nseq = nseq, .nh = nh, .hd = hd, .t = 1, .cap = cap, .q = q1,
-				    .k_new = k1, .v_new = v1, .out = o1, .k_cache = kc, .v_cache = vc,
-				    .kv_f32 = f32, .len = len, .score = sc };
+		sl_attn_args da = { .nseq = nseq, .nh = nh, .nkv = nkv, .hd = hd, .t = 1, .cap = cap,
+				    .q = q1, .k_new = k1, .v_new = v1, .out = o1, .k_cache = kc,
+				    .v_cache = vc, .kv_f32 = f32, .len = len, .score = sc };
 		ck_assert_int_eq(be->ops->attn_decode(be, NULL, &da), 0);
 		sl_h2o_args ea = ha;
 		ea.len = len;
 		ea.cur = cur;
 		ck_assert_int_eq(be->ops->h2o_evict(be, NULL, &ea), 0);
 		for (int s = 0; s < nseq; s++) {
-			for (int h = 0; h < nh; h++) {
-				plain_step(&pl[s][h], AT(qa, s, h, cur[s]), AT(ka, s, h, 0), AT(va, s, h, 0),
-					   cur[s], H, R, ref);
-				for (int e = 0; e < hd; e++)
-					ck_assert_msg(fabs(o1[s * hidden + h * hd + e] - ref[e]) < 1e-5,
-						      "decode output differs at step %d", step);
+			for (int g = 0; g < kvh; g++) {
+				plain_step(&pl[s][g], AT(qa, s, g * grp, cur[s]), (size_t)L * hd, grp,
+					   ATK(ka, s, g, 0), ATK(va, s, g, 0), cur[s], H, R, ref);
+				for (int r = 0; r < grp; r++)
+					for (int e = 0; e < hd; e++)
+						ck_assert_msg(fabs(o1[s * hidden + (g * grp + r) * hd + e] -
+								   ref[(size_t)r * hd + e]) < 1e-5,
+							      "decode output differs at step %d", step);
 			}
 			len[s] = SL_MIN(len[s] + 1, B);
 		}
 	}
 #undef AT
+#undef ATK
 	free(qa), free(ka), free(va), free(q), free(k), free(v), free(out), free(sk), free(sv), free(ss);
 	free(kc), free(vc), free(sc), free(ev), free(pos), free(ref), free(q1), free(k1), free(v1), free(o1);
+}
+
+START_TEST(test_ops_against_plain)
+{
+	ops_against_plain(&cases[_i / 2], _i / 2, _i % 2, 3, 0);
+}
+END_TEST
+
+/* Grouped-query attention: 4 query heads over 2 KV heads (pairs) and over
+ * 1 (all four share it), fp16 and fp32 caches. */
+START_TEST(test_gqa_against_plain)
+{
+	const int nkv = _i / 2 % 2 ? 1 : 2;
+	ops_against_plain(&cases[_i / 4], _i / 4, _i % 2, 4, nkv);
 }
 END_TEST
 
@@ -639,6 +693,7 @@ int main(int argc, char **argv)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_ops_against_plain, 0, 2 * (int)SL_ARRAY_LEN(cases));
+	tcase_add_loop_test(tc, test_gqa_against_plain, 0, 4 * (int)SL_ARRAY_LEN(cases));
 	tcase_add_test(tc, test_hand_built);
 	tcase_add_loop_test(tc, test_budget_beyond_length_is_dense, 0, 3);
 	tcase_add_test(tc, test_batch_equals_alone);
