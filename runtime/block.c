@@ -12,6 +12,7 @@ int sl_block_init(sl_block *b, sl_model *m, int max_seq, int max_len, int max_pr
 	if (max_len > m->cfg.max_pos)
 		return sl_err(SL_ERANGE, "%d positions needed, the model has %d", max_len,
 			      m->cfg.max_pos);
+	SL_TRY(sl_model_check_length(&m->cfg, max_len));
 	b->padded = malloc(sizeof(int32_t) * (size_t)max_seq * max_len);
 	b->npad = malloc(sizeof(int) * (size_t)max_seq);
 	int rc = 0;

@@ -167,9 +167,11 @@ static double wall(const acc *a, const rates *r, bool overlap)
 
 /* The model's shapes and the plan's split, as the cost model reads them. */
 typedef struct shape {
-	const sl_opt_config *c;
+	const sl_model_config *c;
 	const sl_plan *pl;
-	double h, f, nh, es;   /* hidden, ffn, heads, cache element bytes */
+	double h, f, nh, es;   /* hidden, ffn, KV heads, cache element bytes */
+	double qd, kvd;        /* query and key/value row widths (OPT: both h) */
+	bool swiglu;           /* the LLaMA family's MLP: gate, up and down */
 	double slot;           /* one token's K (or V) row of every head: h x es, or
 				* its 4-bit form (sl_plan_kv_slot_bytes) */
 	double ss;             /* H2O: a sequence's scores (or positions) of one layer */
@@ -246,16 +248,30 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 	const sl_kvt_split sp = sl_kvt_split_of(g, pl->p.cache_gpu, pl->p.cache_cpu);
 	const int gh = sp.host, gd = sp.disk;
 	const bool h2o = pl->h2o;
-	/* GEMMs: q, k, v, out (h x h), fc1 (f x h), fc2 (h x f) */
-	double sec = 4 * gemm_seconds(r, rows, h, h) + gemm_seconds(r, rows, f, h) +
-		     gemm_seconds(r, rows, h, f);
-	double flop = 2 * rows * (4 * h * h + 2 * h * f);
-	/* ops: two norms, six GEMMs, the attention of each part (H2O: and its
-	 * compaction or eviction) */
+	/* GEMMs: q, k, v, out (h x h), fc1 (f x h), fc2 (h x f); the LLaMA
+	 * family: q (qd x h), k and v (kvd x h), out (h x qd), gate and up (f
+	 * x h), down (h x f) */
+	const double qd = s->qd, kvd = s->kvd;
+	double sec, flop;
+	int nops;
+	if (!s->swiglu) {
+		sec = 4 * gemm_seconds(r, rows, h, h) + gemm_seconds(r, rows, f, h) +
+		      gemm_seconds(r, rows, h, f);
+		flop = 2 * rows * (4 * h * h + 2 * h * f);
+		nops = 8; /* two norms, six GEMMs */
+	} else {
+		sec = gemm_seconds(r, rows, qd, h) + 2 * gemm_seconds(r, rows, kvd, h) +
+		      gemm_seconds(r, rows, h, qd) + 2 * gemm_seconds(r, rows, f, h) +
+		      gemm_seconds(r, rows, h, f);
+		flop = 2 * rows * (2 * h * qd + 2 * h * kvd + 3 * h * f);
+		nops = 11; /* two norms, seven GEMMs, the rotation, SwiGLU */
+	}
+	/* the attention of each part (H2O: and its compaction or eviction) */
 	const int nparts = (sp.dev > 0) + (gh > 0) + (gd > 0);
-	sec += (8 + nparts * (h2o ? 2 : 1)) * r->op_lat;
+	sec += (nops + nparts * (h2o ? 2 : 1)) * r->op_lat;
 	if (prefill) {
-		const double af = 4.0 * g * h * t * (t + 1) / 2;
+		/* every query head's scores and weighted sum */
+		const double af = 4.0 * g * qd * t * (t + 1) / 2;
 		flop += af;
 		sec += af / r->attn_pf_flops;
 	} else {
@@ -264,14 +280,14 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 		const bool host_attn = s->ccc && !r->host && gh > 0;
 		const int gdev = host_attn ? g - gh : g;
 		const double bytes = 2.0 * gdev * (len + 1) * s->slot;
-		flop += 4.0 * gdev * h * (len + 1);
+		flop += 4.0 * gdev * qd * (len + 1);
 		sec += bytes / r->attn_bw;
 		if (host_attn) {
 			const double hb = 2.0 * gh * (len + 1) * s->slot;
 			add(a, SL_RES_CPU_ATTN, hb, hb / r->cpu_attn_bw + 2 * r->op_lat);
 			/* q, k, v rows out, the attention's rows back */
-			copy(a, r, false, 3.0 * gh * h * 4, 3);
-			copy(a, r, true, (double)gh * h * 4, 1);
+			copy(a, r, false, (qd + 2 * kvd) * gh * 4, 3);
+			copy(a, r, true, (double)gh * qd * 4, 1);
 		}
 	}
 	add(a, SL_RES_COMPUTE, flop, sec);
@@ -330,7 +346,7 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 static void forward(sl_cost_phase *ph, const shape *s, const rates *r, int t, double len, bool prefill)
 {
 	const sl_plan *pl = s->pl;
-	const sl_opt_config *c = s->c;
+	const sl_model_config *c = s->c;
 	const int nseq = pl->p.max_seq, gs = pl->gs;
 	const int nmb = (nseq + gs - 1) / gs, last = nseq - (nmb - 1) * gs;
 	const bool overlap = pl->p.overlap;
@@ -399,7 +415,7 @@ static int bottleneck(const sl_cost_phase *ph)
 	return best;
 }
 
-int sl_cost_eval(const sl_opt_config *c, const sl_plan *pl, const sl_profile *prof, int prompt_len,
+int sl_cost_eval(const sl_model_config *c, const sl_plan *pl, const sl_profile *prof, int prompt_len,
 		 int gen_len, sl_cost *out)
 {
 	memset(out, 0, sizeof *out);
@@ -412,10 +428,12 @@ int sl_cost_eval(const sl_opt_config *c, const sl_plan *pl, const sl_profile *pr
 			      prompt_len, gen_len, p->max_prompt, p->max_len);
 	rates r;
 	rates_of(prof, pl->dev_is_host, &r);
-	shape s = { .c = c, .pl = pl, .h = c->hidden, .f = c->ffn, .nh = c->n_head };
+	shape s = { .c = c, .pl = pl, .h = c->hidden, .f = c->ffn, .nh = c->n_kv_head,
+		    .qd = sl_model_q_dim(c), .kvd = sl_model_kv_dim(c),
+		    .swiglu = c->family == SL_FAMILY_LLAMA };
 	s.es = p->kv_f32 ? 4 : 2;
 	s.slot = (double)sl_plan_kv_slot_bytes(c, p); /* h x es, or compressed */
-	s.ss = pl->h2o ? (double)c->n_head * pl->cap * 4 : 0;
+	s.ss = pl->h2o ? (double)c->n_kv_head * pl->cap * 4 : 0;
 	size_t wd, wh, wk;
 	sl_weights_layer_split(c, p->w_gpu, p->w_cpu, &wd, &wh, &wk);
 	s.w_host = (double)wh;

@@ -21,7 +21,7 @@
 #ifndef SL_COST_H
 #define SL_COST_H
 
-#include "opt_config.h"
+#include "model_config.h"
 #include "plan.h"
 #include "profile.h"
 
@@ -62,7 +62,7 @@ typedef struct sl_cost {
  * describes (the backend it measured: prof->backend).  SL_EINVAL when the
  * plan is open or the workload larger than it.
  */
-int sl_cost_eval(const sl_opt_config *c, const sl_plan *pl, const sl_profile *prof, int prompt_len,
+int sl_cost_eval(const sl_model_config *c, const sl_plan *pl, const sl_profile *prof, int prompt_len,
 		 int gen_len, sl_cost *out);
 
 /* Budgets in bytes; 0: no cap. */

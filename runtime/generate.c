@@ -19,7 +19,10 @@ struct sl_generator {
 	sl_block b;
 	int32_t *next;
 	bool *running, *was_running;
-	int stop_id; /* eos, or -1 to run every sequence to its limit */
+	/* the end tokens (Llama 3.1's config lists several; OPT has one), or
+	 * none to run every sequence to its limit */
+	int stop_ids[SL_LLAMA_MAX_EOS];
+	int nstop;
 	float *logits; /* host (max_seq, vocab), for sampling */
 	sl_sample_ws ws;
 };
@@ -36,7 +39,13 @@ int sl_generator_create(sl_model *m, int max_seq, int max_len, int max_prompt,
 		free(g);
 		return rc;
 	}
-	g->stop_id = m->cfg.eos_id;
+	if (m->cfg.family == SL_FAMILY_LLAMA) {
+		g->nstop = m->cfg.llama.n_eos;
+		memcpy(g->stop_ids, m->cfg.llama.eos_id, sizeof(int) * (size_t)g->nstop);
+	} else if (m->cfg.eos_id >= 0) {
+		g->nstop = 1;
+		g->stop_ids[0] = m->cfg.eos_id;
+	}
 	g->next = malloc((size_t)max_seq * sizeof(int32_t));
 	g->running = malloc((size_t)max_seq * sizeof(bool));
 	g->was_running = malloc((size_t)max_seq * sizeof(bool));
@@ -63,7 +72,7 @@ void sl_generator_free(sl_generator *g)
 
 void sl_generator_ignore_eos(sl_generator *g)
 {
-	g->stop_id = -1;
+	g->nstop = 0;
 }
 
 /* The next token of every running sequence, into g->next; logits that
@@ -104,9 +113,10 @@ static int take(sl_generator *g, sl_seq *seqs, int nseq, const sl_gen_opts *o, l
 		sl_seq *q = &seqs[s];
 		q->out[q->n_out++] = g->next[s];
 		(*tokens)++;
-		if (g->next[s] == g->stop_id)
-			q->hit_eos = true;
-		else if (o && o->on_token && o->on_token(o->ctx, s, q))
+		for (int k = 0; k < g->nstop; k++)
+			if (g->next[s] == g->stop_ids[k])
+				q->hit_eos = true;
+		if (!q->hit_eos && o && o->on_token && o->on_token(o->ctx, s, q))
 			q->stopped = true;
 		if (q->hit_eos || q->stopped || q->n_out >= q->max_new)
 			g->running[s] = false;

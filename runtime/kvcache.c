@@ -22,21 +22,21 @@ static size_t seq_bytes(int cap, size_t slot_bytes)
 	return (size_t)cap * slot_bytes;
 }
 
-static size_t state_bytes(const sl_opt_config *c, int cap, bool h2o)
+static size_t state_bytes(const sl_model_config *c, int cap, bool h2o)
 {
-	return h2o ? (size_t)c->n_head * cap * 4 : 0;
+	return h2o ? (size_t)c->n_kv_head * cap * 4 : 0;
 }
 
-void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t slot_bytes, bool h2o,
+void sl_kv_tier_sizes(const sl_model_config *c, int nseq, int gs, int cap, size_t slot_bytes, bool h2o,
 		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out)
 {
 	sl_kvt_sizes(c->n_layer, nseq, gs, seq_bytes(cap, slot_bytes), state_bytes(c, cap, h2o),
 		     gpu_percent, cpu_percent, dev_is_host, out);
 }
 
-size_t sl_kv_ccc_bytes(const sl_opt_config *c, int gs)
+size_t sl_kv_ccc_bytes(const sl_model_config *c, int gs)
 {
-	return 4 * (size_t)gs * c->hidden * sizeof(float) + (size_t)gs * c->n_head * 4;
+	return 4 * (size_t)gs * sl_model_q_dim(c) * sizeof(float) + (size_t)gs * c->n_kv_head * 4;
 }
 
 /* ---- allocation ------------------------------------------------------- */
@@ -67,7 +67,7 @@ static void tiers_free(sl_kv *kv)
 static int tiers_create(sl_kv *kv, int nhost)
 {
 	const sl_kv_env *E = &kv->env;
-	const sl_opt_config *c = E->cfg;
+	const sl_model_config *c = E->cfg;
 	const bool ccc = E->plan->p.cpu_cache_compute && !E->be->ops->dev_is_host && nhost > 0;
 	const char *stem = strrchr(c->name, '/') ? strrchr(c->name, '/') + 1 : c->name;
 	sl_kvt_params tp = { .be = E->be, .n_layer = c->n_layer, .nseq = kv->nseq, .gs = kv->gs,
@@ -75,7 +75,7 @@ static int tiers_create(sl_kv *kv, int nhost)
 			     .seq_bytes = seq_bytes(kv->cap, kv->slot_bytes),
 			     .state_bytes = state_bytes(c, kv->cap, kv->h2o),
 			     /* a compressed head row is two ranges (new_ranges) */
-			     .max_ranges = (kv->q4 ? 2 : 1) * c->n_head,
+			     .max_ranges = (kv->q4 ? 2 : 1) * c->n_kv_head,
 			     .work_bytes = ccc ? sl_kv_ccc_bytes(c, kv->gs) : 0,
 			     .work_what = "cpu_cache_compute buffers", .offload_dir = E->offload_dir,
 			     .store_name = stem, .bind_io = E->bind_io, .io_node = E->io_node,
@@ -87,7 +87,7 @@ static int tiers_create(sl_kv *kv, int nhost)
 	if (!C)
 		return sl_err(SL_ENOMEM, "out of memory");
 	kv->ccc = C;
-	const size_t rows = (size_t)kv->gs * c->hidden * sizeof(float);
+	const size_t rows = (size_t)kv->gs * sl_model_q_dim(c) * sizeof(float);
 	char *q = kv->tiers->work.p;
 	C->hq = (float *)q;
 	C->hk = (float *)(q + rows);
@@ -106,7 +106,7 @@ static int tiers_create(sl_kv *kv, int nhost)
 static int kv_create(const sl_kv_env *env, int nseq, int cap, bool h2o, size_t extra, sl_kv **out)
 {
 	*out = NULL;
-	const sl_opt_config *c = env->cfg;
+	const sl_model_config *c = env->cfg;
 	if (nseq <= 0 || cap <= 0)
 		return sl_err(SL_EINVAL, "kv cache: %d sequences of %d slots", nseq, cap);
 	sl_kv *kv = calloc(1, sizeof *kv);
@@ -136,7 +136,7 @@ static int kv_create(const sl_kv_env *env, int nseq, int cap, bool h2o, size_t e
 					     kv->env.plan->p.cache_cpu);
 	const int ndev = cnt.dev;
 	const size_t per = (size_t)ndev * cap * kv->slot_bytes;
-	const size_t sper = h2o ? (size_t)ndev * c->n_head * cap * 4 : 0;
+	const size_t sper = h2o ? (size_t)ndev * c->n_kv_head * cap * 4 : 0;
 	const size_t L = (size_t)c->n_layer;
 	const size_t bytes = 2 * (per + sper) * L + extra;
 	if (bytes) {
@@ -178,11 +178,11 @@ int sl_kv_h2o_slots(double hh, double rr, int max_prompt, int max_len)
 	return SL_MIN(max_len, (int)floor(hh * max_prompt) + (int)floor(rr * max_prompt) + 1);
 }
 
-size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int max_prompt, size_t slot_bytes)
+size_t sl_kv_h2o_extra(const sl_model_config *c, int nseq, int gs, int max_prompt, size_t slot_bytes)
 {
-	const size_t sc = (size_t)gs * c->n_head * max_prompt; /* one micro-batch */
+	const size_t sc = (size_t)gs * c->n_kv_head * max_prompt; /* one micro-batch */
 	return 2 * (size_t)gs * max_prompt * slot_bytes + sc * 4 +
-	       (size_t)c->n_layer * nseq * c->n_head * 4 + 1024;
+	       (size_t)c->n_layer * nseq * c->n_kv_head * 4 + 1024;
 }
 
 int sl_kv_h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent)
@@ -208,7 +208,7 @@ int sl_kv_make(const sl_kv_env *env, int nseq, int max_prompt, int max_len, sl_k
 	int b = sl_kv_h2o_budget(&probe, max_prompt, &heavy, &recent);
 	const int cap = SL_MIN(max_len, b + 1);
 	const int gs = sl_kv_group(env->plan->p.micro, nseq);
-	const sl_opt_config *c = env->cfg;
+	const sl_model_config *c = env->cfg;
 	const size_t es = sl_plan_kv_slot_bytes(c, &env->plan->p); /* per token */
 	const size_t extra = sl_kv_h2o_extra(c, nseq, gs, max_prompt, es);
 	SL_TRY(kv_create(env, nseq, cap, true, extra, out));
@@ -226,7 +226,7 @@ int sl_kv_make(const sl_kv_env *env, int nseq, int max_prompt, int max_len, sl_k
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
 	/* after the tiers' part of the device block: the scratch */
-	const size_t sc = (size_t)gs * c->n_head * max_prompt;
+	const size_t sc = (size_t)gs * c->n_kv_head * max_prompt;
 	char *p = (char *)kv->block.p + (kv->block.bytes - extra);
 	kv->scratch_k = p;
 	p += (size_t)gs * max_prompt * es;
@@ -236,7 +236,7 @@ int sl_kv_make(const sl_kv_env *env, int nseq, int max_prompt, int max_len, sl_k
 	p += sc * 4;
 	kv->evicted = (float *)p;
 	return sl_memset_dev(kv->env.be, kv->env.q, kv->evicted, 0,
-			(size_t)c->n_layer * nseq * c->n_head * 4);
+			(size_t)c->n_layer * nseq * c->n_kv_head * 4);
 }
 
 void sl_kv_free(sl_kv *kv)
@@ -369,7 +369,7 @@ static int parts_of(sl_kv *kv, int l, int s0, int g, bool prefill,
 {
 	const sl_kv_tiers *T = kv->tiers;
 	const size_t sb = (size_t)kv->cap * kv->slot_bytes;
-	const size_t sn = (size_t)kv->env.cfg->n_head * kv->cap; /* state entries per sequence */
+	const size_t sn = (size_t)kv->env.cfg->n_kv_head * kv->cap; /* state entries per sequence */
 	/* the device-tier sequences from device index di */
 	size_t di = (size_t)s0;
 	int ndev = g;
@@ -483,7 +483,7 @@ int sl_kv_step_begin(sl_kv *kv, int l, int s0, int g, bool prefill, int next_l,
 }
 
 /* The slot each head of sequence s put this step's token in: slot len[s],
- * unless H2O (pos: the sequence's positions, (n_head, cap)) moved it into
+ * unless H2O (pos: the sequence's positions, (n_kv_head, cap)) moved it into
  * an evicted token's slot (or evicted it). */
 static int new_slot(const sl_kv *kv, const int32_t *pos, int s, int h)
 {
@@ -506,7 +506,7 @@ static int new_slot(const sl_kv *kv, const int32_t *pos, int s, int h)
 static int new_ranges(const sl_kv *kv, const int32_t *pos, int s, int nh, size_t hrow,
 		      size_t *off, size_t *len)
 {
-	const int hd = sl_opt_head_dim(kv->env.cfg);
+	const int hd = sl_model_head_dim(kv->env.cfg);
 	const size_t ng = sl_q4_groups((size_t)hd), cb = ng * SL_Q4_CODE_BYTES,
 		     mb = ng * SL_Q4_META_BYTES;
 	int n = 0;
@@ -539,7 +539,7 @@ static int host_rows_back(sl_kv *kv, sl_kvt_stage *st, const sl_kvt_split *b,
 {
 	sl_backend *be = kv->env.be;
 	sl_kv_tiers *T = kv->tiers;
-	const int nh = kv->env.cfg->n_head, l = st->l, s0 = st->s0;
+	const int nh = kv->env.cfg->n_kv_head, l = st->l, s0 = st->s0;
 	const size_t hrow = T->sb / kv->cap / nh, sn = (size_t)nh * kv->cap;
 	const size_t hi0 = (size_t)st->pmb * T->full.host;
 	size_t roff[2 * SL_KV_MAX_HEADS], rlen[2 * SL_KV_MAX_HEADS];
@@ -567,7 +567,7 @@ static int disk_rows_back(sl_kv *kv, sl_kvt_stage *st, const sl_kvt_split *b,
 			  const sl_kvt_split *p, const int32_t *dpos)
 {
 	sl_kv_tiers *T = kv->tiers;
-	const int nh = kv->env.cfg->n_head, s0 = st->s0;
+	const int nh = kv->env.cfg->n_kv_head, s0 = st->s0;
 	const size_t hrow = T->sb / kv->cap / nh, sn = (size_t)nh * kv->cap;
 	size_t roff[2 * SL_KV_MAX_HEADS], rlen[2 * SL_KV_MAX_HEADS];
 	int cnt = 0;
@@ -600,7 +600,7 @@ static int kv_flush(sl_kv *kv, sl_kvt_stage *st)
 		sl_kvt_split b, p;
 		sl_kvt_mb_split(T, st->pmb, st->pg, &b, &p);
 		const bool host_part = p.host && !kv->env.plan->p.cpu_cache_compute;
-		const size_t sn = (size_t)kv->env.cfg->n_head * kv->cap;
+		const size_t sn = (size_t)kv->env.cfg->n_kv_head * kv->cap;
 		const int32_t *hpos, *dpos;
 		SL_TRY(sl_event_sync(be, o->dev_is_host ? st->done_ev : st->wb_ev));
 		if (o->dev_is_host) { /* in the stage */
@@ -635,7 +635,7 @@ int sl_kv_step_end(sl_kv *kv, int l, int s0, int g, bool prefill, const int *npa
 	for (int i = 0; i < SL_KVT_NSTAGE; i++)
 		if (&T->st[i] != st)
 			SL_TRY(kv_flush(kv, &T->st[i]));
-	const int mb = s0 / kv->gs, nh = kv->env.cfg->n_head;
+	const int mb = s0 / kv->gs, nh = kv->env.cfg->n_kv_head;
 	sl_kvt_split b, p;
 	sl_kvt_mb_split(T, mb, g, &b, &p);
 	if (nh > SL_KV_MAX_HEADS)
@@ -693,20 +693,23 @@ int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 {
 	sl_kv_ccc *C = kv->ccc;
 	sl_backend *be = kv->env.be, *hb = C->be;
-	const int nh = a->nh, n = p->count;
-	const size_t rows = (size_t)n * nh * a->hd * sizeof(float);
-	float *ev = kv->h2o && kv->evicted ? kv->evicted + ((size_t)l * kv->nseq + p->seq) * nh : NULL;
+	/* query heads in q and out, KV heads (grouped-query attention) in k,
+	 * v and H2O's state */
+	const int nkv = kv->env.cfg->n_kv_head, n = p->count;
+	const size_t rows = (size_t)n * a->nh * a->hd * sizeof(float);
+	const size_t krows = (size_t)n * nkv * a->hd * sizeof(float);
+	float *ev = kv->h2o && kv->evicted ? kv->evicted + ((size_t)l * kv->nseq + p->seq) * nkv : NULL;
 	/* the step's q, k, v rows (and H2O's evicted sums) to the host; the
 	 * scores and positions are at home with the cache */
 	SL_TRY(sl_copy_d2h(be, kv->env.q, C->hq, a->q, rows));
-	SL_TRY(sl_copy_d2h(be, kv->env.q, C->hk, a->k_new, rows));
-	SL_TRY(sl_copy_d2h(be, kv->env.q, C->hv, a->v_new, rows));
+	SL_TRY(sl_copy_d2h(be, kv->env.q, C->hk, a->k_new, krows));
+	SL_TRY(sl_copy_d2h(be, kv->env.q, C->hv, a->v_new, krows));
 	if (ev)
-		SL_TRY(sl_copy_d2h(be, kv->env.q, C->hevicted, ev, (size_t)n * nh * 4));
+		SL_TRY(sl_copy_d2h(be, kv->env.q, C->hevicted, ev, (size_t)n * nkv * 4));
 	double t0 = sl_now();
 	SL_TRY(sl_queue_sync(be, kv->env.q));
 	kv->env.stats->stall_s += sl_now() - t0;
-	kv->env.stats->d2h_bytes += 3 * rows;
+	kv->env.stats->d2h_bytes += rows + 2 * krows;
 	sl_attn_args h = *a;
 	h.q = C->hq;
 	h.k_new = C->hk;
@@ -715,7 +718,7 @@ int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 	h.score = p->score;
 	SL_TRY(sl_attn_decode(hb, C->q, &h));
 	if (kv->h2o) {
-		sl_h2o_args e = { .nseq = n, .nh = nh, .hd = a->hd, .kv_f32 = kv->f32, .kv_q4 = kv->q4,
+		sl_h2o_args e = { .nseq = n, .nh = nkv, .hd = a->hd, .kv_f32 = kv->f32, .kv_q4 = kv->q4,
 				  .k_cache = p->k, .v_cache = p->v, .score = p->score,
 				  .pos = p->pos, .cap = kv->cap, .len = kv->len + p->seq,
 				  .cur = kv->pos + p->seq, .heavy = kv->heavy + p->seq,
@@ -727,7 +730,7 @@ int sl_kv_host_attention(sl_kv *kv, int l, const sl_kv_part *p,
 	SL_TRY(sl_copy_h2d(be, kv->env.q, a->out, C->ho, rows));
 	kv->env.stats->h2d_bytes += rows;
 	if (ev)
-		SL_TRY(sl_copy_h2d(be, kv->env.q, ev, C->hevicted, (size_t)n * nh * 4));
+		SL_TRY(sl_copy_h2d(be, kv->env.q, ev, C->hevicted, (size_t)n * nkv * 4));
 	return 0;
 }
 

@@ -13,7 +13,7 @@
  * whole sequences, in order: the first round(g x cache_gpu%) live on the
  * device, the next ones (up to round(g x (gpu% + cpu%))) in pinned host
  * memory, the rest on disk (FlexGen's split).  A sequence's K (and V) of one
- * layer is one block of (cap, n_head, head_dim) in every tier (token-major:
+ * layer is one block of (cap, n_kv_head, head_dim) in every tier (token-major:
  * a slot holds every head's row), so a home and its device copy share one
  * layout and a token's row is one contiguous range.
  *
@@ -52,7 +52,7 @@
 
 #include "backend.h"
 #include "kv_tiers.h"
-#include "opt_config.h"
+#include "model_config.h"
 #include "plan.h"
 #include "weights.h"
 
@@ -61,7 +61,7 @@
 typedef struct sl_kv_env {
 	sl_backend *be;
 	sl_queue *q;              /* the compute queue the model's steps run on */
-	const sl_opt_config *cfg; /* the model's shapes (n_layer, hidden, n_head, name) */
+	const sl_model_config *cfg; /* the model's shapes (n_layer, hidden, n_kv_head, name) */
 	const sl_plan *plan;      /* placement, micro-batches, precision, H2O, overlap,
 				     cpu_cache_compute, the workload */
 	const char *offload_dir;  /* the disk tier's folder; NULL: none */
@@ -82,7 +82,7 @@ typedef struct sl_kv {
 	bool f32;         /* fp32 cache (accuracy mode); fp16 otherwise */
 	bool q4;          /* 4-bit compressed slots (backend.h, kv_q4) */
 	size_t slot_bytes; /* one token's K (or V) of one layer, every head */
-	void **k, **v;    /* per layer, device (ndev, n_head, cap, head_dim): the
+	void **k, **v;    /* per layer, device (ndev, n_kv_head, cap, head_dim): the
 			     device-tier sequences (all of them by default) */
 	sl_buf block;     /* device: the above, then the H2O scratch */
 	int *len; /* host: slots in use per sequence */
@@ -97,14 +97,14 @@ typedef struct sl_kv {
 	double hh_ratio, recent_ratio;
 	int fixed_heavy, fixed_recent; /* >= 0: counts instead of ratios */
 	int *heavy, *recent;           /* host (nseq), set by the prefill */
-	float **score;                 /* per layer, device (ndev, n_head, cap): the
+	float **score;                 /* per layer, device (ndev, n_kv_head, cap): the
 					  device-tier sequences (the rest live with
 					  their K and V) */
-	int32_t **pos_slot;            /* per layer, device (ndev, n_head, cap) */
-	void *scratch_k, *scratch_v;   /* device, one micro-batch (gs, n_head, scratch_cap, head_dim) */
-	float *scratch_score;          /* device (gs, n_head, scratch_cap) */
+	int32_t **pos_slot;            /* per layer, device (ndev, n_kv_head, cap) */
+	void *scratch_k, *scratch_v;   /* device, one micro-batch (gs, n_kv_head, scratch_cap, head_dim) */
+	float *scratch_score;          /* device (gs, n_kv_head, scratch_cap) */
 	int scratch_cap;
-	float *evicted;                /* (optional) device (n_layer, nseq, n_head) */
+	float *evicted;                /* (optional) device (n_layer, nseq, n_kv_head) */
 } sl_kv;
 
 /* A KV cache of cap slots for nseq sequences (dense). */
@@ -122,8 +122,8 @@ void sl_kv_free(sl_kv *kv);
 typedef struct sl_kv_part {
 	int seq, count;
 	void *k, *v;
-	float *score;  /* H2O: (count, n_head, cap); NULL for a dense cache */
-	int32_t *pos;  /* H2O: (count, n_head, cap) */
+	float *score;  /* H2O: (count, n_kv_head, cap); NULL for a dense cache */
+	int32_t *pos;  /* H2O: (count, n_kv_head, cap) */
 	int tier; /* enum sl_tier */
 } sl_kv_part;
 
@@ -209,13 +209,13 @@ int sl_kv_rollback(sl_kv *kv, int s);
  * plus staging, host homes (plus bounce buffers where the device is not
  * host memory), disk (sl_kvt_sizes).  H2O's scratch and evicted sums are
  * sl_kv_h2o_extra's. */
-void sl_kv_tier_sizes(const sl_opt_config *c, int nseq, int gs, int cap, size_t slot_bytes, bool h2o,
+void sl_kv_tier_sizes(const sl_model_config *c, int nseq, int gs, int cap, size_t slot_bytes, bool h2o,
 		      double gpu_percent, double cpu_percent, bool dev_is_host, sl_kv_sizes *out);
 
 /* cpu_cache_compute on a device that is not host memory: the pinned
  * buffers of one micro-batch of gs (q, k, v rows, the output, H2O's
  * evicted sums) that carry its attention to the CPU and back. */
-size_t sl_kv_ccc_bytes(const sl_opt_config *c, int gs);
+size_t sl_kv_ccc_bytes(const sl_model_config *c, int gs);
 
 /* Sequences per micro-batch: the policy's micro (gpu_batch_size) when it
  * splits a block of nseq, else the whole block. */
@@ -229,7 +229,7 @@ static inline int sl_kv_group(int micro, int nseq)
  * micro-batch of gs, and the evicted sums), and one sequence's budget for
  * a prompt. */
 int sl_kv_h2o_slots(double hh, double rr, int max_prompt, int max_len);
-size_t sl_kv_h2o_extra(const sl_opt_config *c, int nseq, int gs, int max_prompt, size_t slot_bytes);
+size_t sl_kv_h2o_extra(const sl_model_config *c, int nseq, int gs, int max_prompt, size_t slot_bytes);
 int sl_kv_h2o_budget(const sl_kv *kv, int prompt, int *heavy, int *recent);
 
 #endif

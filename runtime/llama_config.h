@@ -3,9 +3,10 @@
  * model_type "llama", "mistral", "qwen2"): a checkpoint's config.json, or
  * the published shapes by name for --dummy.
  *
- * Not wired into the model yet (issue #15's next step): the forward pass,
- * the weights' table and the run plan read sl_opt_config only.  It is its
- * own struct so that OPT's stays as it is.
+ * The model reads it through sl_model_config (model_config.h), which
+ * copies the shape every layer needs and keeps this struct beside it for
+ * weights.c and model.c.  It is its own struct so that OPT's stays as it
+ * is.
  *
  * The rules, as transformers reads these configs:
  *  - num_key_value_heads missing (or null) is the head count;
@@ -30,8 +31,10 @@
  * use_sliding_window is true, as transformers does); within the window,
  * sliding-window attention is full attention, so the model is exact for
  * every sequence of at most sliding_window tokens, and
- * sl_llama_check_window refuses a longer one with a message.  Applying
- * the window (and as a cap on H2O's recent window) is later work.
+ * sl_llama_check_window refuses a longer one with a message (the run
+ * plan, the block and the model call it through sl_model_check_length).
+ * Applying the window (and as a cap on H2O's recent window) is later
+ * work.
  */
 #ifndef SL_LLAMA_CONFIG_H
 #define SL_LLAMA_CONFIG_H

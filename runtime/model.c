@@ -1,7 +1,11 @@
 /*
- * model.c - the OPT forward pass on any backend (pre-LN and 350m's post-LN
- * with project_in/project_out), for left-padded prefill and one-token
- * decode over the dense KV cache.
+ * model.c - the forward pass on any backend, for left-padded prefill and
+ * one-token decode over the KV cache: OPT (pre-LN and 350m's post-LN with
+ * project_in/project_out) and the LLaMA family (RMSNorm, RoPE on q and k,
+ * grouped KV heads, the SwiGLU MLP; Qwen2's q/k/v biases).  The families
+ * share the schedule (layers(): weights, cache steps, micro-batches,
+ * activations on the host); they differ only inside a layer's two halves,
+ * the embedding and the head.
  */
 #include "model.h"
 #include "kvcache.h"
@@ -46,12 +50,22 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 	if (p->dir) {
 		char path[PATH_MAX];
 		snprintf(path, sizeof path, "%s/config.json", p->dir);
-		if ((rc = sl_opt_config_load(path, &m->cfg)) < 0)
+		if ((rc = sl_model_config_load(path, &m->cfg)) < 0)
 			goto fail;
 		if ((rc = sl_st_open_dir(p->dir, &st)) < 0)
 			goto fail;
-	} else if ((rc = sl_opt_config_named(p->dummy, &m->cfg)) < 0) {
+	} else if ((rc = sl_model_config_named(p->dummy, &m->cfg)) < 0) {
 		goto fail;
+	}
+	if (m->cfg.n_kv_head != m->cfg.n_head) {
+		rc = sl_err(SL_EUNSUPPORTED, "%s: grouped-query attention (%d KV heads for %d query heads) is not supported yet",
+			    m->cfg.name, m->cfg.n_kv_head, m->cfg.n_head);
+		goto fail;
+	}
+	if (m->cfg.family == SL_FAMILY_LLAMA) {
+		const sl_llama_config *lc = &m->cfg.llama;
+		if ((rc = sl_rope_inv_freq(lc->head_dim, lc->rope_theta, &lc->rope, m->inv_freq)) < 0)
+			goto fail;
 	}
 	const sl_plan_params defaults = sl_plan_defaults();
 	if ((rc = sl_plan_make(&m->cfg, p->plan ? p->plan : &defaults, be->ops->dev_is_host,
@@ -154,7 +168,7 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	if (!pl->p.max_seq && pl->p.micro > 0)
 		max_rows = SL_MAX(max_rows, max_seq * SL_MAX(t, t_had));
 	release_ws(m);
-	const sl_opt_config *c = &m->cfg;
+	const sl_model_config *c = &m->cfg;
 	const int micro = pl->p.micro;
 	const bool act_host = pl->p.act_host;
 	const size_t r = (size_t)max_rows;
@@ -211,11 +225,14 @@ static int linear(sl_model *m, int rows, const float *x, int ldx, const sl_half 
 }
 
 /* Embeddings of rows [r0, r0 + rows) into out (device, rows x hidden),
- * whose token ids and positions are in m->ids_host / m->pos_host
- * (positions already offset by 2). */
+ * whose token ids and positions are in m->ids_host / m->pos_host (OPT's
+ * already offset by 2). */
 static int embed_rows(sl_model *m, int r0, int rows, float *out)
 {
-	const sl_opt_config *c = &m->cfg;
+	const sl_model_config *c = &m->cfg;
+	if (c->family == SL_FAMILY_LLAMA) /* positions come with the rotation */
+		return sl_embed(m->be, m->q, rows, c->hidden, m->w.embed_tokens, m->ids_host + r0, out,
+				false);
 	if (c->embed_dim == c->hidden) {
 		SL_TRY(sl_embed(m->be, m->q, rows, c->hidden, m->w.embed_tokens, m->ids_host + r0, out,
 				false));
@@ -289,8 +306,10 @@ static int act_end(sl_model *m, int s0, int g, int t, int next_s0)
 static int h2o_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p, sl_attn_args *a,
 			 bool prefill, int t)
 {
-	const sl_opt_config *c = &m->cfg;
-	const int nh = c->n_head, hd = sl_opt_head_dim(c);
+	const sl_model_config *c = &m->cfg;
+	/* eviction is per KV head: the scores of a group's query heads summed
+	 * (the attention ops'), so H2O sees n_kv_head heads */
+	const int nh = c->n_kv_head, hd = sl_model_head_dim(c);
 	const int s0 = p->seq, g = p->count;
 	sl_h2o_args h = { .nseq = g, .nh = nh, .hd = hd, .kv_f32 = kv->f32, .kv_q4 = kv->q4,
 			  .k_cache = a->k_cache, .v_cache = a->v_cache,
@@ -332,12 +351,14 @@ static int h2o_attention(sl_model *m, sl_kv *kv, int l, const sl_kv_part *p, sl_
 static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, int t,
 		  const int *npad, bool prefill)
 {
-	const sl_opt_config *c = &m->cfg;
+	const sl_model_config *c = &m->cfg;
 	const sl_backend_ops *o = m->be->ops;
-	const size_t ro = (size_t)(p->seq - s0) * t * c->hidden;
-	sl_attn_args a = { .nseq = p->count, .nh = c->n_head, .hd = sl_opt_head_dim(c), .t = t,
-			   .cap = kv->cap, .q = m->qb + ro, .k_new = m->kb + ro, .v_new = m->vb + ro,
-			   .out = m->ab + ro, .k_cache = p->k, .v_cache = p->v, .kv_f32 = kv->f32,
+	/* the part's rows: query-width in q and out, key-width in k and v */
+	const size_t rq = (size_t)(p->seq - s0) * t * sl_model_q_dim(c);
+	const size_t rk = (size_t)(p->seq - s0) * t * sl_model_kv_dim(c);
+	sl_attn_args a = { .nseq = p->count, .nh = c->n_head, .hd = sl_model_head_dim(c), .t = t,
+			   .cap = kv->cap, .q = m->qb + rq, .k_new = m->kb + rk, .v_new = m->vb + rk,
+			   .out = m->ab + rq, .k_cache = p->k, .v_cache = p->v, .kv_f32 = kv->f32,
 			   .kv_q4 = kv->q4,
 			   .npad = npad ? npad + p->seq : NULL, .len = kv->len + p->seq };
 	if (!prefill && p->tier == SL_TIER_HOST && m->plan.p.cpu_cache_compute && !o->dev_is_host)
@@ -347,19 +368,64 @@ static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, in
 	return prefill ? sl_attn_prefill(m->be, m->q, &a) : sl_attn_decode(m->be, m->q, &a);
 }
 
+/* The LLaMA family's attention half: RMSNorm, q/k/v (+ Qwen2's biases), q
+ * scaled by 1/sqrt(head_dim) in its GEMM (the rotation is linear, so the
+ * order does not matter but for rounding), RoPE on q and k at each row's
+ * position, attention over the cache (K stored rotated), o_proj into the
+ * residual. */
+static int llama_attn_block(sl_model *m, sl_kv *kv, int l, const sl_layer_w *w, float *hg,
+			    int s0, int g, int t, const int *npad, bool prefill,
+			    const sl_kv_part *parts, int nparts)
+{
+	const sl_model_config *c = &m->cfg;
+	const int h = c->hidden, hd = c->head_dim, qd = sl_model_q_dim(c), kd = sl_model_kv_dim(c);
+	const int rows = g * t;
+	const float scale = 1.0f / sqrtf((float)hd);
+	SL_TRY(sl_rmsnorm(m->be, m->q, rows, h, hg, h, w->ln1_g, c->llama.rms_eps, m->x, h));
+	SL_TRY(linear(m, rows, m->x, h, w->q_w, w->q_b, qd, h, m->qb, qd, scale, 0));
+	SL_TRY(linear(m, rows, m->x, h, w->k_w, w->k_b, kd, h, m->kb, kd, 1.0f, 0));
+	SL_TRY(linear(m, rows, m->x, h, w->v_w, w->v_b, kd, h, m->vb, kd, 1.0f, 0));
+	/* the block's rows s0 * t.. have their positions in pos_host */
+	const sl_rope_args ra = { .rows = rows, .hd = hd, .nh_q = c->n_head, .nh_k = c->n_kv_head,
+				  .q = m->qb, .ldq = qd, .k = m->kb, .ldk = kd,
+				  .pos = m->pos_host + (size_t)s0 * t, .inv_freq = m->inv_freq };
+	SL_TRY(sl_rope(m->be, m->q, &ra));
+	for (int i = 0; i < nparts; i++)
+		SL_TRY(attend(m, kv, l, s0, &parts[i], t, npad, prefill));
+	return linear(m, rows, m->ab, qd, w->o_w, NULL, h, qd, hg, h, 1.0f, SL_GEMM_ACCUM);
+}
+
+/* The LLaMA family's MLP half: RMSNorm, gate and up side by side in fb,
+ * SwiGLU into the gate's columns, down into the residual. */
+static int llama_mlp_block(sl_model *m, const sl_layer_w *w, float *hg, int g, int t)
+{
+	const sl_model_config *c = &m->cfg;
+	const int h = c->hidden, f = c->ffn;
+	const int rows = g * t;
+	float *gate = m->fb, *up = m->fb + f;
+	SL_TRY(sl_rmsnorm(m->be, m->q, rows, h, hg, h, w->ln2_g, c->llama.rms_eps, m->x, h));
+	SL_TRY(linear(m, rows, m->x, h, w->gate_w, NULL, f, h, gate, 2 * f, 1.0f, 0));
+	SL_TRY(linear(m, rows, m->x, h, w->up_w, NULL, f, h, up, 2 * f, 1.0f, 0));
+	SL_TRY(sl_swiglu(m->be, m->q, rows, f, gate, 2 * f, up, 2 * f, gate, 2 * f));
+	return linear(m, rows, gate, 2 * f, w->down_w, NULL, h, f, hg, h, 1.0f, SL_GEMM_ACCUM);
+}
+
 /* The attention half of decoder layer l for the g sequences from s0,
  * whose residual rows are hg, over the cache parts of this step. */
-static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, float *hg, int s0,
+static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_layer_w *w, float *hg, int s0,
 		      int g, int t, const int *npad, bool prefill, const sl_kv_part *parts,
 		      int nparts)
 {
-	const sl_opt_config *c = &m->cfg;
+	const sl_model_config *c = &m->cfg;
+	if (c->family == SL_FAMILY_LLAMA)
+		return llama_attn_block(m, kv, l, w, hg, s0, g, t, npad, prefill, parts, nparts);
+	const sl_opt_config *oc = &c->opt;
 	const int h = c->hidden;
 	const int rows = g * t;
-	const float scale = 1.0f / sqrtf((float)sl_opt_head_dim(c));
+	const float scale = 1.0f / sqrtf((float)sl_model_head_dim(c));
 	const float *xin = hg;
-	if (c->pre_ln) {
-		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, c->ln_eps, m->x, h));
+	if (oc->pre_ln) {
+		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, oc->ln_eps, m->x, h));
 		xin = m->x;
 	}
 	SL_TRY(linear(m, rows, xin, h, w->q_w, w->q_b, h, h, m->qb, h, scale, 0));
@@ -368,27 +434,30 @@ static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_opt_layer_w *w, fl
 	for (int i = 0; i < nparts; i++)
 		SL_TRY(attend(m, kv, l, s0, &parts[i], t, npad, prefill));
 	SL_TRY(linear(m, rows, m->ab, h, w->o_w, w->o_b, h, h, hg, h, 1.0f, SL_GEMM_ACCUM));
-	if (!c->pre_ln)
-		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, c->ln_eps, hg, h));
+	if (!oc->pre_ln)
+		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, oc->ln_eps, hg, h));
 	return 0;
 }
 
 /* The MLP half of decoder layer l for g sequences whose residual rows are
  * hg. */
-static int mlp_block(sl_model *m, const sl_opt_layer_w *w, float *hg, int g, int t)
+static int mlp_block(sl_model *m, const sl_layer_w *w, float *hg, int g, int t)
 {
-	const sl_opt_config *c = &m->cfg;
+	const sl_model_config *c = &m->cfg;
+	if (c->family == SL_FAMILY_LLAMA)
+		return llama_mlp_block(m, w, hg, g, t);
+	const sl_opt_config *oc = &c->opt;
 	const int h = c->hidden, f = c->ffn;
 	const int rows = g * t;
 	const float *xin = hg;
-	if (c->pre_ln) {
-		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, c->ln_eps, m->x, h));
+	if (oc->pre_ln) {
+		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, oc->ln_eps, m->x, h));
 		xin = m->x;
 	}
 	SL_TRY(linear(m, rows, xin, h, w->fc1_w, w->fc1_b, f, h, m->fb, f, 1.0f, SL_GEMM_RELU));
 	SL_TRY(linear(m, rows, m->fb, f, w->fc2_w, w->fc2_b, h, f, hg, h, 1.0f, SL_GEMM_ACCUM));
-	if (!c->pre_ln)
-		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, c->ln_eps, hg, h));
+	if (!oc->pre_ln)
+		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, oc->ln_eps, hg, h));
 	return 0;
 }
 
@@ -403,7 +472,7 @@ static int mlp_block(sl_model *m, const sl_opt_layer_w *w, float *hg, int g, int
  */
 static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 {
-	const sl_opt_config *c = &m->cfg;
+	const sl_model_config *c = &m->cfg;
 	const int nseq = kv->nseq;
 	const int gs = kv->gs; /* the placement's micro-batches (a block may be smaller) */
 	if (m->plan.p.micro > 0 && m->plan.p.micro < gs)
@@ -412,7 +481,7 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
 	/* weights streamed by halves run the separate-layer schedule */
 	const bool halves = m->w.halves, sep = m->plan.p.sep_layer || halves;
 	for (int l = 0; l < c->n_layer; l++) {
-		sl_opt_layer_w wv;
+		sl_layer_w wv;
 		SL_TRY(sl_weights_acquire(m->be, m->q, &m->w, l, halves ? SL_UNIT_ATTN : SL_UNIT_LAYER,
 					  &wv));
 		for (int s0 = 0; s0 < nseq; s0 += gs) {
@@ -464,13 +533,16 @@ static int layers(sl_model *m, sl_kv *kv, int t, const int *npad, bool prefill)
  */
 static int head(sl_model *m, int count, const float *hrows, int ld_rows)
 {
-	const sl_opt_config *c = &m->cfg;
+	const sl_model_config *c = &m->cfg;
 	const int h = c->hidden, e = c->embed_dim;
 	/* gather the rows into x (contiguous), normalise, project */
 	float *x = m->x;
-	if (c->final_ln)
+	if (c->family == SL_FAMILY_LLAMA)
+		SL_TRY(sl_rmsnorm(m->be, m->q, count, h, hrows, ld_rows, m->w.final_ln_g,
+				  c->llama.rms_eps, x, h));
+	else if (c->opt.final_ln)
 		SL_TRY(sl_layernorm(m->be, m->q, count, h, hrows, ld_rows, m->w.final_ln_g,
-				    m->w.final_ln_b, c->ln_eps, x, h));
+				    m->w.final_ln_b, c->opt.ln_eps, x, h));
 	else
 		for (int i = 0; i < count; i++)
 			SL_TRY(sl_copy_d2d(m->be, m->q, x + (size_t)i * h, hrows + (size_t)i * ld_rows,
@@ -499,7 +571,7 @@ static int head_rows(sl_model *m, int count, size_t first, size_t stride)
 int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad, int t,
 		     float *all_logits)
 {
-	const sl_opt_config *c = &m->cfg;
+	const sl_model_config *c = &m->cfg;
 	const int nseq = kv->nseq, rows = nseq * t;
 	if (t <= 0)
 		return sl_err(SL_EINVAL, "prefill: empty prompts");
@@ -509,7 +581,12 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 	if (t > (kv->h2o ? kv->scratch_cap : kv->cap))
 		return sl_err(SL_EBUDGET, "prompt of %d tokens does not fit the KV cache of %d slots", t,
 			      kv->h2o ? kv->scratch_cap : kv->cap);
+	SL_TRY(sl_model_check_length(c, t));
 	SL_TRY(sl_model_reserve(m, nseq, rows));
+	/* OPT's learned positions start at row 2 (padding at 1); the rotary
+	 * positions of the LLaMA family at 0 (padding's is never used) */
+	const bool opt = c->family == SL_FAMILY_OPT;
+	const int pos0 = opt ? SL_OPT_POS_OFFSET : 0;
 	for (int s = 0; s < nseq; s++) {
 		if (npad[s] < 0 || npad[s] >= t)
 			return sl_err(SL_EINVAL, "prefill: sequence %d has no tokens", s);
@@ -517,20 +594,20 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 			const size_t r = (size_t)s * t + j;
 			if (j < npad[s]) {
 				m->ids_host[r] = c->pad_id;
-				m->pos_host[r] = 1;
+				m->pos_host[r] = opt ? 1 : 0;
 				continue;
 			}
 			if (ids[r] < 0 || ids[r] >= c->vocab)
 				return sl_err(SL_ERANGE, "token id %d is outside the vocabulary (0..%d)",
 					      ids[r], c->vocab - 1);
 			m->ids_host[r] = ids[r];
-			m->pos_host[r] = j - npad[s] + SL_OPT_POS_OFFSET;
+			m->pos_host[r] = j - npad[s] + pos0;
 		}
 	}
 	sl_kv_prefill_begin(kv, npad, t);
 	if (kv->h2o)
 		SL_TRY(sl_memset_dev(m->be, m->q, kv->evicted, 0,
-				     sizeof(float) * (size_t)c->n_layer * nseq * c->n_head));
+				     sizeof(float) * (size_t)c->n_layer * nseq * c->n_kv_head));
 	SL_TRY(embed(m, rows));
 	SL_TRY(layers(m, kv, t, npad, true));
 	sl_kv_prefill_end(kv, npad, t);
@@ -550,7 +627,7 @@ int sl_model_prefill(sl_model *m, sl_kv *kv, const int32_t *ids, const int *npad
 
 int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids)
 {
-	const sl_opt_config *c = &m->cfg;
+	const sl_model_config *c = &m->cfg;
 	const int nseq = kv->nseq;
 	SL_TRY(sl_model_reserve(m, nseq, nseq));
 	for (int s = 0; s < nseq; s++) {
@@ -562,8 +639,9 @@ int sl_model_decode(sl_model *m, sl_kv *kv, const int32_t *ids)
 				      c->max_pos);
 		if (kv->len[s] >= kv->cap)
 			return sl_err(SL_EBUDGET, "sequence %d filled its %d KV cache slots", s, kv->cap);
+		SL_TRY(sl_model_check_length(c, kv->pos[s] + 1));
 		m->ids_host[s] = ids[s];
-		m->pos_host[s] = kv->pos[s] + SL_OPT_POS_OFFSET;
+		m->pos_host[s] = kv->pos[s] + (c->family == SL_FAMILY_OPT ? SL_OPT_POS_OFFSET : 0);
 	}
 	SL_TRY(embed(m, nseq));
 	SL_TRY(layers(m, kv, 1, NULL, false));

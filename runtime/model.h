@@ -1,20 +1,23 @@
 /*
- * model.h - an OPT model on a backend: weights, the activation workspace,
- * and the forward passes for prefill and decode over a KV cache
- * (kvcache.h).
+ * model.h - a model on a backend (OPT, or the LLaMA family: Llama,
+ * Mistral, Qwen2; model_config.h): weights, the activation workspace, and
+ * the forward passes for prefill and decode over a KV cache (kvcache.h).
  *
  * Batches are left-padded: sequence b's first npad[b] rows are padding.
  * Positions follow Hugging Face: real token j of a sequence sits at
- * position j + 2 (OPT's offset), padding at 1, and padding is never cached
- * and never attended to, so a sequence's result does not depend on the
- * batch around it.
+ * position j + 2 for OPT (its learned positions' offset; padding at 1), at
+ * position j for the LLaMA family (its rotary embedding; K is cached after
+ * rotation, so a cached token keeps the position it was rotated at,
+ * whatever H2O evicts around it).  Padding is never cached and never
+ * attended to, so a sequence's result does not depend on the batch around
+ * it.
  */
 #ifndef SL_MODEL_H
 #define SL_MODEL_H
 
 #include "backend.h"
 #include "kvcache.h"
-#include "opt_config.h"
+#include "model_config.h"
 #include "plan.h"
 #include "rstage.h"
 #include "weights.h"
@@ -39,8 +42,9 @@ typedef struct sl_offload_stats {
 typedef struct sl_model {
 	sl_backend *be; /* borrowed */
 	sl_queue *q;
-	sl_opt_config cfg;
-	sl_opt_weights w;
+	sl_model_config cfg;
+	sl_model_weights w;
+	float inv_freq[SL_ROPE_MAX_HD / 2]; /* LLaMA family: RoPE's, made once at open */
 	/* activation workspace (device), for up to max_rows rows */
 	/* how it runs, fixed at open (plan.h): read it, never write it */
 	sl_plan plan;

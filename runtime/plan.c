@@ -36,9 +36,9 @@ sl_plan_params sl_plan_of_policy(const sl_policy *pol, bool micro_given, bool kv
 	return p;
 }
 
-size_t sl_plan_kv_slot_bytes(const sl_opt_config *c, const sl_plan_params *p)
+size_t sl_plan_kv_slot_bytes(const sl_model_config *c, const sl_plan_params *p)
 {
-	return sl_kv_slot_bytes(c->n_head, sl_opt_head_dim(c), p->kv_f32, p->kv_q4);
+	return sl_kv_slot_bytes(c->n_kv_head, sl_model_head_dim(c), p->kv_f32, p->kv_q4);
 }
 
 int sl_plan_group_rows(int micro, int max_seq, int max_rows)
@@ -49,22 +49,27 @@ int sl_plan_group_rows(int micro, int max_seq, int max_rows)
 }
 
 /* h (act_host: the step buffers: two, or one when a micro-batch is the
- * whole block and its rows stay put), x, qb, kb, vb, ab, fb, logits. */
-void sl_plan_ws_sizes(const sl_opt_config *c, int max_seq, int max_rows, int micro, bool act_host,
+ * whole block and its rows stay put), x, qb, kb, vb, ab, fb, logits.
+ * qb and ab hold query-width rows (q_dim: hidden for OPT), kb and vb the
+ * key and value rows (kv_dim <= q_dim); the LLaMA family's fb holds the
+ * SwiGLU's gate and up rows side by side (2 ffn). */
+void sl_plan_ws_sizes(const sl_model_config *c, int max_seq, int max_rows, int micro, bool act_host,
 		      size_t sizes[SL_WS_BUFFERS])
 {
 	const size_t r = (size_t)max_rows, h = (size_t)c->hidden;
 	const size_t g = (size_t)sl_plan_group_rows(micro, max_seq, max_rows);
 	const size_t gx = SL_MAX(g, (size_t)max_seq); /* also the head's rows */
-	const size_t wide = (size_t)SL_MAX(c->hidden, c->embed_dim);
+	const size_t qd = (size_t)SL_MAX(c->hidden, sl_model_q_dim(c));
+	const size_t wide = SL_MAX(qd, (size_t)c->embed_dim);
+	const size_t ff = (size_t)c->ffn * (c->family == SL_FAMILY_LLAMA ? 2 : 1);
 	const size_t nbuf = g >= r ? 1 : 2;
 	const size_t v[SL_WS_BUFFERS] = { act_host ? nbuf * gx * h : r * h, gx * wide, gx * wide,
-					  g * h, g * h, g * h, g * (size_t)c->ffn,
+					  g * qd, g * qd, g * qd, g * ff,
 					  (size_t)max_seq * c->vocab };
 	memcpy(sizes, v, sizeof v);
 }
 
-size_t sl_plan_ws_bytes(const sl_opt_config *c, int max_seq, int max_rows, int micro, bool act_host)
+size_t sl_plan_ws_bytes(const sl_model_config *c, int max_seq, int max_rows, int micro, bool act_host)
 {
 	size_t sizes[SL_WS_BUFFERS], total = 0;
 	sl_plan_ws_sizes(c, max_seq, max_rows, micro, act_host, sizes);
@@ -74,7 +79,7 @@ size_t sl_plan_ws_bytes(const sl_opt_config *c, int max_seq, int max_rows, int m
 }
 
 /* act_host: the pinned host bytes of the residual stream. */
-static size_t act_host_bytes(const sl_opt_config *c, int max_rows, bool act_host)
+static size_t act_host_bytes(const sl_model_config *c, int max_rows, bool act_host)
 {
 	return act_host ? (size_t)max_rows * c->hidden * sizeof(float) : 0;
 }
@@ -84,7 +89,7 @@ static bool pct_ok(double a, double b)
 	return a >= 0 && b >= 0 && a <= 100 && b <= 100 && a + b <= 100 + 1e-9;
 }
 
-static int check_params(const sl_opt_config *c, const sl_plan_params *p)
+static int check_params(const sl_model_config *c, const sl_plan_params *p)
 {
 	if (!pct_ok(p->w_gpu, p->w_cpu))
 		return sl_err(SL_EINVAL, "run plan: weight placement %g%% device, %g%% host is not a split of 100%%",
@@ -105,6 +110,7 @@ static int check_params(const sl_opt_config *c, const sl_plan_params *p)
 		if (p->max_len > c->max_pos)
 			return sl_err(SL_ERANGE, "%d positions needed, the model has %d", p->max_len,
 				      c->max_pos);
+		SL_TRY(sl_model_check_length(c, p->max_len));
 	}
 	return 0;
 }
@@ -121,7 +127,7 @@ static int cache_slots(const sl_plan_params *p, bool h2o)
 }
 
 /* The weights' bytes under the placement. */
-static void weight_bytes(const sl_opt_config *c, const sl_plan_params *p, bool dev_is_host,
+static void weight_bytes(const sl_model_config *c, const sl_plan_params *p, bool dev_is_host,
 			 sl_plan *pl)
 {
 	const sl_weight_place wp = { .gpu_percent = p->w_gpu, .cpu_percent = p->w_cpu,
@@ -135,7 +141,7 @@ static void weight_bytes(const sl_opt_config *c, const sl_plan_params *p, bool d
 }
 
 /* A job of the workload: its cache and activations. */
-static void job_bytes(const sl_opt_config *c, const sl_plan_params *p, bool dev_is_host, sl_plan *pl)
+static void job_bytes(const sl_model_config *c, const sl_plan_params *p, bool dev_is_host, sl_plan *pl)
 {
 	const size_t es = sl_plan_kv_slot_bytes(c, p);
 	sl_kv_sizes kz;
@@ -151,7 +157,7 @@ static void job_bytes(const sl_opt_config *c, const sl_plan_params *p, bool dev_
 	pl->act.host = act_host_bytes(c, pl->max_rows, p->act_host);
 }
 
-int sl_plan_make(const sl_opt_config *c, const sl_plan_params *p, bool dev_is_host, sl_plan *out)
+int sl_plan_make(const sl_model_config *c, const sl_plan_params *p, bool dev_is_host, sl_plan *out)
 {
 	memset(out, 0, sizeof *out);
 	SL_TRY(check_params(c, p));
@@ -173,7 +179,7 @@ int sl_plan_make(const sl_opt_config *c, const sl_plan_params *p, bool dev_is_ho
 	return 0;
 }
 
-size_t sl_plan_min_device_bytes(const sl_opt_config *c, const sl_plan_params *p)
+size_t sl_plan_min_device_bytes(const sl_model_config *c, const sl_plan_params *p)
 {
 	const size_t es = sl_plan_kv_slot_bytes(c, p);
 	/* the globals and two staging slots (of half layers with sep_layer),

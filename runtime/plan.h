@@ -22,7 +22,7 @@
 #ifndef SL_PLAN_H
 #define SL_PLAN_H
 
-#include "opt_config.h"
+#include "model_config.h"
 #include "policy.h"
 
 #include <stdbool.h>
@@ -87,13 +87,13 @@ sl_plan_params sl_plan_defaults(void);
  * takes), with the workload left open. */
 /* Bytes of one token's K (or V) of one layer in the cache the plan
  * describes: fp16, fp32 or 4-bit (sl_kv_slot_bytes). */
-size_t sl_plan_kv_slot_bytes(const sl_opt_config *c, const sl_plan_params *p);
+size_t sl_plan_kv_slot_bytes(const sl_model_config *c, const sl_plan_params *p);
 
 sl_plan_params sl_plan_of_policy(const sl_policy *pol, bool micro_given, bool kv_f32);
 
 /* Make a plan; SL_EINVAL naming what is out of bounds (a percentage, a
  * negative size, a workload beyond the model's positions). */
-int sl_plan_make(const sl_opt_config *c, const sl_plan_params *p, bool dev_is_host, sl_plan *out);
+int sl_plan_make(const sl_model_config *c, const sl_plan_params *p, bool dev_is_host, sl_plan *out);
 
 /* 0 when a job of nseq sequences, prompts up to max_prompt tokens and
  * max_len tokens in all fits the plan's workload (or the plan is open),
@@ -105,16 +105,16 @@ int sl_plan_check_job(const sl_plan *pl, int nseq, int max_prompt, int max_len);
  * staging slots of a whole layer, of half a layer with sep_layer, from the
  * host or the disk, whichever is less), the cache off it (its staging), the
  * activations where p puts them.  For saying what budget would work. */
-size_t sl_plan_min_device_bytes(const sl_opt_config *c, const sl_plan_params *p);
+size_t sl_plan_min_device_bytes(const sl_model_config *c, const sl_plan_params *p);
 
 /* Workspace layout: the floats of each of its eight device buffers (h, x,
  * q, k, v, attention output, fc1 output, logits) for blocks of max_seq
  * sequences, max_rows rows, micro-batches of micro, activations on the
  * host or not; each buffer starts on 256 bytes. */
 enum { SL_WS_BUFFERS = 8 };
-void sl_plan_ws_sizes(const sl_opt_config *c, int max_seq, int max_rows, int micro, bool act_host,
+void sl_plan_ws_sizes(const sl_model_config *c, int max_seq, int max_rows, int micro, bool act_host,
 		      size_t sizes[SL_WS_BUFFERS]);
-size_t sl_plan_ws_bytes(const sl_opt_config *c, int max_seq, int max_rows, int micro, bool act_host);
+size_t sl_plan_ws_bytes(const sl_model_config *c, int max_seq, int max_rows, int micro, bool act_host);
 /* Rows of one micro-batch's buffers. */
 int sl_plan_group_rows(int micro, int max_seq, int max_rows);
 

@@ -24,7 +24,7 @@
 #define C_STEP 25
 
 typedef struct search {
-	const sl_opt_config *c;
+	const sl_model_config *c;
 	const sl_profile *prof;
 	const sl_search_params *sp;
 	bool dev_is_host;
@@ -215,7 +215,7 @@ static const int batch_sizes[] = { 1,   2,   3,   4,   6,    8,    12,   16,   2
 				   1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384 };
 static const int micro_counts[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64 };
 
-int sl_search(const sl_opt_config *c, const sl_profile *prof, const sl_search_params *sp,
+int sl_search(const sl_model_config *c, const sl_profile *prof, const sl_search_params *sp,
 	      sl_choice *best, int nbest_cap, int *nbest, long *evaluated)
 {
 	*nbest = 0;
@@ -283,7 +283,7 @@ int sl_search(const sl_opt_config *c, const sl_profile *prof, const sl_search_pa
 		      sp->disk ? " or disk" : " (and no --offload-dir for the disk)");
 }
 
-int sl_search_evaluate(const sl_opt_config *c, const sl_profile *prof, const sl_search_params *sp,
+int sl_search_evaluate(const sl_model_config *c, const sl_profile *prof, const sl_search_params *sp,
 		       const sl_policy *pol, sl_choice *out, int *fit)
 {
 	memset(out, 0, sizeof *out);

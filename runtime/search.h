@@ -59,7 +59,7 @@ typedef struct sl_choice {
  * budgets as given), SL_ERANGE for a workload beyond the model's
  * positions.
  */
-int sl_search(const sl_opt_config *c, const sl_profile *prof, const sl_search_params *sp,
+int sl_search(const sl_model_config *c, const sl_profile *prof, const sl_search_params *sp,
 	      sl_choice *best, int nbest_cap, int *nbest, long *evaluated);
 
 /*
@@ -68,7 +68,7 @@ int sl_search(const sl_opt_config *c, const sl_profile *prof, const sl_search_pa
  * the sl_cost_fits verdict against sp's budgets (whose message says which
  * tier and by how much).  Errors as sl_plan_make.
  */
-int sl_search_evaluate(const sl_opt_config *c, const sl_profile *prof, const sl_search_params *sp,
+int sl_search_evaluate(const sl_model_config *c, const sl_profile *prof, const sl_search_params *sp,
 		       const sl_policy *pol, sl_choice *out, int *fit);
 
 /* The run plan parameters a policy gives for a workload of its block. */

@@ -1,9 +1,11 @@
 /*
- * weights.c - placing an OPT model's tensors in device memory.
+ * weights.c - placing a model's tensors in device memory.
  *
- * One table describes every tensor (its Hugging Face name, its shape as a
- * function of the config, where its pointer goes), and both the checkpoint
- * loader and the dummy generator walk it, so the two cannot disagree.
+ * One table per family describes every tensor (its Hugging Face name, its
+ * shape as a function of the config, where its pointer goes), and both the
+ * checkpoint loader and the dummy generator walk it, so the two cannot
+ * disagree.  OPT's table and the LLaMA family's (Llama and Mistral; Qwen2's
+ * adds the q/k/v biases) feed the same placement, units and staging.
  * Each decoder layer is one device allocation (the unit later offloading
  * moves); the embeddings, positions, projections and final norm are another.
  */
@@ -15,16 +17,18 @@
 #include <stddef.h>
 #include <string.h>
 
-enum dim { D_NONE, D_H, D_F, D_E, D_V, D_P };
+/* D_Q: the query and attention output width (n_head x head_dim); D_KV:
+ * the key and value width (n_kv_head x head_dim) */
+enum dim { D_NONE, D_H, D_F, D_E, D_V, D_P, D_Q, D_KV };
 
 typedef struct tdesc {
-	const char *name; /* after "decoder." (global) or "decoder.layers.N." */
+	const char *name; /* after the family's prefix (global) or its "layers.N." */
 	enum dim rows, cols; /* cols D_NONE: a vector of rows elements */
 	size_t off;       /* offset of the sl_half * in its struct */
 	int kind;         /* 0 matrix, 1 bias, 2 norm gain, 3 norm bias, 4 embedding */
 } tdesc;
 
-#define L(f) offsetof(sl_opt_layer_w, f)
+#define L(f) offsetof(sl_layer_w, f)
 static const tdesc layer_tensors[] = {
 	{ "self_attn.q_proj.weight", D_H, D_H, L(q_w), 0 },
 	{ "self_attn.q_proj.bias", D_H, D_NONE, L(q_b), 1 },
@@ -43,20 +47,59 @@ static const tdesc layer_tensors[] = {
 	{ "final_layer_norm.weight", D_H, D_NONE, L(ln2_g), 2 },
 	{ "final_layer_norm.bias", D_H, D_NONE, L(ln2_b), 3 },
 };
+
+/* Llama and Mistral: no biases, RMSNorm gains only, the SwiGLU MLP.
+ * Qwen2's table is the same with q/k/v biases. */
+static const tdesc llama_tensors[] = {
+	{ "self_attn.q_proj.weight", D_Q, D_H, L(q_w), 0 },
+	{ "self_attn.k_proj.weight", D_KV, D_H, L(k_w), 0 },
+	{ "self_attn.v_proj.weight", D_KV, D_H, L(v_w), 0 },
+	{ "self_attn.o_proj.weight", D_H, D_Q, L(o_w), 0 },
+	{ "input_layernorm.weight", D_H, D_NONE, L(ln1_g), 2 },
+	{ "mlp.gate_proj.weight", D_F, D_H, L(gate_w), 0 },
+	{ "mlp.up_proj.weight", D_F, D_H, L(up_w), 0 },
+	{ "mlp.down_proj.weight", D_H, D_F, L(down_w), 0 },
+	{ "post_attention_layernorm.weight", D_H, D_NONE, L(ln2_g), 2 },
+};
+static const tdesc qwen2_tensors[] = {
+	{ "self_attn.q_proj.weight", D_Q, D_H, L(q_w), 0 },
+	{ "self_attn.q_proj.bias", D_Q, D_NONE, L(q_b), 1 },
+	{ "self_attn.k_proj.weight", D_KV, D_H, L(k_w), 0 },
+	{ "self_attn.k_proj.bias", D_KV, D_NONE, L(k_b), 1 },
+	{ "self_attn.v_proj.weight", D_KV, D_H, L(v_w), 0 },
+	{ "self_attn.v_proj.bias", D_KV, D_NONE, L(v_b), 1 },
+	{ "self_attn.o_proj.weight", D_H, D_Q, L(o_w), 0 },
+	{ "input_layernorm.weight", D_H, D_NONE, L(ln1_g), 2 },
+	{ "mlp.gate_proj.weight", D_F, D_H, L(gate_w), 0 },
+	{ "mlp.up_proj.weight", D_F, D_H, L(up_w), 0 },
+	{ "mlp.down_proj.weight", D_H, D_F, L(down_w), 0 },
+	{ "post_attention_layernorm.weight", D_H, D_NONE, L(ln2_g), 2 },
+};
 #undef L
 
-/* The tensors of each unit (enum sl_unit): [first, end) of layer_tensors;
- * the attention half is everything before fc1. */
-#define ATTN_TENSORS 10
-static const int unit_first[3] = { 0, ATTN_TENSORS, 0 };
-static const int unit_end[3] = { ATTN_TENSORS, SL_LAYER_TENSORS, SL_LAYER_TENSORS };
+/* A family's layer table: n tensors, the first attn of them the attention
+ * half (everything before the MLP: fc1, or gate_proj). */
+typedef struct table {
+	const tdesc *t;
+	int n, attn;
+} table;
 
-#define G(f) offsetof(sl_opt_weights, f)
+static table layer_table(const sl_model_config *c)
+{
+	if (c->family == SL_FAMILY_OPT)
+		return (table){ layer_tensors, (int)SL_ARRAY_LEN(layer_tensors), 10 };
+	if (c->llama.qkv_bias)
+		return (table){ qwen2_tensors, (int)SL_ARRAY_LEN(qwen2_tensors), 8 };
+	return (table){ llama_tensors, (int)SL_ARRAY_LEN(llama_tensors), 5 };
+}
+
+#define G(f) offsetof(sl_model_weights, f)
 enum { G_PROJ = 1, G_FINAL = 2 }; /* conditions */
-static const struct {
+typedef struct gdesc {
 	tdesc d;
 	int cond;
-} global_tensors[] = {
+} gdesc;
+static const gdesc global_tensors[] = {
 	{ { "embed_tokens.weight", D_V, D_E, G(embed_tokens), 4 }, 0 },
 	{ { "embed_positions.weight", D_P, D_H, G(embed_pos), 4 }, 0 },
 	{ { "project_in.weight", D_H, D_E, G(project_in), 0 }, G_PROJ },
@@ -64,9 +107,31 @@ static const struct {
 	{ { "final_layer_norm.weight", D_H, D_NONE, G(final_ln_g), 2 }, G_FINAL },
 	{ { "final_layer_norm.bias", D_H, D_NONE, G(final_ln_b), 3 }, G_FINAL },
 };
+static const gdesc llama_globals[] = {
+	{ { "embed_tokens.weight", D_V, D_H, G(embed_tokens), 4 }, 0 },
+	{ { "norm.weight", D_H, D_NONE, G(final_ln_g), 2 }, 0 },
+};
 #undef G
 
-static int64_t dim_value(const sl_opt_config *c, enum dim d)
+static const gdesc *global_table(const sl_model_config *c, size_t *n)
+{
+	if (c->family == SL_FAMILY_OPT) {
+		*n = SL_ARRAY_LEN(global_tensors);
+		return global_tensors;
+	}
+	*n = SL_ARRAY_LEN(llama_globals);
+	return llama_globals;
+}
+
+/* The LM head is a tensor of its own: OPT's checkpoints tie it (a stored
+ * copy equal to the embeddings is taken as tied), the LLaMA family's
+ * configs say (tie_word_embeddings). */
+static bool head_stored(const sl_model_config *c)
+{
+	return c->family == SL_FAMILY_LLAMA && !c->llama.tied;
+}
+
+static int64_t dim_value(const sl_model_config *c, enum dim d)
 {
 	switch (d) {
 	case D_H: return c->hidden;
@@ -74,11 +139,13 @@ static int64_t dim_value(const sl_opt_config *c, enum dim d)
 	case D_E: return c->embed_dim;
 	case D_V: return c->vocab;
 	case D_P: return (int64_t)c->max_pos + SL_OPT_POS_OFFSET;
+	case D_Q: return (int64_t)c->n_head * c->head_dim;
+	case D_KV: return (int64_t)c->n_kv_head * c->head_dim;
 	default: return 1;
 	}
 }
 
-static size_t tensor_elems(const sl_opt_config *c, const tdesc *d)
+static size_t tensor_elems(const sl_model_config *c, const tdesc *d)
 {
 	return (size_t)dim_value(c, d->rows) * (size_t)dim_value(c, d->cols);
 }
@@ -88,12 +155,12 @@ static size_t align64(size_t n)
 	return (n + 63) & ~(size_t)63;
 }
 
-static bool global_present(const sl_opt_config *c, int cond)
+static bool global_present(const sl_model_config *c, int cond)
 {
 	if (cond == G_PROJ)
 		return c->embed_dim != c->hidden;
 	if (cond == G_FINAL)
-		return c->final_ln;
+		return c->opt.final_ln;
 	return true;
 }
 
@@ -108,7 +175,7 @@ typedef struct source {
  * activations stay finite; norms are 1 and 0, like a fresh model.  Element
  * i of a tensor comes from its block of 4 (i / 4), so any range [first,
  * first + n) is filled with the values the whole tensor has there. */
-static void fill_dummy(const sl_opt_config *c, const tdesc *d, uint64_t id, size_t first, sl_half *dst,
+static void fill_dummy(const sl_model_config *c, const tdesc *d, uint64_t id, size_t first, sl_half *dst,
 		       size_t n)
 {
 	if (d->kind == 2 || d->kind == 3) {
@@ -216,12 +283,20 @@ static int unrepresentable(const sl_st_tensor *t, size_t i)
 		      t->name, isnan(f) ? "NaN" : f > 0 ? "inf" : "-inf", at);
 }
 
-static const sl_st_tensor *lookup(const sl_st_set *st, const char *name, char *tried, size_t tn)
+/* A tensor by its name after the family's prefix: OPT's with or without
+ * "model." and "decoder."; the LLaMA family's under "model." (the head
+ * outside it). */
+static const sl_st_tensor *lookup(const sl_model_config *c, const sl_st_set *st, const char *name,
+				  char *tried, size_t tn)
 {
-	static const char *const prefixes[] = { "model.decoder.", "decoder.", "model.", "" };
+	static const char *const opt_prefixes[] = { "model.decoder.", "decoder.", "model.", "" };
+	static const char *const llama_prefixes[] = { "model.", "" };
+	const bool opt = c->family == SL_FAMILY_OPT;
+	const char *const *prefixes = opt ? opt_prefixes : llama_prefixes;
+	const size_t np = opt ? SL_ARRAY_LEN(opt_prefixes) : SL_ARRAY_LEN(llama_prefixes);
 	char full[256];
 	tried[0] = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(prefixes); i++) {
+	for (size_t i = 0; i < np; i++) {
 		snprintf(full, sizeof full, "%s%s", prefixes[i], name);
 		const sl_st_tensor *t = sl_st_find(st, full);
 		if (t)
@@ -236,7 +311,7 @@ static const sl_st_tensor *lookup(const sl_st_set *st, const char *name, char *t
 
 /* Fill elements [first, first + n) of one tensor's fp16 values into host
  * memory. */
-static int fill_tensor(const sl_opt_config *c, const source *src, const tdesc *d,
+static int fill_tensor(const sl_model_config *c, const source *src, const tdesc *d,
 		       const char *name, uint64_t id, size_t first, size_t n, sl_half *dst)
 {
 	if (!src->st) {
@@ -244,7 +319,7 @@ static int fill_tensor(const sl_opt_config *c, const source *src, const tdesc *d
 		return 0;
 	}
 	char tried[600];
-	const sl_st_tensor *t = lookup(src->st, name, tried, sizeof tried);
+	const sl_st_tensor *t = lookup(c, src->st, name, tried, sizeof tried);
 	if (!t)
 		return sl_err(SL_ENOTFOUND, "%s: tensor %s is missing", src->dir, tried);
 	const int64_t r = dim_value(c, d->rows), k = dim_value(c, d->cols);
@@ -277,11 +352,12 @@ static size_t align4k(size_t n)
 	return (n + 4095) & ~(size_t)4095;
 }
 
-size_t sl_weights_layer_bytes(const sl_opt_config *c)
+size_t sl_weights_layer_bytes(const sl_model_config *c)
 {
+	const table tb = layer_table(c);
 	size_t n = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++)
-		n += align64(tensor_elems(c, &layer_tensors[i]) * 2);
+	for (int i = 0; i < tb.n; i++)
+		n += align64(tensor_elems(c, &tb.t[i]) * 2);
 	return n;
 }
 
@@ -290,23 +366,27 @@ size_t sl_weights_layer_bytes(const sl_opt_config *c)
  * are one range of its tier's home; the MLP half's disk tensors start on
  * a page, so either half is one O_DIRECT read (the layout does not depend
  * on how the weights are streamed). */
-static void place_layer(const sl_opt_config *c, const sl_weight_place *p, sl_opt_weights *w)
+static void place_layer(const sl_model_config *c, const sl_weight_place *p, sl_model_weights *w)
 {
 	memset(w->unit, 0, sizeof w->unit);
 	double gpu = p ? p->gpu_percent : 100.0, cpu = p ? p->cpu_percent : 0.0;
 	double disk = 100.0 - gpu - cpu;
+	const table tb = layer_table(c);
+	w->tensors = tb.t;
+	w->ntensors = tb.n;
+	w->nattn = tb.attn;
 	size_t total = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++)
-		total += tensor_elems(c, &layer_tensors[i]) * 2;
+	for (int i = 0; i < tb.n; i++)
+		total += tensor_elems(c, &tb.t[i]) * 2;
 	size_t cum = 0;
 	w->dev_bytes = w->host_bytes = w->disk_bytes = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++) {
-		size_t nb = tensor_elems(c, &layer_tensors[i]) * 2;
+	for (int i = 0; i < tb.n; i++) {
+		size_t nb = tensor_elems(c, &tb.t[i]) * 2;
 		double mid = 100.0 * ((double)cum + nb / 2.0) / (double)total;
 		cum += nb;
 		enum sl_tier t = mid < disk ? SL_TIER_DISK : mid < disk + cpu ? SL_TIER_HOST : SL_TIER_DEVICE;
 		w->tier[i] = (unsigned char)t;
-		if (i == ATTN_TENSORS) { /* the MLP half begins */
+		if (i == tb.attn) { /* the MLP half begins */
 			w->unit[SL_UNIT_MLP].host_off = w->host_bytes;
 			w->disk_bytes = align4k(w->disk_bytes);
 			w->unit[SL_UNIT_MLP].disk_off = w->disk_bytes;
@@ -335,18 +415,21 @@ static void place_layer(const sl_opt_config *c, const sl_weight_place *p, sl_opt
 	w->streamed = w->host_bytes + w->disk_bytes > 0;
 }
 
-size_t sl_weights_global_bytes(const sl_opt_config *c)
+size_t sl_weights_global_bytes(const sl_model_config *c)
 {
-	size_t n = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++)
-		if (global_present(c, global_tensors[i].cond))
-			n += align64(tensor_elems(c, &global_tensors[i].d) * 2);
+	size_t ng, n = 0;
+	const gdesc *g = global_table(c, &ng);
+	for (size_t i = 0; i < ng; i++)
+		if (global_present(c, g[i].cond))
+			n += align64(tensor_elems(c, &g[i].d) * 2);
+	if (head_stored(c))
+		n += align64((size_t)c->vocab * c->embed_dim * 2);
 	return n;
 }
 
-size_t sl_weights_device_bytes(const sl_opt_config *c, const sl_weight_place *p)
+size_t sl_weights_device_bytes(const sl_model_config *c, const sl_weight_place *p)
 {
-	sl_opt_weights tmp;
+	sl_model_weights tmp;
 	place_layer(c, p, &tmp);
 	size_t n = sl_weights_global_bytes(c) + (size_t)c->n_layer * tmp.dev_bytes;
 	for (int k = 0; k < 2 && tmp.streamed; k++) {
@@ -357,10 +440,10 @@ size_t sl_weights_device_bytes(const sl_opt_config *c, const sl_weight_place *p)
 	return n;
 }
 
-void sl_weights_layer_split(const sl_opt_config *c, double gpu_percent, double cpu_percent,
+void sl_weights_layer_split(const sl_model_config *c, double gpu_percent, double cpu_percent,
 			    size_t *dev, size_t *host, size_t *disk)
 {
-	sl_opt_weights tmp;
+	sl_model_weights tmp;
 	sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent };
 	place_layer(c, &p, &tmp);
 	*dev = tmp.dev_bytes;
@@ -368,9 +451,9 @@ void sl_weights_layer_split(const sl_opt_config *c, double gpu_percent, double c
 	*disk = tmp.disk_bytes;
 }
 
-size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent)
+size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent)
 {
-	sl_opt_weights tmp;
+	sl_model_weights tmp;
 	sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent };
 	place_layer(c, &p, &tmp);
 	return tmp.disk_bytes;
@@ -378,18 +461,22 @@ size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double 
 
 /* Pointers of layer l's tensors: home for device ones, the slot holding
  * unit u for the unit's other ones (NULL: none), NULL for the rest. */
-static void layer_view(const sl_opt_weights *w, const sl_opt_layer_w *lw, void *slot, int u,
-		       sl_opt_layer_w *view)
+static void layer_view(const sl_model_weights *w, const sl_layer_w *lw, void *slot, int u,
+		       sl_layer_w *view)
 {
 	*view = *lw;
-	for (int i = 0; i < SL_LAYER_TENSORS; i++) {
-		const bool in = slot && i >= unit_first[u] && i < unit_end[u];
+	const tdesc *tt = w->tensors;
+	/* the unit's tensors: [first, end) of the table */
+	const int first = u == SL_UNIT_MLP ? w->nattn : 0;
+	const int end = u == SL_UNIT_ATTN ? w->nattn : w->ntensors;
+	for (int i = 0; i < w->ntensors; i++) {
+		const bool in = slot && i >= first && i < end;
 		const sl_wstage_unit *x = &w->unit[u];
 		char *base = w->tier[i] == SL_TIER_DEVICE ? (char *)lw->block.p + w->home_off[i]
 			     : !in ? NULL
 			     : w->tier[i] == SL_TIER_HOST ? (char *)slot + (w->home_off[i] - x->host_off)
 			     : (char *)slot + x->stage_disk + (w->home_off[i] - x->disk_off);
-		*(sl_half **)((char *)view + layer_tensors[i].off) = (sl_half *)base;
+		*(sl_half **)((char *)view + tt[i].off) = (sl_half *)base;
 	}
 }
 
@@ -406,14 +493,16 @@ static void layer_view(const sl_opt_weights *w, const sl_opt_layer_w *lw, void *
  */
 #define CONV_PIECE ((size_t)4 << 20)
 
-static size_t conv_piece(const sl_opt_config *c, size_t disk_bytes)
+static size_t conv_piece(const sl_model_config *c, size_t disk_bytes)
 {
-	size_t need = disk_bytes;
-	for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors); i++)
-		need = SL_MAX(need, tensor_elems(c, &layer_tensors[i]) * 2);
-	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++)
-		if (global_present(c, global_tensors[i].cond))
-			need = SL_MAX(need, tensor_elems(c, &global_tensors[i].d) * 2);
+	size_t need = disk_bytes, ng;
+	const table tb = layer_table(c);
+	for (int i = 0; i < tb.n; i++)
+		need = SL_MAX(need, tensor_elems(c, &tb.t[i]) * 2);
+	const gdesc *g = global_table(c, &ng);
+	for (size_t i = 0; i < ng; i++)
+		if (global_present(c, g[i].cond))
+			need = SL_MAX(need, tensor_elems(c, &g[i].d) * 2);
 	need = SL_MAX(need, (size_t)c->vocab * c->embed_dim * 2); /* a stored head */
 	size_t piece = CONV_PIECE;
 	const char *e = getenv("SLUICE_CONVERT_PIECE");
@@ -422,15 +511,15 @@ static size_t conv_piece(const sl_opt_config *c, size_t disk_bytes)
 	return align4k(SL_MIN(piece, need));
 }
 
-size_t sl_weights_convert_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent)
+size_t sl_weights_convert_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent)
 {
 	return 2 * conv_piece(c, sl_weights_disk_bytes(c, gpu_percent, cpu_percent));
 }
 
-void sl_weights_host_bytes(const sl_opt_config *c, const sl_weight_place *p, bool dev_is_host,
+void sl_weights_host_bytes(const sl_model_config *c, const sl_weight_place *p, bool dev_is_host,
 			   size_t *resident, size_t *loading)
 {
-	sl_opt_weights tmp;
+	sl_model_weights tmp;
 	place_layer(c, p, &tmp);
 	const size_t homes = (size_t)c->n_layer * tmp.host_bytes;
 	size_t bounce = 0;
@@ -446,7 +535,7 @@ void sl_weights_host_bytes(const sl_opt_config *c, const sl_weight_place *p, boo
 typedef struct conv {
 	sl_backend *b;
 	sl_queue *q;
-	const sl_opt_config *c;
+	const sl_model_config *c;
 	const source *src;
 	unsigned char *buf[2];
 	size_t piece;
@@ -515,17 +604,17 @@ static int conv_device(conv *v, const tdesc *d, const char *name, uint64_t id, v
 
 /* The layer tensors of layer l that live on disk, at their offsets in the
  * layer's segment of bytes, written a window of one piece at a time. */
-static int conv_disk_segment(conv *v, const sl_opt_weights *w, int l, uint64_t seg_off)
+static int conv_disk_segment(conv *v, const sl_model_weights *w, int l, uint64_t seg_off)
 {
 	for (size_t off = 0; off < w->disk_bytes; off += v->piece) {
 		const size_t len = SL_MIN(v->piece, w->disk_bytes - off);
 		unsigned char *buf;
 		SL_TRY(conv_take(v, &buf));
 		memset(buf, 0, len);
-		for (int i = 0; i < SL_LAYER_TENSORS; i++) {
+		for (int i = 0; i < w->ntensors; i++) {
 			if (w->tier[i] != SL_TIER_DISK)
 				continue;
-			const tdesc *d = &layer_tensors[i];
+			const tdesc *d = &((const tdesc *)w->tensors)[i];
 			const size_t a = w->home_off[i], e = a + tensor_elems(v->c, d) * 2;
 			const size_t lo = SL_MAX(a, off), hi = SL_MIN(e, off + len);
 			if (lo >= hi)
@@ -559,23 +648,26 @@ static int conv_head_tied(conv *v, const tdesc *emb, const tdesc *hd, bool *tied
 
 /* The embeddings, positions, projections, final norm and (untied) head:
  * one device block. */
-static int load_globals(conv *v, const sl_st_tensor *head, sl_opt_weights *w)
+static int load_globals(conv *v, const sl_st_tensor *head, sl_model_weights *w)
 {
-	const sl_opt_config *c = v->c;
-	size_t off = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++)
-		if (global_present(c, global_tensors[i].cond))
-			off += align64(tensor_elems(c, &global_tensors[i].d) * 2);
+	const sl_model_config *c = v->c;
+	size_t off = 0, ng;
+	const gdesc *g = global_table(c, &ng);
+	for (size_t i = 0; i < ng; i++)
+		if (global_present(c, g[i].cond))
+			off += align64(tensor_elems(c, &g[i].d) * 2);
 	const tdesc hd = { "lm_head.weight", D_V, D_E, 0, 0 };
 	bool tied = true;
-	if (head)
-		SL_TRY(conv_head_tied(v, &global_tensors[0].d, &hd, &tied));
+	if (c->family == SL_FAMILY_LLAMA)
+		tied = c->llama.tied; /* a stored head of a tied config is not read, as in transformers */
+	else if (head)
+		SL_TRY(conv_head_tied(v, &g[0].d, &hd, &tied));
 	SL_TRY(sl_buf_alloc(v->b, SL_MEM_DEVICE, off + (tied ? 0 : align64(tensor_elems(c, &hd) * 2)),
 			    "embeddings and final layers", &w->block));
 	off = 0;
-	for (size_t i = 0; i < SL_ARRAY_LEN(global_tensors); i++) {
-		const tdesc *d = &global_tensors[i].d;
-		if (!global_present(c, global_tensors[i].cond))
+	for (size_t i = 0; i < ng; i++) {
+		const tdesc *d = &g[i].d;
+		if (!global_present(c, g[i].cond))
 			continue;
 		sl_half **slot = (sl_half **)((char *)w + d->off);
 		*slot = (sl_half *)((char *)w->block.p + off);
@@ -592,7 +684,7 @@ static int load_globals(conv *v, const sl_st_tensor *head, sl_opt_weights *w)
 
 /* The staging engine for the streamed tensors: the units' ranges and the
  * layers' homes. */
-static int create_stage(sl_backend *b, const sl_weight_place *place, sl_opt_weights *w)
+static int create_stage(sl_backend *b, const sl_weight_place *place, sl_model_weights *w)
 {
 	sl_wstage_home *home = malloc((size_t)w->n_layer * sizeof *home);
 	if (!home)
@@ -609,8 +701,8 @@ static int create_stage(sl_backend *b, const sl_weight_place *place, sl_opt_weig
 
 /* store_only: write the disk share into the store and nothing else (no
  * device or host memory but the conversion buffers). */
-static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const source *src,
-		    const sl_weight_place *place, bool store_only, sl_opt_weights *w)
+static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const source *src,
+		    const sl_weight_place *place, bool store_only, sl_model_weights *w)
 {
 	memset(w, 0, sizeof *w);
 	w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
@@ -647,7 +739,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 
 	/* decoder layers: each tensor converted once, straight to its tier */
 	for (int l = 0; l < c->n_layer && !rc; l++) {
-		sl_opt_layer_w *lw = &w->layers[l];
+		sl_layer_w *lw = &w->layers[l];
 		lw->disk_off = (uint64_t)l * w->disk_bytes;
 		char what[64];
 		snprintf(what, sizeof what, "weights of layer %d", l);
@@ -657,8 +749,8 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 		if (!store_only && w->host_bytes &&
 		    (rc = sl_buf_alloc(b, SL_MEM_HOST, w->host_bytes, what, &lw->host)) < 0)
 			break;
-		for (size_t i = 0; i < SL_ARRAY_LEN(layer_tensors) && !rc && !store_only; i++) {
-			const tdesc *d = &layer_tensors[i];
+		for (int i = 0; i < w->ntensors && !rc && !store_only; i++) {
+			const tdesc *d = &((const tdesc *)w->tensors)[i];
 			const uint64_t id = (uint64_t)l * 64 + i;
 			char name[160];
 			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
@@ -694,8 +786,8 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_opt_config *c, const so
 	return 0;
 }
 
-int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l, int u,
-		       sl_opt_layer_w *view)
+int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_model_weights *w, int l, int u,
+		       sl_layer_w *view)
 {
 	if (!w->streamed) {
 		*view = w->layers[l];
@@ -707,39 +799,39 @@ int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int 
 	return 0;
 }
 
-int sl_weights_release(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l, int u)
+int sl_weights_release(sl_backend *b, sl_queue *compute, sl_model_weights *w, int l, int u)
 {
 	if (!w->streamed)
 		return 0;
 	return sl_wstage_release(w->stage, compute, l, u);
 }
 
-int sl_weights_load(sl_backend *b, sl_queue *q, const sl_opt_config *c, const sl_st_set *st,
-		    const char *dir, const sl_weight_place *place, sl_opt_weights *w)
+int sl_weights_load(sl_backend *b, sl_queue *q, const sl_model_config *c, const sl_st_set *st,
+		    const char *dir, const sl_weight_place *place, sl_model_weights *w)
 {
 	source src = { .st = st, .dir = dir };
 	return load_all(b, q, c, &src, place, false, w);
 }
 
-int sl_weights_dummy(sl_backend *b, sl_queue *q, const sl_opt_config *c, uint64_t seed,
-		     const sl_weight_place *place, sl_opt_weights *w)
+int sl_weights_dummy(sl_backend *b, sl_queue *q, const sl_model_config *c, uint64_t seed,
+		     const sl_weight_place *place, sl_model_weights *w)
 {
 	source src = { .seed = seed + 1 };
 	return load_all(b, q, c, &src, place, false, w);
 }
 
-int sl_weights_write_store(sl_backend *b, const sl_opt_config *c, const sl_st_set *st, const char *dir,
+int sl_weights_write_store(sl_backend *b, const sl_model_config *c, const sl_st_set *st, const char *dir,
 			   uint64_t seed, const sl_weight_place *place)
 {
 	source src = { .st = st, .dir = dir, .seed = st ? 0 : seed + 1 };
-	sl_opt_weights w;
+	sl_model_weights w;
 	int rc = load_all(b, NULL, c, &src, place, true, &w);
 	if (rc == 0)
 		sl_weights_free(b, &w);
 	return rc;
 }
 
-void sl_weights_free(sl_backend *b, sl_opt_weights *w)
+void sl_weights_free(sl_backend *b, sl_model_weights *w)
 {
 	if (!w)
 		return;

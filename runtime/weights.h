@@ -1,8 +1,13 @@
 /*
- * weights.h - an OPT model's weights in a backend's device memory (fp16):
- * loaded from safetensors (fp32/fp16/bf16, one file or sharded, with or
- * without the "model." prefix, tied or stored LM head) or made up
- * deterministically (--dummy) without reading a file.  Where each tensor
+ * weights.h - a model's weights (OPT, or the LLaMA family: Llama, Mistral,
+ * Qwen2) in a backend's device memory (fp16): loaded from safetensors
+ * (fp32/fp16/bf16, one file or sharded, with or without the "model."
+ * prefix, tied or stored LM head) or made up deterministically (--dummy)
+ * without reading a file.  fp32 and bf16 values are rounded to fp16 to
+ * nearest, ties to even (sl_float_to_half); a bf16 value in fp16's normal
+ * range (2^-14 to 65504 in magnitude) converts exactly, as bf16 has fewer
+ * mantissa bits, so only values under 2^-14 lose bits (rounded to fp16's
+ * subnormals) and a value beyond 65504 is refused naming the tensor.  Where each tensor
  * lives is decided here (FlexGen's rule); moving the streamed ones onto
  * the device is offload/wstage.h's.
  */
@@ -11,21 +16,26 @@
 
 #include "backend.h"
 #include "disk_store.h"
-#include "opt_config.h"
+#include "model_config.h"
 #include "safetensors.h"
 #include "wstage.h" /* the staging engine; enum sl_unit, sl_weight_stats */
 
-typedef struct sl_opt_layer_w {
-	sl_half *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b; /* (h, h), (h) */
-	sl_half *ln1_g, *ln1_b;                                 /* self_attn_layer_norm */
-	sl_half *fc1_w, *fc1_b;                                 /* (f, h), (f) */
-	sl_half *fc2_w, *fc2_b;                                 /* (h, f), (h) */
-	sl_half *ln2_g, *ln2_b;                                 /* the layer's final_layer_norm */
-	/* (owned by sl_opt_weights.layers; a view copies them, never frees) */
+/* One decoder layer's tensors; those its family lacks are NULL. */
+typedef struct sl_layer_w {
+	/* q (q_dim, h), k and v (kv_dim, h), o (h, q_dim) (OPT: all (h, h));
+	 * biases: OPT's all four, Qwen2's q, k, v, the others' none */
+	sl_half *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
+	sl_half *ln1_g, *ln1_b; /* self_attn_layer_norm; LLaMA: input_layernorm (gain only) */
+	sl_half *fc1_w, *fc1_b; /* OPT: (f, h), (f) */
+	sl_half *fc2_w, *fc2_b; /* OPT: (h, f), (h) */
+	sl_half *gate_w, *up_w; /* LLaMA: (f, h) */
+	sl_half *down_w;        /* LLaMA: (h, f) */
+	sl_half *ln2_g, *ln2_b; /* the layer's final_layer_norm; LLaMA: post_attention_layernorm */
+	/* (owned by sl_model_weights.layers; a view copies them, never frees) */
 	sl_buf block;      /* device home: the tensors placed on the device */
 	sl_buf host;       /* pinned home: the tensors placed on the host */
 	uint64_t disk_off; /* disk home: offset of the layer's segment in the store */
-} sl_opt_layer_w;
+} sl_layer_w;
 
 enum sl_tier { SL_TIER_DEVICE, SL_TIER_HOST, SL_TIER_DISK };
 
@@ -46,18 +56,22 @@ typedef struct sl_weight_place {
 
 #define SL_LAYER_TENSORS 16
 
-typedef struct sl_opt_weights {
+typedef struct sl_model_weights {
 	sl_half *embed_tokens;   /* (vocab, e) */
 	sl_half *embed_pos;      /* (max_pos + 2, h) */
 	sl_half *project_in;     /* (h, e) or NULL */
 	sl_half *project_out;    /* (e, h) or NULL */
-	sl_half *final_ln_g, *final_ln_b; /* (h) or NULL */
+	sl_half *final_ln_g, *final_ln_b; /* (h) or NULL (LLaMA: norm, a gain) */
 	sl_half *lm_head;        /* (vocab, e): embed_tokens when tied */
 	sl_buf block;            /* device: the tensors above */
-	sl_opt_layer_w *layers;  /* n_layer */
+	sl_layer_w *layers;  /* n_layer */
 	int n_layer;
 	size_t bytes;            /* the weights' bytes, all tiers */
 
+	/* the family's table of layer tensors (weights.c's): ntensors of
+	 * them, the first nattn the attention half */
+	const void *tensors;
+	int ntensors, nattn;
 	/* placement, the same for every layer */
 	unsigned char tier[SL_LAYER_TENSORS];
 	size_t home_off[SL_LAYER_TENSORS];  /* offset in its tier's layer block */
@@ -72,45 +86,45 @@ typedef struct sl_opt_weights {
 	sl_disk_store *disk;
 	sl_wstage *stage;       /* brings the streamed tensors in (when streamed) */
 	sl_weight_stats stats;  /* the engine's loads and the store's writes */
-} sl_opt_weights;
+} sl_model_weights;
 
 /* Load from an open checkpoint; dir names it in messages.  place may be
  * NULL: everything on the device. */
-int sl_weights_load(sl_backend *b, sl_queue *q, const sl_opt_config *c, const sl_st_set *st,
-		    const char *dir, const sl_weight_place *place, sl_opt_weights *w);
+int sl_weights_load(sl_backend *b, sl_queue *q, const sl_model_config *c, const sl_st_set *st,
+		    const char *dir, const sl_weight_place *place, sl_model_weights *w);
 
 /* Deterministic pseudo-random weights of the right shapes (same seed, same
  * weights, whatever the thread count). */
-int sl_weights_dummy(sl_backend *b, sl_queue *q, const sl_opt_config *c, uint64_t seed,
-		     const sl_weight_place *place, sl_opt_weights *w);
+int sl_weights_dummy(sl_backend *b, sl_queue *q, const sl_model_config *c, uint64_t seed,
+		     const sl_weight_place *place, sl_model_weights *w);
 
 /* Bytes of one decoder layer's weights, and the device bytes a placement
  * needs (homes plus two staging slots), for budgets and messages. */
-size_t sl_weights_layer_bytes(const sl_opt_config *c);
-/* The embeddings, positions, projections and final norm (always on the
- * device; a stored untied head adds vocab x embed halves). */
-size_t sl_weights_global_bytes(const sl_opt_config *c);
+size_t sl_weights_layer_bytes(const sl_model_config *c);
+/* The embeddings, positions, projections, final norm and (LLaMA family,
+ * untied) the head: always on the device. */
+size_t sl_weights_global_bytes(const sl_model_config *c);
 /* The device bytes of the weights under a placement: the globals (the
  * head tied, as every OPT checkpoint has it), the device tier of every
  * layer, and the two staging slots when some tensors are streamed. */
-size_t sl_weights_device_bytes(const sl_opt_config *c, const sl_weight_place *p);
+size_t sl_weights_device_bytes(const sl_model_config *c, const sl_weight_place *p);
 /* The pinned host bytes of the weights under a placement: *resident the
  * host tier and the disk bounce buffers (a backend whose device is not
  * the host), *loading the peak while they load (the host tier and the
  * conversion buffers, sl_weights_convert_bytes). */
-void sl_weights_host_bytes(const sl_opt_config *c, const sl_weight_place *p, bool dev_is_host,
+void sl_weights_host_bytes(const sl_model_config *c, const sl_weight_place *p, bool dev_is_host,
 			   size_t *resident, size_t *loading);
 /* One decoder layer's weight bytes in each tier under a placement (the
  * homes as laid out: tensors 64-byte aligned, the disk segment page
  * aligned): what a forward streams per layer from the host and the disk. */
-void sl_weights_layer_split(const sl_opt_config *c, double gpu_percent, double cpu_percent,
+void sl_weights_layer_split(const sl_model_config *c, double gpu_percent, double cpu_percent,
 			    size_t *dev, size_t *host, size_t *disk);
 /* The disk segment of one layer (page aligned) under a placement. */
-size_t sl_weights_disk_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent);
+size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent);
 /* The pinned host memory loading takes while it converts (two buffers of
  * at most 4 MiB each, whatever the model), freed when loading ends: it
  * counts against the host budget with everything else. */
-size_t sl_weights_convert_bytes(const sl_opt_config *c, double gpu_percent, double cpu_percent);
+size_t sl_weights_convert_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent);
 
 /*
  * Write the disk share of a checkpoint's (st, dir) or, with st NULL, the
@@ -118,7 +132,7 @@ size_t sl_weights_convert_bytes(const sl_opt_config *c, double gpu_percent, doub
  * loading nothing else: ahead of a job (sluice convert).  Does nothing when
  * place->disk_ready.
  */
-int sl_weights_write_store(sl_backend *b, const sl_opt_config *c, const sl_st_set *st, const char *dir,
+int sl_weights_write_store(sl_backend *b, const sl_model_config *c, const sl_st_set *st, const char *dir,
 			   uint64_t seed, const sl_weight_place *place);
 
 /*
@@ -131,10 +145,10 @@ int sl_weights_write_store(sl_backend *b, const sl_opt_config *c, const sl_st_se
  * halves are acquired by halves, the others whole.  compute is the queue
  * that will read them; release after the unit's work is issued there.
  */
-int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l, int u,
-		       sl_opt_layer_w *view);
-int sl_weights_release(sl_backend *b, sl_queue *compute, sl_opt_weights *w, int l, int u);
+int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_model_weights *w, int l, int u,
+		       sl_layer_w *view);
+int sl_weights_release(sl_backend *b, sl_queue *compute, sl_model_weights *w, int l, int u);
 
-void sl_weights_free(sl_backend *b, sl_opt_weights *w);
+void sl_weights_free(sl_backend *b, sl_model_weights *w);
 
 #endif

@@ -68,7 +68,7 @@ static void clean_name(const char *in, char *out, size_t n)
 		snprintf(out, n, "model");
 }
 
-int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_opt_config *c, double gpu_percent,
+int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config *c, double gpu_percent,
 		    double cpu_percent, char *name, size_t name_len, char *key, size_t key_len)
 {
 	char real[PATH_MAX], model[72], src_tag[24];
@@ -96,6 +96,18 @@ int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_opt_config *c
 				    c->n_layer, "heads", c->n_head, "hidden", c->hidden, "ffn", c->ffn, "vocab",
 				    c->vocab, "embed", c->embed_dim, "positions", c->max_pos, "source", src)
 			: NULL;
+	/* the LLaMA family's tensors differ by more than these sizes: its
+	 * type (Qwen2's biases), KV heads, head width and head; OPT's key stays
+	 * as it was, so its stores stay valid */
+	json_t *mo = k && c->family == SL_FAMILY_LLAMA ? json_object_get(k, "model") : NULL;
+	if (mo && (json_object_set_new(mo, "type", json_string(c->llama.model_type)) ||
+		   json_object_set_new(mo, "kv_heads", json_integer(c->n_kv_head)) ||
+		   json_object_set_new(mo, "head_dim", json_integer(c->head_dim)) ||
+		   json_object_set_new(mo, "qkv_bias", json_boolean(c->llama.qkv_bias)) ||
+		   json_object_set_new(mo, "tied", json_boolean(c->llama.tied)))) {
+		json_decref(k);
+		k = NULL;
+	}
 	char *text = k ? json_dumps(k, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII) : NULL;
 	json_decref(k);
 	if (!text)
@@ -179,17 +191,17 @@ static int key_now(json_t *k, char *key, size_t key_len, uint64_t *data_bytes)
 	const char *dummy = json_string_value(json_object_get(src, "dummy"));
 	const double gpu = json_number_value(json_object_get(pl, "gpu_percent"));
 	const double cpu = json_number_value(json_object_get(pl, "cpu_percent"));
-	sl_opt_config c;
+	sl_model_config c;
 	sl_st_set *st = NULL;
 	char name[SL_WSTORE_NAME_MAX];
 	int rc;
 	if (ckpt) {
 		char cfg[PATH_MAX + 16];
 		snprintf(cfg, sizeof cfg, "%s/config.json", ckpt);
-		if ((rc = sl_opt_config_load(cfg, &c)) < 0 || (rc = sl_st_open_dir(ckpt, &st)) < 0)
+		if ((rc = sl_model_config_load(cfg, &c)) < 0 || (rc = sl_st_open_dir(ckpt, &st)) < 0)
 			return rc;
 	} else if (dummy) {
-		SL_TRY(sl_opt_config_named(dummy, &c));
+		SL_TRY(sl_model_config_named(dummy, &c));
 	} else {
 		return sl_err(SL_EFORMAT, "no source in the key");
 	}
@@ -308,16 +320,16 @@ int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double
 		      bool *written)
 {
 	*written = false;
-	sl_opt_config c;
+	sl_model_config c;
 	sl_st_set *st = NULL;
 	sl_disk_store *ds = NULL;
 	int rc;
 	if (dir) {
 		char cfg[PATH_MAX + 16];
 		snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-		if ((rc = sl_opt_config_load(cfg, &c)) < 0 || (rc = sl_st_open_dir(dir, &st)) < 0)
+		if ((rc = sl_model_config_load(cfg, &c)) < 0 || (rc = sl_st_open_dir(dir, &st)) < 0)
 			goto out;
-	} else if ((rc = sl_opt_config_named(dummy, &c)) < 0) {
+	} else if ((rc = sl_model_config_named(dummy, &c)) < 0) {
 		return rc;
 	}
 	const uint64_t bytes = (uint64_t)c.n_layer * sl_weights_disk_bytes(&c, gpu_percent, cpu_percent);

@@ -20,7 +20,7 @@
 
 #include "backend.h"
 #include "disk_store.h"
-#include "opt_config.h"
+#include "model_config.h"
 #include "safetensors.h"
 
 #include <stdbool.h>
@@ -36,7 +36,7 @@
  * under a weight placement.  SL_ERANGE when the key would not fit a store
  * header (a checkpoint path of thousands of bytes).
  */
-int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_opt_config *c, double gpu_percent,
+int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config *c, double gpu_percent,
 		    double cpu_percent, char *name, size_t name_len, char *key, size_t key_len);
 
 /*

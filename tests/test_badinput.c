@@ -4,7 +4,8 @@
  *
  * Broken checkpoints are made here from the opt-pre fixture: truncated,
  * corrupt headers, overlapping or out-of-range offsets, a missing tensor, a
- * wrong shape or dtype, a config that is not OPT.  argv[1] is the fixtures
+ * wrong shape or dtype (and a LLaMA checkpoint, from llama-tied, missing a
+ * tensor or with a wrong shape), a config of an unsupported model_type.  argv[1] is the fixtures
  * folder.
  */
 #include "backend.h"
@@ -159,11 +160,12 @@ enum edit { EDIT_DROP, EDIT_SHAPE, EDIT_DTYPE, EDIT_VALUE };
 static size_t edit_at;   /* EDIT_VALUE: this element (the fixture is F32) */
 static float edit_value; /* becomes this */
 static bool edit_bf16;   /* and the tensor is stored as BF16 (truncated) */
+static const char *edit_fixture = "opt-pre"; /* the checkpoint rewritten */
 
 static void rewrite_checkpoint(const char *victim, enum edit e)
 {
 	char src[600], dst[600];
-	snprintf(src, sizeof src, "%s/opt-pre/model.safetensors", fixtures_dir);
+	snprintf(src, sizeof src, "%s/%s/model.safetensors", fixtures_dir, edit_fixture);
 	sl_st_set *s = NULL;
 	ck_assert_int_eq(sl_st_open_file(src, &s), 0);
 	json_t *hdr = json_object();
@@ -218,7 +220,8 @@ static void rewrite_checkpoint(const char *victim, enum edit e)
 	sl_st_close(s);
 	/* the config as it is */
 	char cfg[600];
-	snprintf(cfg, sizeof cfg, "cp '%s/opt-pre/config.json' '%s/config.json'", fixtures_dir, tmpdir);
+	snprintf(cfg, sizeof cfg, "cp '%s/%s/config.json' '%s/config.json'", fixtures_dir, edit_fixture,
+		 tmpdir);
 	ck_assert_int_eq(system(cfg), 0);
 }
 
@@ -243,6 +246,38 @@ START_TEST(test_missing_tensor)
 	rewrite_checkpoint("model.decoder.layers.1.fc2.weight", EDIT_DROP);
 	expect_model_fails(SL_ENOTFOUND, "decoder.layers.1.fc2.weight");
 	rm_tmpdir();
+}
+END_TEST
+
+/* The LLaMA family's tensors are named (and checked) the same way, under
+ * its own names. */
+START_TEST(test_llama_missing_tensor)
+{
+	edit_fixture = "llama-tied";
+	make_tmpdir();
+	rewrite_checkpoint("model.layers.1.mlp.down_proj.weight", EDIT_DROP);
+	expect_model_fails(SL_ENOTFOUND, "tensor 'model.layers.1.mlp.down_proj.weight' or 'layers.1.mlp.down_proj.weight' is missing");
+	rm_tmpdir();
+	make_tmpdir();
+	rewrite_checkpoint("model.norm.weight", EDIT_DROP);
+	expect_model_fails(SL_ENOTFOUND, "tensor 'model.norm.weight' or 'norm.weight' is missing");
+	rm_tmpdir();
+	edit_fixture = "opt-pre";
+}
+END_TEST
+
+START_TEST(test_llama_wrong_shape)
+{
+	edit_fixture = "llama-tied";
+	make_tmpdir();
+	rewrite_checkpoint("model.layers.0.self_attn.k_proj.weight", EDIT_SHAPE);
+	expect_model_fails(SL_ESHAPE, "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [65, 64], expected [64, 64]");
+	rm_tmpdir();
+	make_tmpdir();
+	rewrite_checkpoint("model.layers.1.mlp.gate_proj.weight", EDIT_SHAPE);
+	expect_model_fails(SL_ESHAPE, "tensor 'model.layers.1.mlp.gate_proj.weight' has shape [129, 64], expected [128, 64]");
+	rm_tmpdir();
+	edit_fixture = "opt-pre";
 }
 END_TEST
 
@@ -324,8 +359,15 @@ START_TEST(test_bad_configs)
 		int code;
 		const char *needle;
 	} cases[] = {
-		{ "{\"model_type\": \"llama\", \"hidden_size\": 64}", SL_EUNSUPPORTED, "not an OPT model" },
-		{ "{\"hidden_size\": 64}", SL_EUNSUPPORTED, "not an OPT model" },
+		{ "{\"model_type\": \"bert\", \"hidden_size\": 64}", SL_EUNSUPPORTED,
+		  "config.json: model_type 'bert' is not supported (sluice runs opt, llama, mistral and qwen2)" },
+		{ "{\"hidden_size\": 64}", SL_EUNSUPPORTED, "config.json: model_type missing is not supported" },
+		/* the LLaMA family's config reader, through the model */
+		{ "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+		  " \"hidden_size\": 64, \"intermediate_size\": 128, \"vocab_size\": 256,"
+		  " \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-6,"
+		  " \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 2.0}}",
+		  SL_EUNSUPPORTED, "yarn" },
 		{ "{\"model_type\": \"opt\", \"hidden_size\": 64", SL_EFORMAT, "not valid JSON" },
 		{ "{\"model_type\": \"opt\", \"num_hidden_layers\": 2, \"num_attention_heads\": 5,"
 		  " \"hidden_size\": 64, \"ffn_dim\": 256, \"vocab_size\": 512}",
@@ -766,6 +808,8 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_truncated_files);
 	tcase_add_test(tc, test_missing_tensor);
 	tcase_add_test(tc, test_wrong_shape);
+	tcase_add_test(tc, test_llama_missing_tensor);
+	tcase_add_test(tc, test_llama_wrong_shape);
 	tcase_add_test(tc, test_wrong_dtype);
 	tcase_add_test(tc, test_unrepresentable_weights);
 	tcase_add_test(tc, test_bad_configs);

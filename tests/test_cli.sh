@@ -64,6 +64,59 @@ expect_fail() {
 }
 
 gen=(generate --backend cpu --quiet)
+
+# The LLaMA family: a Llama checkpoint (and a Qwen2 one, sharded, with
+# biases) gives transformers' greedy tokens through generate, stopping at
+# the EOS; score gives them transformers' log-probabilities; a Mistral
+# sliding window shorter than the job is refused in one line.
+for m in llama-tied; do
+	python3 - "$fx/$m/golden.json" "$tmp/$m.in.jsonl" "$tmp/$m.score.jsonl" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+with open(sys.argv[2], "w") as f, open(sys.argv[3], "w") as s:
+    for i, (p, c) in enumerate(zip(g["prompts"], g["greedy"])):
+        f.write(json.dumps({"id": "p%d" % i, "input_ids": p}) + "\n")
+        s.write(json.dumps({"id": "p%d" % i, "input_ids": p, "continuation_ids": c}) + "\n")
+PY
+	n=$(python3 -c "import json;print(json.load(open('$fx/$m/golden.json'))['greedy_new_tokens'])")
+	if "${gen[@]}" --model "$fx/$m" --prompts "$tmp/$m.in.jsonl" --out "$tmp/$m.out.jsonl" \
+		--max-new-tokens "$n" --kv-dtype f32; then
+		if python3 - "$fx/$m/golden.json" "$tmp/$m.out.jsonl" <<'PY'; then ok; else bad "generate on $m differs from transformers"; fi
+import json, sys
+g = json.load(open(sys.argv[1]))
+out = [json.loads(l) for l in open(sys.argv[2])]
+for o, want in zip(out, g["greedy"]):
+    assert o["output_ids"] == want, (o, want)
+    assert o["finish_reason"] == ("stop" if want[-1] == g["eos_token_id"] else "length"), o
+PY
+	else
+		bad "generate on $m failed"
+	fi
+	if "$sluice" score --backend cpu --quiet --model "$fx/$m" --input "$tmp/$m.score.jsonl" \
+		--out "$tmp/$m.scored.jsonl" --kv-dtype f32; then
+		if python3 - "$fx/$m/golden.json" "$tmp/$m.scored.jsonl" <<'PY'; then ok; else bad "score on $m differs from transformers"; fi
+import json, sys
+g = json.load(open(sys.argv[1]))
+out = [json.loads(l) for l in open(sys.argv[2])]
+for o, want in zip(out, g["greedy_logprobs"]):
+    got = o["logprobs"]
+    assert len(got) == len(want) and max(abs(a - b) for a, b in zip(got, want)) < 1e-3, (got, want)
+PY
+	else
+		bad "score on $m failed"
+	fi
+done
+mkdir -p "$tmp/mistral-sw"
+ln -s "$fx/mistral/model.safetensors" "$tmp/mistral-sw/model.safetensors"
+python3 - "$fx/mistral/config.json" "$tmp/mistral-sw/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["sliding_window"] = 16
+json.dump(c, open(sys.argv[2], "w"))
+PY
+expect_fail "past the sliding window" "passes the sliding window of 16" "$tmp/sw.jsonl" -- \
+	"${gen[@]}" --model "$tmp/mistral-sw" --prompts "$tmp/llama-tied.in.jsonl" --out "$tmp/sw.jsonl" \
+	--max-new-tokens 8
 expect_fail "missing model" "$tmp/nope/config.json" "$tmp/o1.jsonl" -- \
 	"${gen[@]}" --model "$tmp/nope" --prompts "$tmp/in.jsonl" --out "$tmp/o1.jsonl"
 printf '{"input_ids": [5, 6]}\n{"input_ids": [5, \n' >"$tmp/broken.jsonl"

@@ -68,12 +68,12 @@ static sl_profile round_profile(bool cpu)
 	return p;
 }
 
-static sl_opt_config tiny_config(void)
+static sl_model_config tiny_config(void)
 {
-	sl_opt_config c;
+	sl_model_config c;
 	char path[600];
 	snprintf(path, sizeof path, "%s/opt-pre/config.json", fixtures_dir);
-	ck_assert_int_eq(sl_opt_config_load(path, &c), 0);
+	ck_assert_int_eq(sl_model_config_load(path, &c), 0);
 	return c;
 }
 
@@ -81,7 +81,7 @@ static sl_opt_config tiny_config(void)
  * phase and its time from the round rates, worked by hand. */
 START_TEST(test_hand_worked)
 {
-	const sl_opt_config c = tiny_config(); /* 2 layers, hidden 64, ffn 256, 4 heads, vocab 512 */
+	const sl_model_config c = tiny_config(); /* 2 layers, hidden 64, ffn 256, 4 heads, vocab 512 */
 	ck_assert_int_eq(c.n_layer, 2);
 	const double h = 64, f = 256, V = 512, L = 2;
 	const int B = 4, P = 8, G = 5;
@@ -138,7 +138,7 @@ END_TEST
  * share the cores), and the first layer's copy is waited for. */
 START_TEST(test_hand_worked_streamed)
 {
-	const sl_opt_config c = tiny_config();
+	const sl_model_config c = tiny_config();
 	const int B = 2, P = 4, G = 2;
 	sl_profile prof = round_profile(true);
 	sl_plan_params pp = sl_plan_defaults();
@@ -338,8 +338,8 @@ END_TEST
 
 START_TEST(test_search_fits_and_ranks)
 {
-	sl_opt_config c;
-	ck_assert_int_eq(sl_opt_config_named("opt-1.3b", &c), 0);
+	sl_model_config c;
+	ck_assert_int_eq(sl_model_config_named("opt-1.3b", &c), 0);
 	sl_profile prof = round_profile(true);
 	sl_search_params sp = { .prompt_len = 128, .gen_len = 32, .disk = true };
 	sp.budget.device = (size_t)1 << 30;
@@ -393,8 +393,8 @@ END_TEST
 
 START_TEST(test_search_nothing_fits)
 {
-	sl_opt_config c;
-	ck_assert_int_eq(sl_opt_config_named("opt-1.3b", &c), 0);
+	sl_model_config c;
+	ck_assert_int_eq(sl_model_config_named("opt-1.3b", &c), 0);
 	sl_profile prof = round_profile(true);
 	sl_search_params sp = { .prompt_len = 128, .gen_len = 32, .disk = true };
 	sp.budget.device = (size_t)1 << 20;
@@ -419,8 +419,8 @@ END_TEST
 
 START_TEST(test_search_h2o)
 {
-	sl_opt_config c;
-	ck_assert_int_eq(sl_opt_config_named("opt-1.3b", &c), 0);
+	sl_model_config c;
+	ck_assert_int_eq(sl_model_config_named("opt-1.3b", &c), 0);
 	sl_profile prof = round_profile(true);
 	sl_search_params sp = { .prompt_len = 512, .gen_len = 64, .disk = false };
 	sp.budget.device = (size_t)4 << 30;
@@ -444,8 +444,8 @@ END_TEST
  * smaller cache wins (a larger block, less traffic). */
 START_TEST(test_search_compress)
 {
-	sl_opt_config c;
-	ck_assert_int_eq(sl_opt_config_named("opt-1.3b", &c), 0);
+	sl_model_config c;
+	ck_assert_int_eq(sl_model_config_named("opt-1.3b", &c), 0);
 	sl_profile prof = round_profile(false);
 	sl_search_params sp = { .prompt_len = 512, .gen_len = 64, .disk = false };
 	sp.budget.device = (size_t)4 << 30;

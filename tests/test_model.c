@@ -363,11 +363,11 @@ START_TEST(test_dummy_weights_pinned)
 {
 	char path[600];
 	snprintf(path, sizeof path, "%s/opt-pre/config.json", fixtures_dir);
-	sl_opt_config c;
-	ck_assert_msg(sl_opt_config_load(path, &c) == 0, "%s", sl_errmsg());
+	sl_model_config c;
+	ck_assert_msg(sl_model_config_load(path, &c) == 0, "%s", sl_errmsg());
 	sl_queue *q = NULL;
 	ck_assert_int_eq(be->ops->queue_create(be, &q), 0);
-	sl_opt_weights w;
+	sl_model_weights w;
 	memset(&w, 0, sizeof w);
 	ck_assert_msg(sl_weights_dummy(be, q, &c, 0, NULL, &w) == 0, "%s", sl_errmsg());
 	ck_assert_int_eq(be->ops->queue_sync(be, q), 0);

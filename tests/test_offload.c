@@ -548,10 +548,10 @@ START_TEST(test_grid)
 	}
 	char what[200];
 	static size_t dev_peaks[N_GRID];
-	sl_opt_config cfg;
+	sl_model_config cfg;
 	char path[700];
 	snprintf(path, sizeof path, "%s/opt-pre/config.json", fixtures_dir);
-	ck_assert_int_eq(sl_opt_config_load(path, &cfg), 0);
+	ck_assert_int_eq(sl_model_config_load(path, &cfg), 0);
 	for (int i = 0; i < N_GRID; i++) {
 		grid_pol p = grid_at(i);
 		describe(&p, h2o, what, sizeof what);
@@ -559,7 +559,7 @@ START_TEST(test_grid)
 		ck_assert_msg(rc == 0, "%s: %s", what, sl_errmsg());
 		assert_same(&ref, &o, what);
 		sl_kv_sizes kz;
-		const size_t slot = sl_kv_slot_bytes(cfg.n_head, sl_opt_head_dim(&cfg), false, grid_q4);
+		const size_t slot = sl_kv_slot_bytes(cfg.n_head, sl_model_head_dim(&cfg), false, grid_q4);
 		sl_kv_tier_sizes(&cfg, np, p.micro, 8, slot, h2o, p.cg, p.cc, true, &kz);
 		if (kz.disk) {
 			ck_assert_msg(o.kv.disk_read_bytes > 0 && o.kv.disk_write_bytes > 0,

@@ -47,8 +47,8 @@ END_TEST
 
 START_TEST(test_bounds)
 {
-	sl_opt_config c;
-	ck_assert_int_eq(sl_opt_config_named("opt-125m", &c), 0);
+	sl_model_config c;
+	ck_assert_int_eq(sl_model_config_named("opt-125m", &c), 0);
 	sl_plan pl;
 	sl_plan_params p = sl_plan_defaults();
 	p.w_gpu = 80;
@@ -78,8 +78,8 @@ END_TEST
 /* What a plan says of its workload: micro-batches, slots, tiers. */
 START_TEST(test_shape)
 {
-	sl_opt_config c;
-	ck_assert_int_eq(sl_opt_config_named("opt-125m", &c), 0);
+	sl_model_config c;
+	ck_assert_int_eq(sl_model_config_named("opt-125m", &c), 0);
 	sl_plan_params p = sl_plan_defaults();
 	p.max_seq = 8;
 	p.max_prompt = 100;
@@ -123,8 +123,8 @@ START_TEST(test_min_device)
 	static const double w[][2] = { { 0, 100 }, { 0, 0 }, { 10, 90 }, { 50, 30 }, { 100, 0 } };
 	static const double kv[][2] = { { 0, 100 }, { 0, 0 }, { 100, 0 }, { 50, 50 } };
 	for (size_t mi = 0; mi < 2; mi++) {
-		sl_opt_config c;
-		ck_assert_int_eq(sl_opt_config_named(models[mi], &c), 0);
+		sl_model_config c;
+		ck_assert_int_eq(sl_model_config_named(models[mi], &c), 0);
 		for (int sw = 0; sw < 16; sw++) {
 			sl_plan_params p = sl_plan_defaults();
 			p.max_seq = 24;

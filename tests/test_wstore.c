@@ -394,10 +394,10 @@ START_TEST(test_store_per_placement)
 			}
 	free(ref.logits);
 	/* the names: model, source, placement */
-	sl_opt_config cfg;
+	sl_model_config cfg;
 	char cfgp[500], name[SL_WSTORE_NAME_MAX], name2[SL_WSTORE_NAME_MAX], key[SL_DISK_MAX_KEY + 1];
 	snprintf(cfgp, sizeof cfgp, "%s/config.json", ck);
-	ck_assert_int_eq(sl_opt_config_load(cfgp, &cfg), 0);
+	ck_assert_int_eq(sl_model_config_load(cfgp, &cfg), 0);
 	sl_st_set *st = NULL;
 	ck_assert_int_eq(sl_st_open_dir(ck, &st), 0);
 	ck_assert_int_eq(sl_wstore_ident(ck, st, &cfg, 0, 40, name, sizeof name, key, sizeof key), 0);
@@ -409,7 +409,7 @@ START_TEST(test_store_per_placement)
 		      "%s", name);
 	ck_assert_msg(!strncmp(name2, "ck2.", 4) && strcmp(name + 3, name2 + 4), "%s %s", name, name2);
 	ck_assert(file_exists(off, name) && file_exists(off, name2));
-	ck_assert_int_eq(sl_opt_config_named("opt-125m", &cfg), 0);
+	ck_assert_int_eq(sl_model_config_named("opt-125m", &cfg), 0);
 	ck_assert_int_eq(sl_wstore_ident(NULL, NULL, &cfg, 20, 30, name, sizeof name, key, sizeof key), 0);
 	ck_assert_str_eq(name, "opt-125m.dummy.w20-30.weights.sluice");
 	ck_assert_msg(strstr(key, "\"dummy\":\"opt-125m\"") && strstr(key, "\"gpu_percent\":20.0") &&
@@ -446,10 +446,10 @@ START_TEST(test_list)
 	snprintf(cmd, sizeof cmd, "rm -r '%s'", gone);
 	ck_assert_int_eq(system(cmd), 0);
 	/* an interrupted store: opened under its key, never marked complete */
-	sl_opt_config cfg;
+	sl_model_config cfg;
 	char cfgp[500], name[SL_WSTORE_NAME_MAX], key[SL_DISK_MAX_KEY + 1];
 	snprintf(cfgp, sizeof cfgp, "%s/config.json", cur);
-	ck_assert_int_eq(sl_opt_config_load(cfgp, &cfg), 0);
+	ck_assert_int_eq(sl_model_config_load(cfgp, &cfg), 0);
 	sl_st_set *st = NULL;
 	ck_assert_int_eq(sl_st_open_dir(cur, &st), 0);
 	ck_assert_int_eq(sl_wstore_ident(cur, st, &cfg, 10, 0, name, sizeof name, key, sizeof key), 0);
@@ -554,8 +554,8 @@ static int run_dummy(double gpu, double cpu, const char *off, size_t host_mem, r
  */
 START_TEST(test_bounded_conversion)
 {
-	sl_opt_config cfg;
-	ck_assert_int_eq(sl_opt_config_named("opt-125m", &cfg), 0);
+	sl_model_config cfg;
+	ck_assert_int_eq(sl_model_config_named("opt-125m", &cfg), 0);
 	const size_t conv = sl_weights_convert_bytes(&cfg, 100, 0);
 	ck_assert_uint_eq(conv, (size_t)8 << 20);
 	run_out ref, o;

@@ -129,12 +129,12 @@ void common_init(common_opts *o);
 bool common_opt(const char *cmd, int c, common_opts *o);
 void check_model_opts(const char *cmd, const common_opts *o);
 sl_plan_params job_plan(const common_opts *o, int nseq, int rows, int max_len, int max_prompt);
-int model_config(const common_opts *o, sl_opt_config *cfg);
+int model_config(const common_opts *o, sl_model_config *cfg);
 int make_backend(const common_opts *o, sl_backend **be);
-int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_plan_params *pp,
+int open_model(const common_opts *o, const sl_model_config *cfg, const sl_plan_params *pp,
 	       sl_backend **be, sl_model **m);
-int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_plan_params *pp);
-void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
+int check_budget(const common_opts *o, const sl_model_config *cfg, const sl_plan_params *pp);
+void budget_hint(int rc, const common_opts *o, const sl_model_config *cfg, const sl_backend *be,
 		 const sl_plan_params *pp);
 void fmt_bytes(size_t n, char *buf, size_t len);
 /* The machine's memory (/proc/meminfo MemTotal; 0 when unknown): the
@@ -157,11 +157,11 @@ int cli_profile(common_opts *o, const char *backend, bool measure, sl_profile *p
  * options' budgets, under the profile cli_profile gives (measured when
  * none), left in *prof; o->policy becomes the choice (policy_given), the
  * choice is said on stderr unless quiet. */
-int policy_auto(common_opts *o, const sl_opt_config *cfg, const char *backend, int prompt_len,
+int policy_auto(common_opts *o, const sl_model_config *cfg, const char *backend, int prompt_len,
 		int gen_len, int max_batch, bool quiet, sl_profile *prof);
 /* The prediction of a job of pp's workload (pp->max_seq sequences,
  * prompt_len, gen_len) under prof. */
-int predict_run(const sl_opt_config *cfg, const sl_plan_params *pp, bool dev_is_host,
+int predict_run(const sl_model_config *cfg, const sl_plan_params *pp, bool dev_is_host,
 		const sl_profile *prof, int prompt_len, int gen_len, sl_cost *out);
 
 /* ---- generate and score (cli_job.c) ----------------------------------- */

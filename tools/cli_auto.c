@@ -39,7 +39,7 @@ int cli_profile(common_opts *o, const char *backend, bool measure, sl_profile *p
 	return rc;
 }
 
-int predict_run(const sl_opt_config *cfg, const sl_plan_params *pp, bool dev_is_host,
+int predict_run(const sl_model_config *cfg, const sl_plan_params *pp, bool dev_is_host,
 		const sl_profile *prof, int prompt_len, int gen_len, sl_cost *out)
 {
 	sl_plan pl;
@@ -68,7 +68,7 @@ static void policy_flags(const sl_policy *p, char *buf, size_t len)
 		snprintf(buf + n, len - (size_t)n, " (sep_layer false)");
 }
 
-int policy_auto(common_opts *o, const sl_opt_config *cfg, const char *backend, int prompt_len,
+int policy_auto(common_opts *o, const sl_model_config *cfg, const char *backend, int prompt_len,
 		int gen_len, int max_batch, bool quiet, sl_profile *prof)
 {
 	bool have;

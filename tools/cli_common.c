@@ -273,7 +273,7 @@ static int budget_short(const char *opt, size_t budget, size_t need, const char 
 
 /* A host budget the job does not fit under its placement is refused
  * before anything is loaded, with the smallest that does. */
-static int check_host_budget(const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
+static int check_host_budget(const common_opts *o, const sl_model_config *cfg, const sl_backend *be,
 			     const sl_plan_params *pp)
 {
 	sl_plan pl;
@@ -302,7 +302,7 @@ int make_backend(const common_opts *o, sl_backend **be)
 /* The backend (*be, made here when NULL), the host budget checked against
  * the plan pp, and the model opened under it; on failure *m is NULL and
  * *be, when made, is the caller's to free (budget_hint reads it). */
-int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_plan_params *pp,
+int open_model(const common_opts *o, const sl_model_config *cfg, const sl_plan_params *pp,
 	       sl_backend **be, sl_model **m)
 {
 	*m = NULL;
@@ -331,13 +331,13 @@ int open_model(const common_opts *o, const sl_opt_config *cfg, const sl_plan_par
 }
 
 /* The model's shapes without reading its weights. */
-int model_config(const common_opts *o, sl_opt_config *cfg)
+int model_config(const common_opts *o, sl_model_config *cfg)
 {
 	if (!o->model_dir)
-		return sl_opt_config_named(o->dummy, cfg);
+		return sl_model_config_named(o->dummy, cfg);
 	char path[4096];
 	snprintf(path, sizeof path, "%s/config.json", o->model_dir);
-	return sl_opt_config_load(path, cfg);
+	return sl_model_config_load(path, cfg);
 }
 
 /* A size in the units --gpu-mem takes, rounded up so that it still fits. */
@@ -353,7 +353,7 @@ void fmt_bytes(size_t n, char *buf, size_t len)
 
 /* A device budget no schedule fits is refused before anything is loaded,
  * with the smallest budget that would work. */
-int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_plan_params *pp)
+int check_budget(const common_opts *o, const sl_model_config *cfg, const sl_plan_params *pp)
 {
 	return budget_short("--gpu-mem", o->gpu_mem, sl_plan_min_device_bytes(cfg, pp),
 			    "is too small for any schedule of this job",
@@ -362,7 +362,7 @@ int check_budget(const common_opts *o, const sl_opt_config *cfg, const sl_plan_p
 
 /* After a budget error: the smallest device budget that would fit, unless
  * the host's refused (be: the backend, if it was made). */
-void budget_hint(int rc, const common_opts *o, const sl_opt_config *cfg, const sl_backend *be,
+void budget_hint(int rc, const common_opts *o, const sl_model_config *cfg, const sl_backend *be,
 		 const sl_plan_params *pp)
 {
 	if (rc != SL_EBUDGET)

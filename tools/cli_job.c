@@ -96,7 +96,7 @@ static int line_gen(const job_cli *j, const sl_prompt *p, bool score)
 
 /* The prediction of a block of ns sequences whose longest prompt is mp
  * tokens and whose longest generation g (within the model's positions). */
-static int block_cost(const job_cli *j, const sl_opt_config *cfg, bool dev_is_host,
+static int block_cost(const job_cli *j, const sl_model_config *cfg, bool dev_is_host,
 		      const sl_profile *prof, int ns, int mp, int g, sl_cost *c)
 {
 	g = SL_MAX(1, SL_MIN(g, cfg->max_pos - mp));
@@ -112,7 +112,7 @@ static int block_cost(const job_cli *j, const sl_opt_config *cfg, bool dev_is_ho
  * tokens) over the predicted seconds.  Consecutive blocks of one shape are
  * predicted once.
  */
-static int predict_job(const job_cli *j, const sl_opt_config *cfg, bool dev_is_host,
+static int predict_job(const job_cli *j, const sl_model_config *cfg, bool dev_is_host,
 		       const sl_profile *prof, const sl_prompts *ps, bool score, sl_job_stats *st)
 {
 	const sl_job_opts *o = &j->jo;
@@ -189,7 +189,7 @@ int run_job(const char *cmd, job_cli *j, bool score)
 	sl_job_stats st = { 0 };
 	if (j->stats && (rc = sl_job_check_stats_path(j->stats)) < 0)
 		goto fail;
-	sl_opt_config cfg;
+	sl_model_config cfg;
 	if ((rc = model_config(&j->co, &cfg)) < 0)
 		goto fail;
 	/* the folder's tokenizer when it has one (tokenizer.h says which

@@ -118,7 +118,7 @@ static sl_plan_params bench_plan(const bench_opts *o, int b)
 }
 
 /* Whether the plan of a batch of b fits the budgets given (0: none). */
-static bool batch_counts(const bench_opts *o, const sl_opt_config *c, bool dev_is_host, size_t gpu_mem,
+static bool batch_counts(const bench_opts *o, const sl_model_config *c, bool dev_is_host, size_t gpu_mem,
 			 size_t cpu_mem, int b)
 {
 	const sl_plan_params pp = bench_plan(o, b);
@@ -131,7 +131,7 @@ static bool batch_counts(const bench_opts *o, const sl_opt_config *c, bool dev_i
 /* --batch max: the largest batch (up to 65536) whose run plan the budgets
  * hold, by the plan's arithmetic (the bytes the model and the job
  * allocate); 0 when not even one does. */
-static int max_batch(const bench_opts *o, const sl_opt_config *c, bool dev_is_host)
+static int max_batch(const bench_opts *o, const sl_model_config *c, bool dev_is_host)
 {
 	const common_opts *co = &o->co;
 	enum { MAX_BATCH = 65536 };
@@ -157,7 +157,7 @@ typedef struct bench_pred {
  * no weights; --policy auto's search run, --batch max resolved to the
  * largest batch that fits, the run predicted where a profile is at hand.
  * bcfg and pp are what budget_hint needs later. */
-static void bench_open(bench_opts *o, sl_opt_config *bcfg, sl_plan_params *pp, sl_backend **be,
+static void bench_open(bench_opts *o, sl_model_config *bcfg, sl_plan_params *pp, sl_backend **be,
 		       sl_model **m, bench_pred *pr)
 {
 	common_opts *co = &o->co;
@@ -229,11 +229,11 @@ typedef struct bench_result {
 /* A warm-up, then a timed prefill and decode of o->batch synthetic
  * prompts, and the rates and breakdowns of the run. */
 static void bench_measure(const bench_opts *o, sl_backend *be, sl_model *m,
-			  const sl_opt_config *bcfg, const sl_plan_params *pp, bench_result *r)
+			  const sl_model_config *bcfg, const sl_plan_params *pp, bench_result *r)
 {
 	const common_opts *co = &o->co;
 	const int plen = o->plen, glen = o->glen, batch = o->batch, seed = o->seed;
-	const sl_opt_config *cfg = &m->cfg;
+	const sl_model_config *cfg = &m->cfg;
 	int rc;
 	sl_kv *kv = NULL;
 	int32_t *ids = malloc((size_t)batch * plen * sizeof(int32_t));
@@ -284,8 +284,12 @@ static void bench_measure(const bench_opts *o, sl_backend *be, sl_model *m,
 	r->prefill_s = prefill_s;
 	r->decode_s = decode_s;
 	r->tput = (double)batch * glen / (prefill_s + decode_s);
-	/* bytes of weights streamed per decode step: every layer and the head */
-	const double wbytes = (double)m->w.bytes - 2.0 * (cfg->max_pos + 2) * cfg->hidden;
+	/* bytes of weights streamed per decode step: every layer and the head
+	 * (not OPT's position table, nor an untied head's embedding table,
+	 * of which a step reads a row) */
+	const double table = cfg->family == SL_FAMILY_OPT ? 2.0 * (cfg->max_pos + 2) * cfg->hidden
+				: cfg->llama.tied ? 0 : 2.0 * cfg->vocab * cfg->hidden;
+	const double wbytes = (double)m->w.bytes - table;
 	r->wbytes = wbytes;
 	const double pf_flop = pf_gemm_flop > 0 ? pf_gemm_flop : 0;
 	r->pf_gflops = pf_gemm_s > 0 ? pf_flop / pf_gemm_s / 1e9 : 0;
@@ -351,7 +355,7 @@ static void bench_print_json(const bench_opts *o, const sl_backend *be, const sl
 			     const bench_result *r, const bench_pred *pr)
 {
 	const common_opts *co = &o->co;
-	const sl_opt_config *cfg = &m->cfg;
+	const sl_model_config *cfg = &m->cfg;
 	const sl_offload_stats *f = &r->f;
 	int rc;
 	sl_jerr e = { 0 };
@@ -441,7 +445,7 @@ static void bench_print_table(const bench_opts *o, const sl_backend *be, const s
 			      const bench_result *r, const bench_pred *pr)
 {
 	const common_opts *co = &o->co;
-	const sl_opt_config *cfg = &m->cfg;
+	const sl_model_config *cfg = &m->cfg;
 	const sl_offload_stats *f = &r->f;
 	const int threads = r->threads, glen = o->glen;
 	const char *kernels = r->kernels, *kernels_env = r->kernels_env, *coretype = r->coretype;
@@ -502,7 +506,7 @@ int cmd_bench(int argc, char **argv)
 	bench_opts o;
 	if (!bench_parse(argc, argv, &o))
 		return 0;
-	sl_opt_config bcfg;
+	sl_model_config bcfg;
 	sl_plan_params pp;
 	sl_backend *be = NULL;
 	sl_model *m = NULL;

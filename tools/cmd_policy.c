@@ -234,7 +234,7 @@ static void check_args(const policy_cli *o)
 
 /* P and G from a job's input: its longest prompt, its largest
  * max_new_tokens (default_new where a line has none). */
-static int workload_of_file(const char *path, const sl_opt_config *cfg, const sl_tokenizer *tok,
+static int workload_of_file(const char *path, const sl_model_config *cfg, const sl_tokenizer *tok,
 			    int default_new, int *plen, int *glen)
 {
 	sl_read_opts ro = { .vocab = cfg->vocab, .tok = tok };
@@ -286,13 +286,13 @@ typedef struct profile_src {
 
 typedef struct ctx {
 	const policy_cli *o;
-	sl_opt_config cfg;
+	sl_model_config cfg;
 	profile_src prof;
 	sl_search_params sp;
 } ctx;
 
 /* The calibration texts: read and checked before anything runs. */
-static int read_calibration(const char *path, const sl_opt_config *cfg, const sl_tokenizer *tok,
+static int read_calibration(const char *path, const sl_model_config *cfg, const sl_tokenizer *tok,
 			    sl_prompts *ps)
 {
 	sl_read_opts ro = { .vocab = cfg->vocab, .tok = tok, .score = true };
