@@ -57,11 +57,6 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 	} else if ((rc = sl_model_config_named(p->dummy, &m->cfg)) < 0) {
 		goto fail;
 	}
-	if (m->cfg.n_kv_head != m->cfg.n_head) {
-		rc = sl_err(SL_EUNSUPPORTED, "%s: grouped-query attention (%d KV heads for %d query heads) is not supported yet",
-			    m->cfg.name, m->cfg.n_kv_head, m->cfg.n_head);
-		goto fail;
-	}
 	if (m->cfg.family == SL_FAMILY_LLAMA) {
 		const sl_llama_config *lc = &m->cfg.llama;
 		if ((rc = sl_rope_inv_freq(lc->head_dim, lc->rope_theta, &lc->rope, m->inv_freq)) < 0)
@@ -356,7 +351,7 @@ static int attend(sl_model *m, sl_kv *kv, int l, int s0, const sl_kv_part *p, in
 	/* the part's rows: query-width in q and out, key-width in k and v */
 	const size_t rq = (size_t)(p->seq - s0) * t * sl_model_q_dim(c);
 	const size_t rk = (size_t)(p->seq - s0) * t * sl_model_kv_dim(c);
-	sl_attn_args a = { .nseq = p->count, .nh = c->n_head, .hd = sl_model_head_dim(c), .t = t,
+	sl_attn_args a = { .nseq = p->count, .nh = c->n_head, .nkv = c->n_kv_head, .hd = sl_model_head_dim(c), .t = t,
 			   .cap = kv->cap, .q = m->qb + rq, .k_new = m->kb + rk, .v_new = m->vb + rk,
 			   .out = m->ab + rq, .k_cache = p->k, .v_cache = p->v, .kv_f32 = kv->f32,
 			   .kv_q4 = kv->q4,

@@ -69,7 +69,7 @@ gen=(generate --backend cpu --quiet)
 # biases) gives transformers' greedy tokens through generate, stopping at
 # the EOS; score gives them transformers' log-probabilities; a Mistral
 # sliding window shorter than the job is refused in one line.
-for m in llama-tied; do
+for m in llama-tied qwen2; do
 	python3 - "$fx/$m/golden.json" "$tmp/$m.in.jsonl" "$tmp/$m.score.jsonl" <<'PY'
 import json, sys
 g = json.load(open(sys.argv[1]))

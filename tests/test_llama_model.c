@@ -46,7 +46,7 @@ static const char *fixtures_dir = "tests/fixtures";
 /* The fixtures with grouped KV heads (llama-gqa, llama3-rope, mistral,
  * qwen2) join these lists when the attention ops take nkv (the gqa
  * branch); until then the model refuses n_kv_head < n_head at open. */
-static const char *const fixture_names[] = { "llama-tied" };
+static const char *const fixture_names[] = { "llama-gqa", "llama3-rope", "mistral", "qwen2", "llama-tied" };
 #define N_FIXTURES ((int)SL_ARRAY_LEN(fixture_names))
 #define MAXP 8
 #define MAXNEW 64
@@ -328,7 +328,7 @@ static const placement placements[] = {
 	{ "everything off the device", 0, 50, 0, 50, true, true, true, true, 2 },
 };
 
-static const char *const invariance_fixtures[] = { "llama-tied" };
+static const char *const invariance_fixtures[] = { "llama-gqa", "llama-tied" };
 
 START_TEST(test_placement_invariance)
 {
@@ -681,7 +681,7 @@ static void plain_greedy(plain_llama *P, const int32_t *prompt, int plen, int st
 	free(logits);
 }
 
-static const char *const h2o_fixtures[] = { "llama-tied" };
+static const char *const h2o_fixtures[] = { "llama-gqa", "llama-tied" };
 
 START_TEST(test_h2o_against_plain)
 {
