@@ -802,7 +802,7 @@ static void gqa_against_mha(const attn_case *c, bool prefill, bool with_score, b
 				}
 			}
 		}
-	float *zero = calloc(nsx, sizeof(float));
+	float *zero = calloc(nsx > act ? nsx : act, sizeof(float)); /* zeroes out and score */
 	float *dq = dput(0, q, act * 4), *dk = dput(0, kx, act * 4), *dv = dput(0, vx, act * 4);
 	float *dout = dput(0, zero, act * 4), *dscore = dput(0, zero, nsx * 4);
 	char *dkc = dput(0, kcx, slots * sbx), *dvc = dput(0, vcx, slots * sbx);
