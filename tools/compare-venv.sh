@@ -11,8 +11,13 @@ dir=${1:-build-venv-compare}
 python3 -m venv "$dir"
 "$dir/bin/pip" install -q --upgrade pip
 # the CPU build of torch (the default wheel brings CUDA libraries, GBs);
-# on a GPU machine install the default wheel instead
-"$dir/bin/pip" install -q --index-url https://download.pytorch.org/whl/cpu torch
+# on a GPU machine install the default wheel instead.  Where the PyTorch
+# index cannot be reached (a machine that reaches PyPI only), PyPI's wheel,
+# which pulls in CUDA's libraries (a few GB) but runs on the CPU as well.
+if ! "$dir/bin/pip" install -q --index-url https://download.pytorch.org/whl/cpu torch; then
+	echo "compare-venv: the PyTorch CPU index is out of reach; torch from PyPI (CUDA build, larger)" >&2
+	"$dir/bin/pip" install -q torch
+fi
 "$dir/bin/pip" install -q transformers accelerate safetensors matplotlib
 "$dir/bin/python" -c 'import torch, transformers, accelerate, matplotlib
 print("compare-venv: torch", torch.__version__, "transformers", transformers.__version__,
