@@ -776,6 +776,18 @@ def summarize(recs):
         dm = [r["result"].get("device_map_bytes") for r in ok if r["result"].get("device_map_bytes")]
         if dm:
             s["device_map_bytes"] = dm[0]
+        # what each system keeps on disk for the job: sluice's disk-tier
+        # peak (its store and cache pages), Accelerate's offload folder.
+        # (The rusage writes are not comparable: sluice bench probes the
+        # disk with 1 GiB of O_DIRECT writes, and Accelerate's buffered
+        # writes may not reach the block layer before it exits.)
+        s["disk_bytes"] = (s.get("peak_bytes") or {}).get("disk")
+        if s["disk_bytes"] is None and s["system"] == "accelerate":
+            # the weights its device map puts on "disk": it reads them from
+            # the checkpoint's safetensors in place (or from the offload
+            # folder, where it had to copy them)
+            s["disk_bytes"] = max(med([r["result"].get("offload_folder_bytes") for r in ok]) or 0,
+                                  (s.get("device_map_bytes") or {}).get("disk") or 0)
         ag = [r["agree"] for r in ok if r.get("agree")]
         if ag:
             s["agree"] = {"same": sum(x["same"] for x in ag), "n": sum(x["n"] for x in ag)}
@@ -869,7 +881,7 @@ def report(jsonl, plots=True):
              "sluice's budgets bound its weights, cache and activations together.\n")
     L.append("## Results (medians)\n")
     hdr = ["model", "budget", "batch", "system", "tok/s", "prefill s", "decode s", "peak RSS MiB",
-           "disk written MiB", "same tokens as sluice", "placement", "load"]
+           "on disk MiB", "same tokens as sluice", "placement", "load"]
     L.append("| " + " | ".join(hdr) + " |")
     L.append("|---|---|---:|---|---:|---:|---:|---:|---:|---|---|---:|")
     for s in sums:
@@ -887,7 +899,7 @@ def report(jsonl, plots=True):
         ags = f"{ag['same']}/{ag['n']}" if ag else ("(itself)" if s["system"].startswith("sluice") else "n/a")
         row = [s["model"], s["budget"] or "all in RAM", str(s["batch"]), s["system"],
                fmt(s["throughput_tok_s"]), fmt(s["prefill_s"], 3), fmt(s["decode_s"], 3), mib(s["peak_rss_bytes"]),
-               mib(s["os_write_bytes"]), ags, place or "-", fmt(s["loadavg_1m"], 1)]
+               mib(s.get("disk_bytes")), ags, place or "-", fmt(s["loadavg_1m"], 1)]
         if s["n_ok"] < s["n_runs"]:
             row[4] += f" ({s['n_ok']}/{s['n_runs']} ok)"
         L.append("| " + " | ".join(row) + " |")
@@ -941,8 +953,11 @@ def report(jsonl, plots=True):
     L.append("\ntokens/s = batch x new tokens / (prefill + decode), a warm-up excluded (FlexGen's metric). "
              "sluice: `sluice bench` (prefill = the prompt's forward pass and the first token). Hugging Face: one "
              "`generate` call, prefill = its start to its first new token (a streamer's clock). Each run is a "
-             "process of its own; peak RSS and disk written are its wait4(2) rusage (ru_maxrss; ru_oublock "
-             "x 512, what reached the block layer). sluice's peaks per tier are its own counters. "
+             "process of its own; peak RSS is its wait4(2) rusage (ru_maxrss). \"on disk\": what the system "
+             "keeps on disk for the job (sluice: its disk tier's peak, the weight store and cache pages; "
+             "Accelerate: the weights its device map puts on disk, read from the checkpoint in place or from "
+             "its offload folder); the .jsonl also has each process's block-layer writes "
+             "(os_write_bytes, ru_oublock x 512), which include sluice bench's 1 GiB disk probe. sluice's peaks per tier are its own counters. "
              "\"same tokens as sluice\": sequences whose greedy tokens equal sluice generate's on the same ids "
              "(fp32 and fp16 paths may differ on near-ties). load = the 1-minute load average as the run began. "
              "Every run, with its exact command, is in the .jsonl.")

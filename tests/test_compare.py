@@ -142,7 +142,9 @@ try:
                         extra={"device_map_bytes": {"cpu": 250 << 20}, "max_memory": None}))
         recs.append(run("transformers", None, t_, rep, agree={"same": 4, "n": 4}))
         recs.append(run("accelerate", "disk", 2, rep, agree={"same": 4, "n": 4},
-                        extra={"max_memory": {"cpu": 160 << 20}}))
+                        extra={"max_memory": {"cpu": 160 << 20},
+                               "device_map_bytes": {"cpu": 40 << 20, "disk": 120 << 20},
+                               "offload_folder_bytes": 0}))
     recs.append(run("sluice-auto", "disk", 0, 1, ok=False))
     recs.append({"type": "skip", "system": "sluice-flexgen", "model": "opt-125m", "budget": "disk", "batch": 4,
                  "reason": "no FlexGen-style policy fits (22 tried)"})
@@ -156,10 +158,13 @@ try:
     def has(s, what):
         check(s in text, f"report: {what}: '{s}' not in the report")
 
-    has("| opt-125m | host | 4 | sluice-auto | 11.00 | 1.000 | 2.000 | 300 | 10 | (itself) | "
+    has("| opt-125m | host | 4 | sluice-auto | 11.00 | 1.000 | 2.000 | 300 | 0 | (itself) | "
         "4x1 --percent 0 100 0 100 0 100 peak 50/200/0 MiB dev/host/disk | 1.0 |", "the sluice-auto row (median 11)")
-    has("| opt-125m | host | 4 | accelerate | 5.00 | 1.000 | 2.000 | 300 | 10 | 9/12 | cpu 250 MiB | 1.0 |",
+    has("| opt-125m | host | 4 | accelerate | 5.00 | 1.000 | 2.000 | 300 | 0 | 9/12 | cpu 250 MiB | 1.0 |",
         "the accelerate row (median 5, 9 of 12 the same)")
+    # on disk: Accelerate's device map's disk share, read from the checkpoint
+    has("| opt-125m | disk | 4 | accelerate | 2.00 | 1.000 | 2.000 | 300 | 120 | 12/12 | cpu 40 MiB, disk 120 MiB |",
+        "the accelerate row with weights on disk (its device map's disk bytes)")
     has("| opt-125m | all in RAM | 4 | transformers | 20.00 |", "the transformers row")
     has("| opt-125m | disk | 4 | sluice-auto | n/a (0/1 ok) |", "a cell whose runs all failed")
     # ratios of the medians: 11 / 8, 11 / 5, 11 / 20
