@@ -71,7 +71,8 @@ def lines_of(texts):
     return [ln for t in texts for ln in t.split('\n')]
 
 
-def byte_level(texts, regex, ignore_merges, specials, bos, nfc=False):
+def byte_level(texts, regex, ignore_merges, specials, bos, nfc=False, vocab_size=2500):
+    """vocab_size: the trained BPE's entries, the special tokens added after."""
     tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
     if nfc:
         tok.normalizer = normalizers.NFC()
@@ -80,7 +81,7 @@ def byte_level(texts, regex, ignore_merges, specials, bos, nfc=False):
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
-    tr = trainers.BpeTrainer(vocab_size=2500, show_progress=False,
+    tr = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, tr)
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
@@ -93,8 +94,9 @@ def byte_level(texts, regex, ignore_merges, specials, bos, nfc=False):
     return tok
 
 
-def spm_model(texts):
-    """BPE on SentencePiece-marked words with Llama 2's id layout."""
+def spm_model(texts, vocab_size=3000):
+    """BPE on SentencePiece-marked words with Llama 2's id layout (vocab_size
+    counts <unk> <s> </s> and the 256 byte tokens)."""
     tok = Tokenizer(models.BPE(unk_token='<unk>', byte_fallback=True, fuse_unk=True))
     tok.normalizer = normalizers.Sequence([normalizers.Prepend(MARK),
                                            normalizers.Replace(' ', MARK)])
@@ -102,7 +104,7 @@ def spm_model(texts):
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=MARK, prepend_scheme='never',
                                                  split=True)
     specials = ['<unk>', '<s>', '</s>'] + [f'<0x{b:02X}>' for b in range(256)]
-    tr = trainers.BpeTrainer(vocab_size=3000, show_progress=False, special_tokens=specials,
+    tr = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False, special_tokens=specials,
                              limit_alphabet=80)
     tok.train_from_iterator(lines_of(texts), tr)
     return tok
