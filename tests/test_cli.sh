@@ -106,6 +106,43 @@ PY
 		bad "score on $m failed"
 	fi
 done
+# Text prompts through a LLaMA-family checkpoint's tokenizer.json (the Llama
+# 2 kind with byte fallback and add_bos_token, the Llama 3 kind with its BOS
+# template and two end tokens, the Qwen2 kind with no BOS): generate's
+# tokens are transformers' greedy continuation of the ids tokenizers gives
+# the texts, its completion tokenizers' decode of them (skipping special
+# tokens), and the same job given those ids as input_ids writes the same
+# lines (test_llama_text checks the ids themselves).
+for m in llama2-text llama3-text qwen2-text; do
+	python3 - "$fx/$m/golden.json" "$tmp/$m.text.jsonl" "$tmp/$m.ids.jsonl" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+with open(sys.argv[2], "w") as f, open(sys.argv[3], "w") as h:
+    for i, (t, p) in enumerate(zip(g["texts"], g["prompts"])):
+        f.write(json.dumps({"id": "p%d" % i, "prompt": t}) + "\n")
+        h.write(json.dumps({"id": "p%d" % i, "input_ids": p}) + "\n")
+PY
+	n=$(python3 -c "import json;print(json.load(open('$fx/$m/golden.json'))['greedy_new_tokens'])")
+	if "$sluice" "${gen[@]}" --model "$fx/$m" --prompts "$tmp/$m.text.jsonl" --out "$tmp/$m.text.out" \
+		--max-new-tokens "$n" --kv-dtype f32 --batch-size 4 &&
+		"$sluice" "${gen[@]}" --model "$fx/$m" --prompts "$tmp/$m.ids.jsonl" --out "$tmp/$m.ids.out" \
+			--max-new-tokens "$n" --kv-dtype f32 --batch-size 4; then
+		if python3 - "$fx/$m/golden.json" "$tmp/$m.text.out" "$tmp/$m.ids.out" <<'PY'; then ok; else bad "text prompts on $m differ from tokenizers and transformers"; fi
+import json, sys
+g = json.load(open(sys.argv[1]))
+out = [json.loads(l) for l in open(sys.argv[2])]
+assert [o["id"] for o in out] == ["p%d" % i for i in range(len(g["texts"]))], "ids/order"
+assert out == [json.loads(l) for l in open(sys.argv[3])], "text and input_ids jobs differ"
+for o, want, text in zip(out, g["greedy"], g["completions"]):
+    assert o["output_ids"] == want, (o, want)
+    assert o["completion"] == text, (o["completion"], text)
+    assert o["finish_reason"] == ("stop" if want[-1] in g["eos_token_ids"] else "length"), o
+assert any(o["finish_reason"] == "stop" for o in out), "no sequence reached an end token"
+PY
+	else
+		bad "generate with text prompts on $m failed"
+	fi
+done
 # (llama-tied's weights as a Mistral: the mistral fixture's grouped KV
 # heads are refused until the attention ops take them)
 mkdir -p "$tmp/mistral-sw"
