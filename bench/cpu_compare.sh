@@ -16,10 +16,15 @@
 #         --gen-len G --batch B --json
 # A BLAS word sets the OpenBLAS environment of that Hugging Face run:
 # "inherit" (as this shell has it), "unset" (OPENBLAS_CORETYPE and
-# OPENBLAS_L2_SIZE removed), or a core name (OPENBLAS_CORETYPE=NAME).  The kernels sluice ran are taken
+# OPENBLAS_L2_SIZE removed), or a core name (OPENBLAS_CORETYPE=NAME); a word
+# may end in /DTYPE (inherit/fp32, inherit/auto), which that run passes as
+# --dtype DTYPE.  The kernels sluice ran are taken
 # from its JSON (cpu_kernels, cpu_gemm, blas_core).
+# A MODELS word that is a folder with a config.json is a checkpoint: sluice
+# runs --model DIR instead of --dummy, HF --checkpoint DIR instead of
+# --model (bench/llama_cpu_compare.sh writes such checkpoints).
 #
-# Results: $OUTDIR/cpu-<UTC date-time>.jsonl (machine, every run, summaries)
+# Results: $OUTDIR/$PREFIX-<UTC date-time>.jsonl (machine, every run, summaries)
 # and .md (machine, versions, environment, commands, the median table).
 # tokens/s = batch * gen_len / (prefill + decode) on both sides; the ratio
 # of a cell is the median over repetitions of sluice / HF run back to back.
@@ -29,7 +34,7 @@
 #   MODELS="opt-125m opt-1.3b"  BATCHES="1 8 32"  P=128  G=32  REPEAT=3
 #   SLUICE=build/sluice  SLUICE_ARGS=""
 #   PYTHON=python3  HF_ARGS=""  HF_BLAS="inherit"
-#   TIMEOUT=0 (seconds per command, 0 = none)  OUTDIR=bench/results
+#   TIMEOUT=0 (seconds per command, 0 = none)  OUTDIR=bench/results  PREFIX=cpu
 #   SUMMARIZE=FILE.jsonl: only remake FILE.md from the runs in FILE (a run
 #                         that was stopped, or a changed table)
 # How long, on the busy 2-vCPU VM of 2026-12-03 (load average 5 to 10): the
@@ -55,6 +60,7 @@ HF_ARGS=${HF_ARGS:-}
 HF_BLAS=${HF_BLAS:-inherit}
 TIMEOUT=${TIMEOUT:-0}
 OUTDIR=${OUTDIR:-bench/results}
+PREFIX=${PREFIX:-cpu}
 
 die() {
 	echo "cpu_compare: $*" >&2
@@ -164,9 +170,12 @@ for s, w in systems:
         L.append(f"- {key(s, w)}: `{rs[0]['cmd']}`")
 hf_first = next((r["result"] for r in runs if r["system"] == "hf" and r["ok"]), None)
 if hf_first:
+    dtypes = sorted({f"{r['blas']}: {r['result']['dtype']}" for r in runs
+                     if r["system"] == "hf" and r["ok"] and "/" in (r["blas"] or "")})
     L.append(f"\nHF runs `model.generate(input_ids, attention_mask, max_new_tokens={grid['gen_len']}, "
-             f"min_new_tokens={grid['gen_len']}, do_sample=False)` on `AutoModelForCausalLM.from_config(OPTConfig(...))`: "
-             f"dtype {hf_first['dtype']}, attention {hf_first['attn_implementation']}, "
+             f"min_new_tokens={grid['gen_len']}, do_sample=False)` on "
+             f"`{hf_first.get('source', 'AutoModelForCausalLM.from_config(OPTConfig(...))')}`: "
+             f"dtype {', '.join(dtypes) if dtypes else hf_first['dtype']}, attention {hf_first['attn_implementation']}, "
              f"{hf_first['threads']} threads (torch's default); libraries mapped: "
              f"{', '.join(hf_first.get('loaded_blas_libs', []))}.")
 L.append("\n## Results (medians)\n")
@@ -178,7 +187,10 @@ for hw in grid["hf_blas"]:
     for c in summaries:
         h = c["systems"][f"hf:{hw}"]
         s = c["systems"]["sluice"]
-        row = [c["model"], str(c["batch"]), fmt(h["throughput_tok_s"]), fmt(s["throughput_tok_s"]),
+        name = c["model"].rstrip("/").rsplit("/", 1)[-1]
+        if len(grid["hf_blas"]) > 1:  # which HF run the row compares with
+            name += f" (HF {hw})"
+        row = [name, str(c["batch"]), fmt(h["throughput_tok_s"]), fmt(s["throughput_tok_s"]),
                fmt(c["ratio_sluice_over_hf"][f"sluice/hf:{hw}"]),
                f"{fmt(h['prefill_s'], 3)} / {fmt(s['prefill_s'], 3)}",
                f"{fmt(h['decode_s'], 3)} / {fmt(s['decode_s'], 3)}", fmt(s["gemm_gflops"], 1)]
@@ -190,7 +202,7 @@ if bad:
     L.append("\n## Failed runs\n")
     for r in bad:
         tail = (r.get("stderr_tail") or r.get("stdout_tail") or "").strip().splitlines()[-1:] or [""]
-        L.append(f"- {key(r['system'], r['blas'])} {r['model']} B={r['batch']} rep {r['repeat_idx']}: "
+        L.append(f"- {key(r['system'], r['blas'])} {r['model'].rstrip('/').rsplit('/', 1)[-1]} B={r['batch']} rep {r['repeat_idx']}: "
                  f"rc={r['rc']} {tail[0][:200]}")
 L.append("\ntokens/s = batch x new tokens / (prefill + decode). sluice: `sluice bench` (after a warm-up, "
          "prefill = the prompt's forward and the first token, decode = the other steps). HF: one "
@@ -216,7 +228,8 @@ for v in P G REPEAT TIMEOUT; do
 done
 ((REPEAT >= 1)) || die "REPEAT must be >= 1"
 for w in $HF_BLAS; do
-	[[ $w =~ ^[A-Za-z0-9_]+$ ]] || die "a BLAS word must be inherit, unset or a core name (got '$w')"
+	[[ $w =~ ^[A-Za-z0-9_]+(/[a-z0-9]+)?$ ]] ||
+		die "a BLAS word must be inherit, unset or a core name, optionally /DTYPE (got '$w')"
 done
 [[ -x $SLUICE ]] || die "$SLUICE is not an executable (build it: ninja -C build)"
 "$PYTHON" -c 'import torch, transformers' 2>/dev/null ||
@@ -224,7 +237,7 @@ done
 
 # blas_env WORD: the env(1) prefix of a BLAS word, one argument per line
 blas_env() {
-	case $1 in
+	case ${1%%/*} in
 	inherit) ;;
 	unset) printf '%s\n' env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ;;
 	*) printf '%s\n' env "OPENBLAS_CORETYPE=$1" ;;
@@ -233,8 +246,8 @@ blas_env() {
 
 mkdir -p "$OUTDIR"
 STAMP=$(date -u +%Y%m%d-%H%M%S)
-JSONL="$OUTDIR/cpu-$STAMP.jsonl"
-MD="$OUTDIR/cpu-$STAMP.md"
+JSONL="$OUTDIR/$PREFIX-$STAMP.jsonl"
+MD="$OUTDIR/$PREFIX-$STAMP.md"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 : >"$JSONL"
@@ -329,14 +342,19 @@ PY
 run_one() {
 	local system=$1 word=$2 model=$3 batch=$4 rep=$5 rc=0 t0 t1 load0
 	local -a pre=() cmd
+	local src=(--dummy "$model") hsrc=(--model "$model")
+	if [[ -f $model/config.json ]]; then # a checkpoint folder
+		src=(--model "$model") hsrc=(--checkpoint "$model")
+	fi
 	if [[ $system == sluice ]]; then
 		read -r -a extra <<<"$SLUICE_ARGS"
-		cmd=("$SLUICE" bench --backend cpu --dummy "$model" --prompt-len "$P" --gen-len "$G"
+		cmd=("$SLUICE" bench --backend cpu "${src[@]}" --prompt-len "$P" --gen-len "$G"
 			--batch "$batch" --json ${extra[@]+"${extra[@]}"})
 	else
 		mapfile -t pre < <(blas_env "$word")
 		read -r -a extra <<<"$HF_ARGS"
-		cmd=("$PYTHON" bench/hf_cpu_bench.py --model "$model" --prompt-len "$P" --gen-len "$G"
+		[[ $word == */* ]] && extra+=(--dtype "${word#*/}")
+		cmd=("$PYTHON" bench/hf_cpu_bench.py "${hsrc[@]}" --prompt-len "$P" --gen-len "$G"
 			--batch "$batch" --json ${extra[@]+"${extra[@]}"})
 	fi
 	cmd=(${pre[@]+"${pre[@]}"} "${cmd[@]}")

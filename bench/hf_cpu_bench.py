@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""CPU baseline: Hugging Face transformers OPT generation as a user runs it.
+"""CPU baseline: Hugging Face transformers generation as a user runs it.
 
 Builds an OPT model of the published shapes with random weights (no hub
-access) the library's way, and times the library's own generation:
+access) the library's way, or loads a checkpoint folder (--checkpoint DIR,
+any model transformers reads: the LLaMA family's bench/llama_cpu_compare.sh
+writes them), and times the library's own generation:
 
   model = AutoModelForCausalLM.from_config(OPTConfig(...shapes...)).eval()
+    (--checkpoint: AutoModelForCausalLM.from_pretrained(DIR).eval())
   out = model.generate(input_ids, attention_mask=mask, max_new_tokens=G,
                        min_new_tokens=G, do_sample=False)
 
@@ -13,6 +16,9 @@ is given, the default attention implementation (sdpa), fp32 unless --dtype
 says otherwise. --dtype fp16 builds the model from a config whose dtype is
 float16, which is what `from_pretrained("facebook/opt-...")` gives with
 transformers 5 (the hub configs say float16 and the default dtype is "auto").
+With --checkpoint the default is --dtype auto: from_pretrained without a
+dtype, transformers 5's default, which keeps the checkpoint's dtype (fp16
+for the LLaMA bench's checkpoints); another --dtype passes it as dtype=.
 
 Timing, per repetition, of one generate call:
   total_s           the wall time of the call, end to end (as a user times it)
@@ -53,13 +59,17 @@ DTYPES = {"fp32": None, "fp16": "float16", "bf16": "bfloat16"}
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description="HF transformers CPU baseline for sluice")
-    ap.add_argument("--model", required=True, choices=sorted(MODELS))
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", choices=sorted(MODELS))
+    src.add_argument("--checkpoint", metavar="DIR",
+                     help="a checkpoint folder, loaded with from_pretrained")
     ap.add_argument("--prompt-len", type=int, required=True)
     ap.add_argument("--gen-len", type=int, required=True)
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--threads", type=int, default=0,
                     help="torch.set_num_threads(N); default: torch's own choice")
-    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    ap.add_argument("--dtype", choices=sorted(DTYPES) + ["auto"], default=None,
+                    help="default fp32 (--model), auto (--checkpoint: from_pretrained's default)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -68,15 +78,24 @@ def parse_args(argv=None):
     a = ap.parse_args(argv)
     if a.prompt_len < 1 or a.gen_len < 1 or a.batch < 1 or a.repeat < 1 or a.threads < 0:
         ap.error("prompt-len, gen-len, batch and repeat must be >= 1, threads >= 0")
-    if a.prompt_len + a.gen_len > MAX_POS:
-        ap.error(f"prompt-len + gen-len must be <= {MAX_POS}")
+    if a.dtype is None:
+        a.dtype = "auto" if a.checkpoint else "fp32"
+    if a.checkpoint:
+        if not os.path.isfile(os.path.join(a.checkpoint, "config.json")):
+            ap.error(f"{a.checkpoint}: no config.json (not a checkpoint folder)")
+        with open(os.path.join(a.checkpoint, "config.json")) as f:
+            max_pos = json.load(f).get("max_position_embeddings", MAX_POS)
+    else:
+        max_pos = MAX_POS
+    if a.prompt_len + a.gen_len > max_pos:
+        ap.error(f"prompt-len + gen-len must be <= {max_pos}")
     return a
 
 
 def opt_config(name, dtype_name):
     from transformers import OPTConfig
     layers, heads, hidden, proj, pre_ln = MODELS[name]
-    kw = {} if dtype_name is None else {"dtype": dtype_name}
+    kw = {} if dtype_name in (None, "auto") else {"dtype": dtype_name}
     return OPTConfig(
         num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden,
         ffn_dim=4 * hidden, word_embed_proj_dim=proj, do_layer_norm_before=pre_ln,
@@ -89,6 +108,14 @@ def n_params(name):
     n = layers * per_layer + VOCAB * proj + (MAX_POS + 2) * h
     n += (2 * h * proj) if proj != h else 2 * h  # project_in/out, or final LN
     return n
+
+
+def checkpoint_bytes(path, dtype):
+    """The weights' bytes once loaded: the safetensors files' size, doubled
+    for fp32 (the bench's checkpoints are stored in fp16)."""
+    n = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)
+            if f.endswith(".safetensors"))
+    return n * (2 if dtype == "fp32" else 1)
 
 
 def mem_available_bytes():
@@ -160,22 +187,32 @@ def main(argv=None):
     if a.threads:
         torch.set_num_threads(a.threads)
 
-    need = n_params(a.model) * (4 if a.dtype == "fp32" else 2)
+    if a.checkpoint:
+        need = checkpoint_bytes(a.checkpoint, a.dtype)
+    else:
+        need = n_params(a.model) * (4 if a.dtype == "fp32" else 2)
     avail = mem_available_bytes()
     if avail is not None and need > 0.9 * avail and not a.force:
-        print(f"hf_cpu_bench: {a.model} {a.dtype} weights need ~{need / 2**30:.1f} GiB, "
+        print(f"hf_cpu_bench: {a.model or a.checkpoint} {a.dtype} weights need ~{need / 2**30:.1f} GiB, "
               f"only {avail / 2**30:.1f} GiB available (use --force to try anyway)", file=sys.stderr)
         return 1
 
     torch.manual_seed(a.seed)
     tb = time.perf_counter()
-    model = AutoModelForCausalLM.from_config(opt_config(a.model, DTYPES[a.dtype])).eval()
+    if a.checkpoint:
+        kw = {} if a.dtype == "auto" else {"dtype": DTYPES[a.dtype] or "float32"}
+        model = AutoModelForCausalLM.from_pretrained(a.checkpoint, **kw).eval()
+        source = f"AutoModelForCausalLM.from_pretrained(DIR{''.join(f', {k}={v!r}' for k, v in kw.items())})"
+    else:
+        model = AutoModelForCausalLM.from_config(opt_config(a.model, DTYPES.get(a.dtype))).eval()
+        source = "AutoModelForCausalLM.from_config(OPTConfig(...))"
     build_s = time.perf_counter() - tb
+    vocab = model.config.vocab_size
 
     g = torch.Generator().manual_seed(a.seed + 1)
-    ids = torch.randint(3, VOCAB, (a.batch, a.prompt_len), generator=g)
+    ids = torch.randint(3, vocab, (a.batch, a.prompt_len), generator=g)
     mask = torch.ones_like(ids)
-    warm = torch.randint(3, VOCAB, (a.batch, 8), generator=g)
+    warm = torch.randint(3, vocab, (a.batch, 8), generator=g)
 
     run_once(model, warm, torch.ones_like(warm), 2)
     runs = [run_once(model, ids, mask, a.gen_len) for _ in range(a.repeat)]
@@ -183,7 +220,10 @@ def main(argv=None):
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     res = {
         "system": "hf-transformers",
-        "model": a.model,
+        "model": a.model or os.path.basename(os.path.normpath(a.checkpoint)),
+        "checkpoint": a.checkpoint,
+        "source": source,
+        "dtype_arg": a.dtype,
         "prompt_len": a.prompt_len,
         "gen_len": a.gen_len,
         "batch": a.batch,
@@ -213,7 +253,7 @@ def main(argv=None):
     if a.json:
         print(json.dumps(res))
     else:
-        print(f"hf-transformers {a.model} {res['dtype']} P={a.prompt_len} G={a.gen_len} "
+        print(f"hf-transformers {res['model']} {res['dtype']} P={a.prompt_len} G={a.gen_len} "
               f"B={a.batch} threads={res['threads']}: prefill {res['prefill_s']:.3f} s, "
               f"decode {res['decode_s']:.3f} s, {res['throughput_tok_s']:.2f} tok/s "
               f"(cpu {res['cpu_s']:.1f} s; median of {a.repeat}; "

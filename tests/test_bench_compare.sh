@@ -137,5 +137,29 @@ else
 	bad "SUMMARIZE of a two-environment .jsonl: $(cat "$tmp/old.err")"
 fi
 
+# a checkpoint folder as the model (bench/llama_cpu_compare.sh): sluice
+# --model DIR, HF --checkpoint DIR, once per HF word with its /DTYPE, rows
+# labelled with the HF word; PREFIX names the files
+mkdir -p "$tmp/ckpt/llama-x" "$tmp/out2"
+echo '{}' >"$tmp/ckpt/llama-x/config.json"
+: >"$log"
+if (cd "$root" && unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE && MODELS="$tmp/ckpt/llama-x" BATCHES=1 P=16 G=4 REPEAT=1 PREFIX=llama-cpu \
+	HF_BLAS="inherit/auto inherit/fp32" SLUICE="$tmp/bin/sluice" PYTHON="$tmp/bin/python" \
+	OUTDIR="$tmp/out2" bash bench/cpu_compare.sh) >/dev/null 2>"$tmp/stderr2"; then ok; else
+	bad "cpu_compare.sh on a checkpoint folder: $(tail -n 3 "$tmp/stderr2")"
+fi
+env_tail="| CORETYPE=(unset) L2=(unset)"
+printf '%s\n' "sluice bench --backend cpu --model $tmp/ckpt/llama-x --prompt-len 16 --gen-len 4 --batch 1 --json $env_tail" \
+	"hf --checkpoint $tmp/ckpt/llama-x --prompt-len 16 --gen-len 4 --batch 1 --json --dtype auto $env_tail" \
+	"hf --checkpoint $tmp/ckpt/llama-x --prompt-len 16 --gen-len 4 --batch 1 --json --dtype fp32 $env_tail" >"$want"
+if diff -u "$want" "$log" >"$tmp/diff"; then ok; else
+	bad "checkpoint runs differ from what was expected:"
+	cat "$tmp/diff"
+fi
+md=$(find "$tmp/out2" -name "llama-cpu-*.md" | head -n 1)
+if [[ -f $md ]]; then ok; else bad "no llama-cpu-*.md written"; fi
+expect_md "row per HF word" "| llama-x (HF inherit/auto) | 1 | 40.00 | 100.00 | 2.50 |"
+expect_md "row per HF word" "| llama-x (HF inherit/fp32) | 1 | 40.00 | 100.00 | 2.50 |"
+
 echo "test_bench_compare: $passes passed, $fails failed"
 ((fails == 0))
