@@ -3,6 +3,7 @@
  * config.json parsing (llama_config.h states the rules).
  */
 #include "llama_config.h"
+#include "config_json.h"
 #include "sl_common.h"
 
 #include <jansson.h>
@@ -118,51 +119,6 @@ int sl_llama_check_window(const sl_llama_config *c, int n_tokens)
 
 /* ---- config.json --------------------------------------------------------- */
 
-static int get_int(json_t *root, const char *key, int def, bool required, const char *path,
-		   int *out)
-{
-	json_t *v = json_object_get(root, key);
-	if (!v || json_is_null(v)) {
-		if (required)
-			return sl_err(SL_EFORMAT, "%s: missing field '%s'", path, key);
-		*out = def;
-		return 0;
-	}
-	if (!json_is_integer(v) || json_integer_value(v) < -1 || json_integer_value(v) > (1 << 30))
-		return sl_err(SL_EFORMAT, "%s: field '%s' is not a valid integer", path, key);
-	*out = (int)json_integer_value(v);
-	return 0;
-}
-
-static int get_num(json_t *root, const char *key, double def, bool required, const char *path,
-		   double *out)
-{
-	json_t *v = json_object_get(root, key);
-	if (!v || json_is_null(v)) {
-		if (required)
-			return sl_err(SL_EFORMAT, "%s: missing field '%s'", path, key);
-		*out = def;
-		return 0;
-	}
-	if (!json_is_number(v))
-		return sl_err(SL_EFORMAT, "%s: field '%s' is not a number", path, key);
-	*out = json_number_value(v);
-	return 0;
-}
-
-static int get_bool(json_t *root, const char *key, bool def, const char *path, bool *out)
-{
-	json_t *v = json_object_get(root, key);
-	if (!v || json_is_null(v)) {
-		*out = def;
-		return 0;
-	}
-	if (!json_is_boolean(v))
-		return sl_err(SL_EFORMAT, "%s: field '%s' is not true or false", path, key);
-	*out = json_is_true(v);
-	return 0;
-}
-
 /* rope_scaling (or transformers 5's rope_parameters) into c->rope */
 static int get_rope(json_t *rs, const char *field, const char *path, sl_llama_config *c)
 {
@@ -183,15 +139,15 @@ static int get_rope(json_t *rs, const char *field, const char *path, sl_llama_co
 		return 0;
 	if (!strcmp(type, "linear")) {
 		c->rope.type = SL_ROPE_LINEAR;
-		SL_TRY(get_num(rs, "factor", 0, true, path, &c->rope.factor));
+		SL_TRY(sl_config_get_num(rs, "factor", 0, true, path, &c->rope.factor));
 		return 0;
 	}
 	if (!strcmp(type, "llama3")) {
 		c->rope.type = SL_ROPE_LLAMA3;
-		if ((rc = get_num(rs, "factor", 0, true, path, &c->rope.factor)) ||
-		    (rc = get_num(rs, "low_freq_factor", 0, true, path, &c->rope.low_freq_factor)) ||
-		    (rc = get_num(rs, "high_freq_factor", 0, true, path, &c->rope.high_freq_factor)) ||
-		    (rc = get_num(rs, "original_max_position_embeddings", 0, true, path, &d)))
+		if ((rc = sl_config_get_num(rs, "factor", 0, true, path, &c->rope.factor)) ||
+		    (rc = sl_config_get_num(rs, "low_freq_factor", 0, true, path, &c->rope.low_freq_factor)) ||
+		    (rc = sl_config_get_num(rs, "high_freq_factor", 0, true, path, &c->rope.high_freq_factor)) ||
+		    (rc = sl_config_get_num(rs, "original_max_position_embeddings", 0, true, path, &d)))
 			return rc;
 		if (d != floor(d) || d < 1 || d > (1 << 30))
 			return sl_err(SL_EFORMAT,
@@ -226,28 +182,17 @@ static int get_eos(json_t *root, const char *path, sl_llama_config *c)
 		return 0;
 	}
 	int id;
-	SL_TRY(get_int(root, "eos_token_id", -1, false, path, &id));
+	SL_TRY(sl_config_get_int(root, "eos_token_id", -1, false, path, &id));
 	c->eos_id[c->n_eos++] = id;
 	return 0;
 }
 
 int sl_llama_config_load(const char *path, sl_llama_config *out)
 {
-	json_error_t jerr;
-	json_t *root = json_load_file(path, 0, &jerr);
-	if (!root) {
-		FILE *f = fopen(path, "rb");
-		if (!f)
-			return sl_err(SL_ENOTFOUND, "%s: cannot open model config", path);
-		fclose(f);
-		return sl_err(SL_EFORMAT, "%s:%d: not valid JSON: %s", path, jerr.line, jerr.text);
-	}
-	int rc = 0;
 	memset(out, 0, sizeof *out);
-	if (!json_is_object(root)) {
-		rc = sl_err(SL_EFORMAT, "%s: not a JSON object", path);
-		goto done;
-	}
+	json_t *root;
+	SL_TRY(sl_config_json_open(path, &root));
+	int rc = 0;
 	const char *mt = json_string_value(json_object_get(root, "model_type"));
 	if (!mt || (strcmp(mt, "llama") && strcmp(mt, "mistral") && strcmp(mt, "qwen2"))) {
 		rc = sl_err(SL_EUNSUPPORTED,
@@ -264,26 +209,26 @@ int sl_llama_config_load(const char *path, sl_llama_config *out)
 	}
 	bool attn_bias, mlp_bias, use_window = true;
 	double eps;
-	if ((rc = get_int(root, "num_hidden_layers", 0, true, path, &out->n_layer)) ||
-	    (rc = get_int(root, "num_attention_heads", 0, true, path, &out->n_head)) ||
-	    (rc = get_int(root, "num_key_value_heads", out->n_head, false, path, &out->n_kv_head)) ||
-	    (rc = get_int(root, "hidden_size", 0, true, path, &out->hidden)) ||
-	    (rc = get_int(root, "intermediate_size", 0, true, path, &out->ffn)) ||
-	    (rc = get_int(root, "vocab_size", 0, true, path, &out->vocab)) ||
-	    (rc = get_int(root, "max_position_embeddings", 2048, false, path, &out->max_pos)) ||
-	    (rc = get_int(root, "bos_token_id", -1, false, path, &out->bos_id)) ||
-	    (rc = get_int(root, "pad_token_id", -1, false, path, &out->pad_id)) ||
-	    (rc = get_num(root, "rms_norm_eps", 1e-6, false, path, &eps)) ||
-	    (rc = get_bool(root, "tie_word_embeddings", false, path, &out->tied)) ||
-	    (rc = get_bool(root, "attention_bias", false, path, &attn_bias)) ||
-	    (rc = get_bool(root, "mlp_bias", false, path, &mlp_bias)) ||
+	if ((rc = sl_config_get_int(root, "num_hidden_layers", 0, true, path, &out->n_layer)) ||
+	    (rc = sl_config_get_int(root, "num_attention_heads", 0, true, path, &out->n_head)) ||
+	    (rc = sl_config_get_int(root, "num_key_value_heads", out->n_head, false, path, &out->n_kv_head)) ||
+	    (rc = sl_config_get_int(root, "hidden_size", 0, true, path, &out->hidden)) ||
+	    (rc = sl_config_get_int(root, "intermediate_size", 0, true, path, &out->ffn)) ||
+	    (rc = sl_config_get_int(root, "vocab_size", 0, true, path, &out->vocab)) ||
+	    (rc = sl_config_get_int(root, "max_position_embeddings", 2048, false, path, &out->max_pos)) ||
+	    (rc = sl_config_get_int(root, "bos_token_id", -1, false, path, &out->bos_id)) ||
+	    (rc = sl_config_get_int(root, "pad_token_id", -1, false, path, &out->pad_id)) ||
+	    (rc = sl_config_get_num(root, "rms_norm_eps", 1e-6, false, path, &eps)) ||
+	    (rc = sl_config_get_bool(root, "tie_word_embeddings", false, path, &out->tied)) ||
+	    (rc = sl_config_get_bool(root, "attention_bias", false, path, &attn_bias)) ||
+	    (rc = sl_config_get_bool(root, "mlp_bias", false, path, &mlp_bias)) ||
 	    (rc = get_eos(root, path, out)))
 		goto done;
 	if (out->n_head <= 0) {
 		rc = sl_err(SL_EFORMAT, "%s: num_attention_heads must be positive", path);
 		goto done;
 	}
-	if ((rc = get_int(root, "head_dim", out->hidden / out->n_head, false, path,
+	if ((rc = sl_config_get_int(root, "head_dim", out->hidden / out->n_head, false, path,
 			  &out->head_dim)))
 		goto done;
 	if (!qwen2 && (attn_bias || mlp_bias)) {
@@ -299,16 +244,16 @@ int sl_llama_config_load(const char *path, sl_llama_config *out)
 	json_t *rp = json_object_get(root, "rope_parameters");
 	if (rp && !json_is_null(rp)) {
 		if ((rc = get_rope(rp, "rope_parameters", path, out)) ||
-		    (rc = get_num(rp, "rope_theta", 10000.0, false, path, &out->rope_theta)))
+		    (rc = sl_config_get_num(rp, "rope_theta", 10000.0, false, path, &out->rope_theta)))
 			goto done;
 	} else if ((rc = get_rope(json_object_get(root, "rope_scaling"), "rope_scaling", path, out)) ||
-		   (rc = get_num(root, "rope_theta", 10000.0, false, path, &out->rope_theta))) {
+		   (rc = sl_config_get_num(root, "rope_theta", 10000.0, false, path, &out->rope_theta))) {
 		goto done;
 	}
 
-	if (qwen2 && (rc = get_bool(root, "use_sliding_window", false, path, &use_window)))
+	if (qwen2 && (rc = sl_config_get_bool(root, "use_sliding_window", false, path, &use_window)))
 		goto done;
-	if ((rc = get_int(root, "sliding_window", 0, false, path, &out->sliding_window)))
+	if ((rc = sl_config_get_int(root, "sliding_window", 0, false, path, &out->sliding_window)))
 		goto done;
 	if (!use_window)
 		out->sliding_window = 0;

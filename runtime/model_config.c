@@ -3,6 +3,7 @@
  * a config.json's model_type or a --dummy name.
  */
 #include "model_config.h"
+#include "config_json.h"
 #include "sl_common.h"
 
 #include <jansson.h>
@@ -55,19 +56,8 @@ int sl_model_config_load(const char *path, sl_model_config *out)
 	memset(out, 0, sizeof *out);
 	/* the model_type first (the family loaders read the file again, each
 	 * with its own checks and messages) */
-	json_error_t jerr;
-	json_t *root = json_load_file(path, 0, &jerr);
-	if (!root) {
-		FILE *f = fopen(path, "rb");
-		if (!f)
-			return sl_err(SL_ENOTFOUND, "%s: cannot open model config", path);
-		fclose(f);
-		return sl_err(SL_EFORMAT, "%s:%d: not valid JSON: %s", path, jerr.line, jerr.text);
-	}
-	if (!json_is_object(root)) {
-		json_decref(root);
-		return sl_err(SL_EFORMAT, "%s: not a JSON object", path);
-	}
+	json_t *root;
+	SL_TRY(sl_config_json_open(path, &root));
 	const char *mt = json_string_value(json_object_get(root, "model_type"));
 	char type[32];
 	snprintf(type, sizeof type, "%s", mt ? mt : "");

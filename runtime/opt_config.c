@@ -2,6 +2,7 @@
  * opt_config.c - OPT shapes: the published family and config.json parsing.
  */
 #include "opt_config.h"
+#include "config_json.h"
 #include "sl_common.h"
 
 #include <jansson.h>
@@ -79,53 +80,12 @@ int sl_opt_config_validate(const sl_opt_config *c, const char *path)
 	return 0;
 }
 
-static int get_int(json_t *root, const char *key, int def, bool required, const char *path,
-		   int *out)
-{
-	json_t *v = json_object_get(root, key);
-	if (!v || json_is_null(v)) {
-		if (required)
-			return sl_err(SL_EFORMAT, "%s: missing field '%s'", path, key);
-		*out = def;
-		return 0;
-	}
-	if (!json_is_integer(v) || json_integer_value(v) < -1 ||
-	    json_integer_value(v) > (1 << 30))
-		return sl_err(SL_EFORMAT, "%s: field '%s' is not a valid integer", path, key);
-	*out = (int)json_integer_value(v);
-	return 0;
-}
-
-static int get_bool(json_t *root, const char *key, bool def, const char *path, bool *out)
-{
-	json_t *v = json_object_get(root, key);
-	if (!v || json_is_null(v)) {
-		*out = def;
-		return 0;
-	}
-	if (!json_is_boolean(v))
-		return sl_err(SL_EFORMAT, "%s: field '%s' is not true or false", path, key);
-	*out = json_is_true(v);
-	return 0;
-}
-
 int sl_opt_config_load(const char *path, sl_opt_config *out)
 {
-	json_error_t jerr;
-	json_t *root = json_load_file(path, 0, &jerr);
-	if (!root) {
-		FILE *f = fopen(path, "rb");
-		if (!f)
-			return sl_err(SL_ENOTFOUND, "%s: cannot open model config", path);
-		fclose(f);
-		return sl_err(SL_EFORMAT, "%s:%d: not valid JSON: %s", path, jerr.line, jerr.text);
-	}
-	int rc = 0;
 	memset(out, 0, sizeof *out);
-	if (!json_is_object(root)) {
-		rc = sl_err(SL_EFORMAT, "%s: not a JSON object", path);
-		goto done;
-	}
+	json_t *root;
+	SL_TRY(sl_config_json_open(path, &root));
+	int rc = 0;
 	const char *mt = json_string_value(json_object_get(root, "model_type"));
 	if (!mt || strcmp(mt, "opt")) {
 		rc = sl_err(SL_EUNSUPPORTED, "%s: not an OPT model (model_type is %s%s%s)", path,
@@ -139,20 +99,20 @@ int sl_opt_config_load(const char *path, sl_opt_config *out)
 		goto done;
 	}
 	bool enable_bias, affine, remove_final;
-	if ((rc = get_int(root, "num_hidden_layers", 0, true, path, &out->n_layer)) ||
-	    (rc = get_int(root, "num_attention_heads", 0, true, path, &out->n_head)) ||
-	    (rc = get_int(root, "hidden_size", 0, true, path, &out->hidden)) ||
-	    (rc = get_int(root, "ffn_dim", 0, true, path, &out->ffn)) ||
-	    (rc = get_int(root, "vocab_size", 0, true, path, &out->vocab)) ||
-	    (rc = get_int(root, "max_position_embeddings", 2048, false, path, &out->max_pos)) ||
-	    (rc = get_int(root, "word_embed_proj_dim", out->hidden, false, path, &out->embed_dim)) ||
-	    (rc = get_int(root, "pad_token_id", 1, false, path, &out->pad_id)) ||
-	    (rc = get_int(root, "bos_token_id", 2, false, path, &out->bos_id)) ||
-	    (rc = get_int(root, "eos_token_id", 2, false, path, &out->eos_id)) ||
-	    (rc = get_bool(root, "do_layer_norm_before", true, path, &out->pre_ln)) ||
-	    (rc = get_bool(root, "enable_bias", true, path, &enable_bias)) ||
-	    (rc = get_bool(root, "layer_norm_elementwise_affine", true, path, &affine)) ||
-	    (rc = get_bool(root, "_remove_final_layer_norm", false, path, &remove_final)))
+	if ((rc = sl_config_get_int(root, "num_hidden_layers", 0, true, path, &out->n_layer)) ||
+	    (rc = sl_config_get_int(root, "num_attention_heads", 0, true, path, &out->n_head)) ||
+	    (rc = sl_config_get_int(root, "hidden_size", 0, true, path, &out->hidden)) ||
+	    (rc = sl_config_get_int(root, "ffn_dim", 0, true, path, &out->ffn)) ||
+	    (rc = sl_config_get_int(root, "vocab_size", 0, true, path, &out->vocab)) ||
+	    (rc = sl_config_get_int(root, "max_position_embeddings", 2048, false, path, &out->max_pos)) ||
+	    (rc = sl_config_get_int(root, "word_embed_proj_dim", out->hidden, false, path, &out->embed_dim)) ||
+	    (rc = sl_config_get_int(root, "pad_token_id", 1, false, path, &out->pad_id)) ||
+	    (rc = sl_config_get_int(root, "bos_token_id", 2, false, path, &out->bos_id)) ||
+	    (rc = sl_config_get_int(root, "eos_token_id", 2, false, path, &out->eos_id)) ||
+	    (rc = sl_config_get_bool(root, "do_layer_norm_before", true, path, &out->pre_ln)) ||
+	    (rc = sl_config_get_bool(root, "enable_bias", true, path, &enable_bias)) ||
+	    (rc = sl_config_get_bool(root, "layer_norm_elementwise_affine", true, path, &affine)) ||
+	    (rc = sl_config_get_bool(root, "_remove_final_layer_norm", false, path, &remove_final)))
 		goto done;
 	if (!enable_bias || !affine) {
 		rc = sl_err(SL_EUNSUPPORTED, "%s: OPT variants without biases or layer-norm weights are not supported",
