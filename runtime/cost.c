@@ -435,7 +435,7 @@ int sl_cost_eval(const sl_model_config *c, const sl_plan *pl, const sl_profile *
 	s.slot = (double)sl_plan_kv_slot_bytes(c, p); /* h x es, or compressed */
 	s.ss = pl->h2o ? (double)c->n_kv_head * pl->cap * 4 : 0;
 	size_t wd, wh, wk;
-	sl_weights_layer_split(c, p->w_gpu, p->w_cpu, &wd, &wh, &wk);
+	sl_weights_layer_split(c, p->w_gpu, p->w_cpu, p->w_q4, &wd, &wh, &wk);
 	s.w_host = (double)wh;
 	s.w_disk = (double)wk;
 	s.units = p->sep_layer && (wh + wk) > 0 ? 2 : 1;

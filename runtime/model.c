@@ -76,7 +76,7 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 		m->kv_env.io_node = dp.io_node;
 	}
 	sl_weight_place place = { .gpu_percent = pp->w_gpu, .cpu_percent = pp->w_cpu,
-				  .overlap = pp->overlap, .halves = pp->sep_layer };
+				  .overlap = pp->overlap, .halves = pp->sep_layer, .q4 = pp->w_q4 };
 	if (pp->w_gpu + pp->w_cpu < 100.0) {
 		if (!p->offload_dir) {
 			rc = sl_err(SL_EINVAL, "weights placed on disk need --offload-dir DIR");
@@ -84,13 +84,14 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 		}
 		/* one store per model and placement, keyed on what it is made from */
 		char key[SL_DISK_MAX_KEY + 1], name[SL_WSTORE_NAME_MAX];
-		if ((rc = sl_wstore_ident(p->dir, st, &m->cfg, pp->w_gpu, pp->w_cpu, name,
+		if ((rc = sl_wstore_ident(p->dir, st, &m->cfg, pp->w_gpu, pp->w_cpu, pp->w_q4, name,
 					  sizeof name, key, sizeof key)) < 0)
 			goto fail;
 		/* the data area: every layer's disk segment */
 		sl_disk_params dp = { .dir = p->offload_dir, .file_name = name, .key = key,
 				      .data_bytes = (uint64_t)m->cfg.n_layer *
-						    sl_weights_disk_bytes(&m->cfg, pp->w_gpu, pp->w_cpu) };
+						    sl_weights_disk_bytes(&m->cfg, pp->w_gpu, pp->w_cpu,
+									  pp->w_q4) };
 		sl_model_io_node(be, &dp);
 		bool fresh = true;
 		if ((rc = sl_wstore_open(&dp, &m->disk, &fresh)) < 0)
@@ -211,12 +212,22 @@ int sl_model_reserve(sl_model *m, int max_seq, int max_rows)
 	return 0;
 }
 
+/* y (+)= x w^T (+ bias): w fp16, or (q4) a layer matrix in sl_q4's layout
+ * (compress_weight), dequantised inside the GEMM. */
+static int linear_q(sl_model *m, bool q4, int rows, const float *x, int ldx, const sl_half *w,
+		    const sl_half *bias, int n, int k, float *y, int ldy, float alpha, unsigned flags)
+{
+	sl_gemm_args g = { .m = rows, .n = n, .k = k, .x = x, .ldx = ldx, .w = q4 ? NULL : w,
+			   .wq = q4 ? (const void *)w : NULL, .bias = bias, .y = y, .ldy = ldy,
+			   .alpha = alpha, .flags = flags };
+	return sl_gemm(m->be, m->q, &g);
+}
+
+/* The embeddings' side (project_in, project_out, the head): always fp16. */
 static int linear(sl_model *m, int rows, const float *x, int ldx, const sl_half *w,
 		  const sl_half *bias, int n, int k, float *y, int ldy, float alpha, unsigned flags)
 {
-	sl_gemm_args g = { .m = rows, .n = n, .k = k, .x = x, .ldx = ldx, .w = w, .bias = bias,
-			   .y = y, .ldy = ldy, .alpha = alpha, .flags = flags };
-	return sl_gemm(m->be, m->q, &g);
+	return linear_q(m, false, rows, x, ldx, w, bias, n, k, y, ldy, alpha, flags);
 }
 
 /* Embeddings of rows [r0, r0 + rows) into out (device, rows x hidden),
@@ -377,9 +388,9 @@ static int llama_attn_block(sl_model *m, sl_kv *kv, int l, const sl_layer_w *w, 
 	const int rows = g * t;
 	const float scale = 1.0f / sqrtf((float)hd);
 	SL_TRY(sl_rmsnorm(m->be, m->q, rows, h, hg, h, w->ln1_g, c->llama.rms_eps, m->x, h));
-	SL_TRY(linear(m, rows, m->x, h, w->q_w, w->q_b, qd, h, m->qb, qd, scale, 0));
-	SL_TRY(linear(m, rows, m->x, h, w->k_w, w->k_b, kd, h, m->kb, kd, 1.0f, 0));
-	SL_TRY(linear(m, rows, m->x, h, w->v_w, w->v_b, kd, h, m->vb, kd, 1.0f, 0));
+	SL_TRY(linear_q(m, w->q4, rows, m->x, h, w->q_w, w->q_b, qd, h, m->qb, qd, scale, 0));
+	SL_TRY(linear_q(m, w->q4, rows, m->x, h, w->k_w, w->k_b, kd, h, m->kb, kd, 1.0f, 0));
+	SL_TRY(linear_q(m, w->q4, rows, m->x, h, w->v_w, w->v_b, kd, h, m->vb, kd, 1.0f, 0));
 	/* the block's rows s0 * t.. have their positions in pos_host */
 	const sl_rope_args ra = { .rows = rows, .hd = hd, .nh_q = c->n_head, .nh_k = c->n_kv_head,
 				  .q = m->qb, .ldq = qd, .k = m->kb, .ldk = kd,
@@ -387,7 +398,7 @@ static int llama_attn_block(sl_model *m, sl_kv *kv, int l, const sl_layer_w *w, 
 	SL_TRY(sl_rope(m->be, m->q, &ra));
 	for (int i = 0; i < nparts; i++)
 		SL_TRY(attend(m, kv, l, s0, &parts[i], t, npad, prefill));
-	return linear(m, rows, m->ab, qd, w->o_w, NULL, h, qd, hg, h, 1.0f, SL_GEMM_ACCUM);
+	return linear_q(m, w->q4, rows, m->ab, qd, w->o_w, NULL, h, qd, hg, h, 1.0f, SL_GEMM_ACCUM);
 }
 
 /* The LLaMA family's MLP half: RMSNorm, gate and up side by side in fb,
@@ -399,10 +410,10 @@ static int llama_mlp_block(sl_model *m, const sl_layer_w *w, float *hg, int g, i
 	const int rows = g * t;
 	float *gate = m->fb, *up = m->fb + f;
 	SL_TRY(sl_rmsnorm(m->be, m->q, rows, h, hg, h, w->ln2_g, c->llama.rms_eps, m->x, h));
-	SL_TRY(linear(m, rows, m->x, h, w->gate_w, NULL, f, h, gate, 2 * f, 1.0f, 0));
-	SL_TRY(linear(m, rows, m->x, h, w->up_w, NULL, f, h, up, 2 * f, 1.0f, 0));
+	SL_TRY(linear_q(m, w->q4, rows, m->x, h, w->gate_w, NULL, f, h, gate, 2 * f, 1.0f, 0));
+	SL_TRY(linear_q(m, w->q4, rows, m->x, h, w->up_w, NULL, f, h, up, 2 * f, 1.0f, 0));
 	SL_TRY(sl_swiglu(m->be, m->q, rows, f, gate, 2 * f, up, 2 * f, gate, 2 * f));
-	return linear(m, rows, gate, 2 * f, w->down_w, NULL, h, f, hg, h, 1.0f, SL_GEMM_ACCUM);
+	return linear_q(m, w->q4, rows, gate, 2 * f, w->down_w, NULL, h, f, hg, h, 1.0f, SL_GEMM_ACCUM);
 }
 
 /* The attention half of decoder layer l for the g sequences from s0,
@@ -423,12 +434,12 @@ static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_layer_w *w, float 
 		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, oc->ln_eps, m->x, h));
 		xin = m->x;
 	}
-	SL_TRY(linear(m, rows, xin, h, w->q_w, w->q_b, h, h, m->qb, h, scale, 0));
-	SL_TRY(linear(m, rows, xin, h, w->k_w, w->k_b, h, h, m->kb, h, 1.0f, 0));
-	SL_TRY(linear(m, rows, xin, h, w->v_w, w->v_b, h, h, m->vb, h, 1.0f, 0));
+	SL_TRY(linear_q(m, w->q4, rows, xin, h, w->q_w, w->q_b, h, h, m->qb, h, scale, 0));
+	SL_TRY(linear_q(m, w->q4, rows, xin, h, w->k_w, w->k_b, h, h, m->kb, h, 1.0f, 0));
+	SL_TRY(linear_q(m, w->q4, rows, xin, h, w->v_w, w->v_b, h, h, m->vb, h, 1.0f, 0));
 	for (int i = 0; i < nparts; i++)
 		SL_TRY(attend(m, kv, l, s0, &parts[i], t, npad, prefill));
-	SL_TRY(linear(m, rows, m->ab, h, w->o_w, w->o_b, h, h, hg, h, 1.0f, SL_GEMM_ACCUM));
+	SL_TRY(linear_q(m, w->q4, rows, m->ab, h, w->o_w, w->o_b, h, h, hg, h, 1.0f, SL_GEMM_ACCUM));
 	if (!oc->pre_ln)
 		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, oc->ln_eps, hg, h));
 	return 0;
@@ -449,8 +460,8 @@ static int mlp_block(sl_model *m, const sl_layer_w *w, float *hg, int g, int t)
 		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, oc->ln_eps, m->x, h));
 		xin = m->x;
 	}
-	SL_TRY(linear(m, rows, xin, h, w->fc1_w, w->fc1_b, f, h, m->fb, f, 1.0f, SL_GEMM_RELU));
-	SL_TRY(linear(m, rows, m->fb, f, w->fc2_w, w->fc2_b, h, f, hg, h, 1.0f, SL_GEMM_ACCUM));
+	SL_TRY(linear_q(m, w->q4, rows, xin, h, w->fc1_w, w->fc1_b, f, h, m->fb, f, 1.0f, SL_GEMM_RELU));
+	SL_TRY(linear_q(m, w->q4, rows, m->fb, f, w->fc2_w, w->fc2_b, h, f, hg, h, 1.0f, SL_GEMM_ACCUM));
 	if (!oc->pre_ln)
 		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, oc->ln_eps, hg, h));
 	return 0;

@@ -30,6 +30,7 @@ sl_plan_params sl_plan_of_policy(const sl_policy *pol, bool micro_given, bool kv
 	p.sep_layer = pol->sep_layer;
 	p.kv_f32 = kv_f32;
 	p.kv_q4 = pol->compress_cache;
+	p.w_q4 = pol->compress_weight;
 	p.micro = micro_given ? pol->gpu_batch_size : 0;
 	p.hh = pol->hh_ratio;
 	p.rr = pol->hh_ratio > 0 || pol->recent_ratio > 0 ? sl_policy_recent_ratio(pol) : 0;
@@ -131,12 +132,12 @@ static void weight_bytes(const sl_model_config *c, const sl_plan_params *p, bool
 			 sl_plan *pl)
 {
 	const sl_weight_place wp = { .gpu_percent = p->w_gpu, .cpu_percent = p->w_cpu,
-				     .halves = p->sep_layer };
+				     .halves = p->sep_layer, .q4 = p->w_q4 };
 	size_t resident, loading;
 	sl_weights_host_bytes(c, &wp, dev_is_host, &resident, &loading);
 	pl->weights.device = sl_weights_device_bytes(c, &wp);
 	pl->weights.host = resident;
-	pl->weights.disk = (size_t)c->n_layer * sl_weights_disk_bytes(c, p->w_gpu, p->w_cpu);
+	pl->weights.disk = (size_t)c->n_layer * sl_weights_disk_bytes(c, p->w_gpu, p->w_cpu, p->w_q4);
 	pl->weights_loading = loading;
 }
 
@@ -185,7 +186,8 @@ size_t sl_plan_min_device_bytes(const sl_model_config *c, const sl_plan_params *
 	/* the globals and two staging slots (of half layers with sep_layer),
 	 * every layer's weights streamed from the host or from the disk,
 	 * whichever stages in less */
-	sl_weight_place wp = { .gpu_percent = 0, .cpu_percent = 100, .halves = p->sep_layer };
+	sl_weight_place wp = { .gpu_percent = 0, .cpu_percent = 100, .halves = p->sep_layer,
+			       .q4 = p->w_q4 };
 	const size_t from_host = sl_weights_device_bytes(c, &wp);
 	wp.cpu_percent = 0;
 	const size_t weights = SL_MIN(from_host, sl_weights_device_bytes(c, &wp));

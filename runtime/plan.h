@@ -39,6 +39,7 @@ typedef struct sl_plan_params {
 	bool sep_layer;             /* every micro-batch's attention, then every MLP */
 	bool kv_f32;                /* fp32 cache (accuracy mode); fp16 otherwise */
 	bool kv_q4;                 /* 4-bit compressed cache (compress_cache, backend.h) */
+	bool w_q4;                  /* 4-bit decoder-layer matrices (compress_weight, weights.h) */
 	int micro;                  /* sequences per micro-batch; 0: the whole block */
 	double hh, rr;              /* H2O: heavy-hitter and recent ratios; 0, 0: dense */
 	int fixed_heavy, fixed_recent; /* >= 0: H2O with these counts (tests); -1: the ratios */

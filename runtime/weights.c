@@ -11,6 +11,7 @@
  */
 #include "weights.h"
 #include "sl_hash.h"
+#include "sl_q4.h"
 
 #include <math.h>
 #include <omp.h>
@@ -148,6 +149,15 @@ static int64_t dim_value(const sl_model_config *c, enum dim d)
 static size_t tensor_elems(const sl_model_config *c, const tdesc *d)
 {
 	return (size_t)dim_value(c, d->rows) * (size_t)dim_value(c, d->cols);
+}
+
+/* A layer tensor's bytes in its homes: fp16, or (q4: compress_weight) a
+ * matrix in sl_q4's layout; vectors (biases, norms) stay fp16. */
+static size_t tensor_bytes(const sl_model_config *c, const tdesc *d, bool q4)
+{
+	if (q4 && d->kind == 0)
+		return sl_q4_bytes((size_t)dim_value(c, d->rows), (size_t)dim_value(c, d->cols));
+	return tensor_elems(c, d) * 2;
 }
 
 static size_t align64(size_t n)
@@ -347,17 +357,109 @@ static int fill_tensor(const sl_model_config *c, const source *src, const tdesc 
 	return bad < n ? unrepresentable(t, first + bad) : 0;
 }
 
+/* Rows [0, n) of a (n, k) fp16 matrix into sl_q4's layout at dst (its
+ * codes, then its metadata), the rows in parallel (each row's groups are
+ * its own, so the codes do not depend on the thread count). */
+static void quantize_rows(const sl_half *h, size_t n, size_t k, uint8_t *dst)
+{
+	const size_t ng = sl_q4_groups(k);
+	uint8_t *codes = dst;
+	sl_half *meta = (sl_half *)(dst + n * ng * SL_Q4_CODE_BYTES);
+#pragma omp parallel for schedule(static)
+	for (size_t r = 0; r < n; r++)
+		for (size_t g = 0; g < ng; g++) {
+			const size_t c0 = g * SL_Q4_GROUP, e = r * ng + g;
+			const int len = (int)SL_MIN((size_t)SL_Q4_GROUP, k - c0);
+			sl_q4_quantize_group(h + r * k + c0, len, codes + e * SL_Q4_CODE_BYTES, &meta[2 * e],
+					     &meta[2 * e + 1]);
+		}
+}
+
+/* The fp16 rows one pass of q4_fill quantises: at most this many bytes of
+ * them (one row at least), in ordinary (unpinned) memory. */
+#define Q4_SCRATCH ((size_t)1 << 20)
+
+/*
+ * Bytes [lo, hi) of a matrix's quantised form (sl_q4: the codes of every
+ * row, then every row's metadata) into dst.  The rows whose codes or
+ * metadata fall in the range are read as fp16 (fill_tensor) a bounded
+ * chunk at a time and quantised, so no fp16 copy of the matrix (or of a
+ * layer) is ever made, and a range may start and end anywhere: in a row's
+ * codes, in the metadata, or across the two (a disk window, a device
+ * piece).
+ */
+static int q4_fill(const sl_model_config *c, const source *src, const tdesc *d, const char *name,
+		   uint64_t id, size_t lo, size_t hi, uint8_t *dst)
+{
+	const size_t rows = (size_t)dim_value(c, d->rows), k = (size_t)dim_value(c, d->cols);
+	const size_t ng = sl_q4_groups(k), rc = ng * SL_Q4_CODE_BYTES, rm = ng * SL_Q4_META_BYTES;
+	const size_t cb = rows * rc; /* the codes' bytes; the metadata follow */
+	/* the rows whose codes, and whose metadata, the range touches */
+	size_t a0 = rows, a1 = 0, b0 = rows, b1 = 0;
+	if (lo < cb) {
+		a0 = lo / rc;
+		a1 = (SL_MIN(hi, cb) + rc - 1) / rc;
+	}
+	if (hi > cb) {
+		b0 = (SL_MAX(lo, cb) - cb) / rm;
+		b1 = (hi - cb + rm - 1) / rm;
+	}
+	size_t span[2][2] = { { a0, a1 }, { b0, b1 } };
+	int nspan = 0;
+	if (a0 < a1 && b0 < b1 && a0 <= b1 && b0 <= a1) { /* overlapping: one pass */
+		span[0][0] = SL_MIN(a0, b0);
+		span[0][1] = SL_MAX(a1, b1);
+		nspan = 1;
+	} else {
+		if (a0 < a1)
+			span[nspan][0] = a0, span[nspan][1] = a1, nspan++;
+		if (b0 < b1)
+			span[nspan][0] = b0, span[nspan][1] = b1, nspan++;
+	}
+	const size_t per = SL_MAX((size_t)1, Q4_SCRATCH / (k * 2));
+	sl_half *h = malloc(per * k * 2);
+	uint8_t *q = malloc(per * (rc + rm));
+	int err = (h && q) ? 0 : sl_err(SL_ENOMEM, "out of memory quantising %s", name);
+	for (int s = 0; s < nspan && !err; s++)
+		for (size_t r0 = span[s][0]; r0 < span[s][1] && !err; r0 += per) {
+			const size_t n = SL_MIN(per, span[s][1] - r0);
+			if ((err = fill_tensor(c, src, d, name, id, r0 * k, n * k, h)) < 0)
+				break;
+			quantize_rows(h, n, k, q);
+			/* this chunk's codes and metadata, where they meet [lo, hi) */
+			const size_t part[2][3] = { { r0 * rc, n * rc, 0 }, { cb + r0 * rm, n * rm, n * rc } };
+			for (int j = 0; j < 2; j++) {
+				const size_t x0 = SL_MAX(lo, part[j][0]), x1 = SL_MIN(hi, part[j][0] + part[j][1]);
+				if (x0 < x1)
+					memcpy(dst + (x0 - lo), q + part[j][2] + (x0 - part[j][0]), x1 - x0);
+			}
+		}
+	free(h);
+	free(q);
+	return err;
+}
+
+/* Bytes [lo, hi) of a layer tensor as its homes hold it (tensor_bytes):
+ * fp16 values (lo and hi even), or a quantised matrix. */
+static int fill_bytes(const sl_model_config *c, const source *src, const tdesc *d, const char *name,
+		      uint64_t id, bool q4, size_t lo, size_t hi, void *dst)
+{
+	if (q4 && d->kind == 0)
+		return q4_fill(c, src, d, name, id, lo, hi, dst);
+	return fill_tensor(c, src, d, name, id, lo / 2, (hi - lo) / 2, dst);
+}
+
 static size_t align4k(size_t n)
 {
 	return (n + 4095) & ~(size_t)4095;
 }
 
-size_t sl_weights_layer_bytes(const sl_model_config *c)
+size_t sl_weights_layer_bytes(const sl_model_config *c, bool q4)
 {
 	const table tb = layer_table(c);
 	size_t n = 0;
 	for (int i = 0; i < tb.n; i++)
-		n += align64(tensor_elems(c, &tb.t[i]) * 2);
+		n += align64(tensor_bytes(c, &tb.t[i], q4));
 	return n;
 }
 
@@ -365,7 +467,9 @@ size_t sl_weights_layer_bytes(const sl_model_config *c)
  * Within each tier the tensors keep their order, so each half's tensors
  * are one range of its tier's home; the MLP half's disk tensors start on
  * a page, so either half is one O_DIRECT read (the layout does not depend
- * on how the weights are streamed). */
+ * on how the weights are streamed).  With compress_weight (p->q4) the
+ * bytes are the homes' own: the matrices quantised, so a percentage is
+ * of the compressed layer. */
 static void place_layer(const sl_model_config *c, const sl_weight_place *p, sl_model_weights *w)
 {
 	memset(w->unit, 0, sizeof w->unit);
@@ -375,13 +479,14 @@ static void place_layer(const sl_model_config *c, const sl_weight_place *p, sl_m
 	w->tensors = tb.t;
 	w->ntensors = tb.n;
 	w->nattn = tb.attn;
+	w->q4 = p && p->q4;
 	size_t total = 0;
 	for (int i = 0; i < tb.n; i++)
-		total += tensor_elems(c, &tb.t[i]) * 2;
+		total += tensor_bytes(c, &tb.t[i], w->q4);
 	size_t cum = 0;
 	w->dev_bytes = w->host_bytes = w->disk_bytes = 0;
 	for (int i = 0; i < tb.n; i++) {
-		size_t nb = tensor_elems(c, &tb.t[i]) * 2;
+		size_t nb = tensor_bytes(c, &tb.t[i], w->q4);
 		double mid = 100.0 * ((double)cum + nb / 2.0) / (double)total;
 		cum += nb;
 		enum sl_tier t = mid < disk ? SL_TIER_DISK : mid < disk + cpu ? SL_TIER_HOST : SL_TIER_DEVICE;
@@ -440,21 +545,21 @@ size_t sl_weights_device_bytes(const sl_model_config *c, const sl_weight_place *
 	return n;
 }
 
-void sl_weights_layer_split(const sl_model_config *c, double gpu_percent, double cpu_percent,
+void sl_weights_layer_split(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4,
 			    size_t *dev, size_t *host, size_t *disk)
 {
 	sl_model_weights tmp;
-	sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent };
+	sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent, .q4 = q4 };
 	place_layer(c, &p, &tmp);
 	*dev = tmp.dev_bytes;
 	*host = tmp.host_bytes;
 	*disk = tmp.disk_bytes;
 }
 
-size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent)
+size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4)
 {
 	sl_model_weights tmp;
-	sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent };
+	sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent, .q4 = q4 };
 	place_layer(c, &p, &tmp);
 	return tmp.disk_bytes;
 }
@@ -493,12 +598,12 @@ static void layer_view(const sl_model_weights *w, const sl_layer_w *lw, void *sl
  */
 #define CONV_PIECE ((size_t)4 << 20)
 
-static size_t conv_piece(const sl_model_config *c, size_t disk_bytes)
+static size_t conv_piece(const sl_model_config *c, size_t disk_bytes, bool q4)
 {
 	size_t need = disk_bytes, ng;
 	const table tb = layer_table(c);
 	for (int i = 0; i < tb.n; i++)
-		need = SL_MAX(need, tensor_elems(c, &tb.t[i]) * 2);
+		need = SL_MAX(need, tensor_bytes(c, &tb.t[i], q4));
 	const gdesc *g = global_table(c, &ng);
 	for (size_t i = 0; i < ng; i++)
 		if (global_present(c, g[i].cond))
@@ -511,9 +616,9 @@ static size_t conv_piece(const sl_model_config *c, size_t disk_bytes)
 	return align4k(SL_MIN(piece, need));
 }
 
-size_t sl_weights_convert_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent)
+size_t sl_weights_convert_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4)
 {
-	return 2 * conv_piece(c, sl_weights_disk_bytes(c, gpu_percent, cpu_percent));
+	return 2 * conv_piece(c, sl_weights_disk_bytes(c, gpu_percent, cpu_percent, q4), q4);
 }
 
 void sl_weights_host_bytes(const sl_model_config *c, const sl_weight_place *p, bool dev_is_host,
@@ -529,7 +634,7 @@ void sl_weights_host_bytes(const sl_model_config *c, const sl_weight_place *p, b
 		bounce += b;
 	}
 	*resident = homes + bounce;
-	*loading = homes + 2 * conv_piece(c, tmp.disk_bytes);
+	*loading = homes + 2 * conv_piece(c, tmp.disk_bytes, tmp.q4);
 }
 
 typedef struct conv {
@@ -537,6 +642,7 @@ typedef struct conv {
 	sl_queue *q;
 	const sl_model_config *c;
 	const source *src;
+	bool q4; /* the layers' matrices quantised (compress_weight) */
 	unsigned char *buf[2];
 	size_t piece;
 	int next;           /* the buffer to fill next */
@@ -583,19 +689,20 @@ static int conv_drain(conv *v)
 	return rc;
 }
 
-/* One tensor to device memory at dst, a piece at a time. */
-static int conv_device(conv *v, const tdesc *d, const char *name, uint64_t id, void *dst)
+/* One tensor to device memory at dst, a piece at a time (q4: a layer
+ * matrix, quantised). */
+static int conv_device(conv *v, const tdesc *d, const char *name, uint64_t id, bool q4, void *dst)
 {
-	const size_t n = tensor_elems(v->c, d), per = v->piece / 2;
+	const size_t n = tensor_bytes(v->c, d, q4), per = v->piece;
 	if (v->b->ops->dev_is_host) /* nothing to copy: straight into place */
-		return fill_tensor(v->c, v->src, d, name, id, 0, n, dst);
+		return fill_bytes(v->c, v->src, d, name, id, q4, 0, n, dst);
 	for (size_t first = 0; first < n; first += per) {
 		const size_t k = SL_MIN(per, n - first);
 		unsigned char *buf;
 		SL_TRY(conv_take(v, &buf));
 		const int b = v->next ^ 1; /* the buffer conv_take handed out */
-		SL_TRY(fill_tensor(v->c, v->src, d, name, id, first, k, (sl_half *)buf));
-		SL_TRY(sl_copy_h2d(v->b, v->q, (char *)dst + first * 2, buf, k * 2));
+		SL_TRY(fill_bytes(v->c, v->src, d, name, id, q4, first, first + k, buf));
+		SL_TRY(sl_copy_h2d(v->b, v->q, (char *)dst + first, buf, k));
 		SL_TRY(sl_event_record(v->b, v->copied[b], v->q));
 		v->copying[b] = true;
 	}
@@ -615,14 +722,14 @@ static int conv_disk_segment(conv *v, const sl_model_weights *w, int l, uint64_t
 			if (w->tier[i] != SL_TIER_DISK)
 				continue;
 			const tdesc *d = &((const tdesc *)w->tensors)[i];
-			const size_t a = w->home_off[i], e = a + tensor_elems(v->c, d) * 2;
+			const size_t a = w->home_off[i], e = a + tensor_bytes(v->c, d, v->q4);
 			const size_t lo = SL_MAX(a, off), hi = SL_MIN(e, off + len);
 			if (lo >= hi)
 				continue;
 			char name[160];
 			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
-			SL_TRY(fill_tensor(v->c, v->src, d, name, (uint64_t)l * 64 + (uint64_t)i, (lo - a) / 2,
-					   (hi - lo) / 2, (sl_half *)(buf + (lo - off))));
+			SL_TRY(fill_bytes(v->c, v->src, d, name, (uint64_t)l * 64 + (uint64_t)i, v->q4, lo - a,
+					  hi - a, buf + (lo - off)));
 		}
 		const int k = v->next ^ 1; /* the buffer conv_take handed out */
 		SL_TRY(sl_disk_write(v->disk, seg_off + off, buf, len, &v->ticket[k]));
@@ -671,13 +778,13 @@ static int load_globals(conv *v, const sl_st_tensor *head, sl_model_weights *w)
 			continue;
 		sl_half **slot = (sl_half **)((char *)w + d->off);
 		*slot = (sl_half *)((char *)w->block.p + off);
-		SL_TRY(conv_device(v, d, d->name, 1000000 + i, *slot));
+		SL_TRY(conv_device(v, d, d->name, 1000000 + i, false, *slot));
 		off += align64(tensor_elems(c, d) * 2);
 	}
 	w->lm_head = w->embed_tokens;
 	if (!tied) {
 		w->lm_head = (sl_half *)((char *)w->block.p + off);
-		SL_TRY(conv_device(v, &hd, "lm_head.weight", 0, w->lm_head));
+		SL_TRY(conv_device(v, &hd, "lm_head.weight", 0, false, w->lm_head));
 	}
 	return 0;
 }
@@ -717,14 +824,15 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 	if (store_only && !write_disk)
 		return 0;
 
-	const size_t lbytes = sl_weights_layer_bytes(c);
+	const size_t lbytes = sl_weights_layer_bytes(c, w->q4);
 	const sl_st_tensor *head = NULL;
 	if (src->st) {
 		head = sl_st_find(src->st, "lm_head.weight");
 		if (!head)
 			head = sl_st_find(src->st, "model.lm_head.weight");
 	}
-	conv v = { .b = b, .q = q, .c = c, .src = src, .disk = w->disk, .piece = conv_piece(c, w->disk_bytes) };
+	conv v = { .b = b, .q = q, .c = c, .src = src, .q4 = w->q4, .disk = w->disk,
+		   .piece = conv_piece(c, w->disk_bytes, w->q4) };
 	sl_buf stage;
 	int rc = sl_buf_alloc(b, SL_MEM_HOST, 2 * v.piece, "weight conversion", &stage);
 	if (rc < 0)
@@ -741,6 +849,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 	for (int l = 0; l < c->n_layer && !rc; l++) {
 		sl_layer_w *lw = &w->layers[l];
 		lw->disk_off = (uint64_t)l * w->disk_bytes;
+		lw->q4 = w->q4;
 		char what[64];
 		snprintf(what, sizeof what, "weights of layer %d", l);
 		if (!store_only && w->dev_bytes &&
@@ -755,10 +864,10 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 			char name[160];
 			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
 			if (w->tier[i] == SL_TIER_HOST)
-				rc = fill_tensor(c, src, d, name, id, 0, tensor_elems(c, d),
-						 (sl_half *)((char *)lw->host.p + w->home_off[i]));
+				rc = fill_bytes(c, src, d, name, id, w->q4, 0, tensor_bytes(c, d, w->q4),
+						(char *)lw->host.p + w->home_off[i]);
 			else if (w->tier[i] == SL_TIER_DEVICE)
-				rc = conv_device(&v, d, name, id, (char *)lw->block.p + w->home_off[i]);
+				rc = conv_device(&v, d, name, id, w->q4, (char *)lw->block.p + w->home_off[i]);
 		}
 		if (!rc && write_disk) {
 			rc = conv_disk_segment(&v, w, l, lw->disk_off);

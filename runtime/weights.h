@@ -31,6 +31,10 @@ typedef struct sl_layer_w {
 	sl_half *gate_w, *up_w; /* LLaMA: (f, h) */
 	sl_half *down_w;        /* LLaMA: (h, f) */
 	sl_half *ln2_g, *ln2_b; /* the layer's final_layer_norm; LLaMA: post_attention_layernorm */
+	/* compress_weight: the matrices above (q, k, v, o, fc1, fc2, gate, up,
+	 * down) point at common/sl_q4.h's layout (sl_q4_bytes(rows, cols)),
+	 * not fp16 (the GEMM's wq); biases and norms stay fp16 */
+	bool q4;
 	/* (owned by sl_model_weights.layers; a view copies them, never frees) */
 	sl_buf block;      /* device home: the tensors placed on the device */
 	sl_buf host;       /* pinned home: the tensors placed on the host */
@@ -52,6 +56,7 @@ typedef struct sl_weight_place {
 	bool disk_ready;                 /* the store already holds these weights */
 	bool overlap;                    /* load the next unit while this one computes */
 	bool halves;                     /* stream by half layers (sep_layer) */
+	bool q4;                         /* compress_weight: the layers' matrices in 4 bits */
 } sl_weight_place;
 
 #define SL_LAYER_TENSORS 16
@@ -81,6 +86,7 @@ typedef struct sl_model_weights {
 	 * part starts in a slot */
 	sl_wstage_unit unit[3];
 
+	bool q4;                /* the layers' matrices quantised (sl_layer_w.q4) */
 	bool streamed;          /* some tensors live off the device */
 	bool halves;            /* streamed by half layers */
 	sl_disk_store *disk;
@@ -98,9 +104,9 @@ int sl_weights_load(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 int sl_weights_dummy(sl_backend *b, sl_queue *q, const sl_model_config *c, uint64_t seed,
 		     const sl_weight_place *place, sl_model_weights *w);
 
-/* Bytes of one decoder layer's weights, and the device bytes a placement
- * needs (homes plus two staging slots), for budgets and messages. */
-size_t sl_weights_layer_bytes(const sl_model_config *c);
+/* Bytes of one decoder layer's weights (q4: its matrices quantised, as
+ * compress_weight keeps them), for budgets and messages. */
+size_t sl_weights_layer_bytes(const sl_model_config *c, bool q4);
 /* The embeddings, positions, projections, final norm and (LLaMA family,
  * untied) the head: always on the device. */
 size_t sl_weights_global_bytes(const sl_model_config *c);
@@ -116,15 +122,18 @@ void sl_weights_host_bytes(const sl_model_config *c, const sl_weight_place *p, b
 			   size_t *resident, size_t *loading);
 /* One decoder layer's weight bytes in each tier under a placement (the
  * homes as laid out: tensors 64-byte aligned, the disk segment page
- * aligned): what a forward streams per layer from the host and the disk. */
-void sl_weights_layer_split(const sl_model_config *c, double gpu_percent, double cpu_percent,
+ * aligned; q4: compress_weight's quantised matrices): what a forward
+ * streams per layer from the host and the disk. */
+void sl_weights_layer_split(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4,
 			    size_t *dev, size_t *host, size_t *disk);
 /* The disk segment of one layer (page aligned) under a placement. */
-size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent);
+size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4);
 /* The pinned host memory loading takes while it converts (two buffers of
  * at most 4 MiB each, whatever the model), freed when loading ends: it
- * counts against the host budget with everything else. */
-size_t sl_weights_convert_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent);
+ * counts against the host budget with everything else.  (With q4 the
+ * quantiser also reads at most 1 MiB of fp16 rows at a time into
+ * ordinary memory, outside the budgets.) */
+size_t sl_weights_convert_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4);
 
 /*
  * Write the disk share of a checkpoint's (st, dir) or, with st NULL, the

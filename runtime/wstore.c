@@ -69,7 +69,7 @@ static void clean_name(const char *in, char *out, size_t n)
 }
 
 int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config *c, double gpu_percent,
-		    double cpu_percent, char *name, size_t name_len, char *key, size_t key_len)
+		    double cpu_percent, bool q4, char *name, size_t name_len, char *key, size_t key_len)
 {
 	char real[PATH_MAX], model[72], src_tag[24];
 	json_t *src;
@@ -91,7 +91,7 @@ int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config 
 		snprintf(src_tag, sizeof src_tag, "dummy");
 	}
 	json_t *k = src ? json_pack("{s:s, s:i, s:s, s:{s:f, s:f}, s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i}, s:o}",
-				    "format", KEY_FORMAT, "layout", KEY_LAYOUT, "dtype", "f16", "placement",
+				    "format", KEY_FORMAT, "layout", KEY_LAYOUT, "dtype", q4 ? "q4" : "f16", "placement",
 				    "gpu_percent", gpu_percent, "cpu_percent", cpu_percent, "model", "layers",
 				    c->n_layer, "heads", c->n_head, "hidden", c->hidden, "ffn", c->ffn, "vocab",
 				    c->vocab, "embed", c->embed_dim, "positions", c->max_pos, "source", src)
@@ -120,7 +120,8 @@ int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config 
 	}
 	memcpy(key, text, tl + 1);
 	free(text);
-	snprintf(name, name_len, "%s.%s.w%g-%g" SL_WSTORE_SUFFIX, model, src_tag, gpu_percent, cpu_percent);
+	snprintf(name, name_len, "%s.%s.w%g-%g%s" SL_WSTORE_SUFFIX, model, src_tag, gpu_percent, cpu_percent,
+		 q4 ? ".q4" : "");
 	return 0;
 }
 
@@ -132,11 +133,15 @@ static void stale_reason(const char *old, const char *now, char *why, size_t n)
 	json_t *sa = json_object_get(a, "source"), *sb = json_object_get(b, "source");
 	const char *ca = json_string_value(json_object_get(sa, "checkpoint"));
 	const char *cb = json_string_value(json_object_get(sb, "checkpoint"));
+	const char *da = json_string_value(json_object_get(a, "dtype"));
+	const char *db = json_string_value(json_object_get(b, "dtype"));
 	if (!fa || strcmp(fa, KEY_FORMAT))
 		snprintf(why, n, "written by an earlier version of sluice");
 	else if (json_integer_value(json_object_get(a, "layout")) != KEY_LAYOUT)
 		snprintf(why, n, "written by another version of sluice (layout %lld, this one writes %d)",
 			 (long long)json_integer_value(json_object_get(a, "layout")), KEY_LAYOUT);
+	else if (da && db && strcmp(da, db))
+		snprintf(why, n, "it holds %s weights, this run needs %s", da, db);
 	else if (ca && cb && !strcmp(ca, cb) && !json_equal(sa, sb))
 		snprintf(why, n, "the checkpoint's weight files changed since it was written");
 	else if (!json_equal(json_object_get(a, "model"), json_object_get(b, "model")))
@@ -191,6 +196,8 @@ static int key_now(json_t *k, char *key, size_t key_len, uint64_t *data_bytes)
 	const char *dummy = json_string_value(json_object_get(src, "dummy"));
 	const double gpu = json_number_value(json_object_get(pl, "gpu_percent"));
 	const double cpu = json_number_value(json_object_get(pl, "cpu_percent"));
+	const char *dt = json_string_value(json_object_get(k, "dtype"));
+	const bool q4 = dt && !strcmp(dt, "q4");
 	sl_model_config c;
 	sl_st_set *st = NULL;
 	char name[SL_WSTORE_NAME_MAX];
@@ -205,9 +212,9 @@ static int key_now(json_t *k, char *key, size_t key_len, uint64_t *data_bytes)
 	} else {
 		return sl_err(SL_EFORMAT, "no source in the key");
 	}
-	rc = sl_wstore_ident(ckpt, st, &c, gpu, cpu, name, sizeof name, key, key_len);
+	rc = sl_wstore_ident(ckpt, st, &c, gpu, cpu, q4, name, sizeof name, key, key_len);
 	sl_st_close(st);
-	*data_bytes = (uint64_t)c.n_layer * sl_weights_disk_bytes(&c, gpu, cpu);
+	*data_bytes = (uint64_t)c.n_layer * sl_weights_disk_bytes(&c, gpu, cpu, q4);
 	return rc;
 }
 
@@ -242,8 +249,10 @@ static void check_entry(const char *dir, sl_wstore_entry *e)
 	const char *dummy = json_string_value(json_object_get(src, "dummy"));
 	const double gpu = json_number_value(json_object_get(pl, "gpu_percent"));
 	const double cpu = json_number_value(json_object_get(pl, "cpu_percent"));
-	snprintf(e->what, sizeof e->what, "%s %s, weights %g%% device, %g%% host, %g%% disk",
-		 ckpt ? "checkpoint" : "dummy", ckpt ? ckpt : dummy ? dummy : "?", gpu, cpu, 100 - gpu - cpu);
+	const char *dt = json_string_value(json_object_get(k, "dtype"));
+	snprintf(e->what, sizeof e->what, "%s %s, weights %g%% device, %g%% host, %g%% disk%s",
+		 ckpt ? "checkpoint" : "dummy", ckpt ? ckpt : dummy ? dummy : "?", gpu, cpu, 100 - gpu - cpu,
+		 dt && !strcmp(dt, "q4") ? ", 4-bit" : "");
 	if (!info->complete) {
 		e->state = SL_WSTORE_INCOMPLETE;
 		snprintf(e->why, sizeof e->why, "%s", e->in_use ? "being written now" : "its writing was interrupted");
@@ -316,7 +325,7 @@ int sl_wstore_list(const char *dir, sl_wstore_entry **out, int *n)
 }
 
 int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double gpu_percent,
-		      double cpu_percent, const char *offload_dir, char *path, size_t path_len,
+		      double cpu_percent, bool q4, const char *offload_dir, char *path, size_t path_len,
 		      bool *written)
 {
 	*written = false;
@@ -332,7 +341,7 @@ int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double
 	} else if ((rc = sl_model_config_named(dummy, &c)) < 0) {
 		return rc;
 	}
-	const uint64_t bytes = (uint64_t)c.n_layer * sl_weights_disk_bytes(&c, gpu_percent, cpu_percent);
+	const uint64_t bytes = (uint64_t)c.n_layer * sl_weights_disk_bytes(&c, gpu_percent, cpu_percent, q4);
 	if (bytes == 0) {
 		rc = sl_err(SL_EINVAL, "nothing to convert: the placement (weights %g%% device, %g%% host) puts no "
 			    "tensor on disk", gpu_percent, cpu_percent);
@@ -343,7 +352,8 @@ int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double
 		rc = sl_err(SL_ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = sl_wstore_ident(dir, st, &c, gpu_percent, cpu_percent, name, sizeof name, key, SL_DISK_MAX_KEY + 1);
+	rc = sl_wstore_ident(dir, st, &c, gpu_percent, cpu_percent, q4, name, sizeof name, key,
+			     SL_DISK_MAX_KEY + 1);
 	if (rc == 0) {
 		snprintf(path, path_len, "%s/%s", offload_dir, name);
 		sl_disk_params dp = { .dir = offload_dir, .file_name = name, .key = key, .data_bytes = bytes };
@@ -351,7 +361,8 @@ int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double
 		bool fresh = true;
 		rc = sl_wstore_open(&dp, &ds, &fresh);
 		if (rc == 0 && fresh) {
-			sl_weight_place place = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent, .disk = ds };
+			sl_weight_place place = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent, .disk = ds,
+						  .q4 = q4 };
 			rc = sl_weights_write_store(be, &c, st, dir, 0, &place);
 			*written = rc == 0;
 		}

@@ -3,13 +3,15 @@
  * the disk share of a model's weights under a placement, what it was made
  * from, and whether it still matches.
  *
- * A store is named per model and placement,
- *   <model>.<source>.w<G>-<C>.weights.sluice
+ * A store is named per model, placement and dtype,
+ *   <model>.<source>.w<G>-<C>[.q4].weights.sluice
  * (<model>: the checkpoint folder's name, or the --dummy name; <source>: 8
  * hex digits of the checkpoint folder's real path, or "dummy"; G and C the
- * weights' device and host percentages), so one folder serves several
- * models and placements.  Its key (the header's text, JSON) records the
- * layout version, the dtype, the placement, the shapes and the source:
+ * weights' device and host percentages; .q4 for compress_weight's 4-bit
+ * matrices), so one folder serves several models, placements and both
+ * dtypes.  Its key (the header's text, JSON) records the layout version,
+ * the dtype ("f16", or "q4": the layers' matrices in common/sl_q4.h's
+ * layout, biases and norms fp16), the placement, the shapes and the source:
  * for a checkpoint its real path, how many weight files it has and one
  * digest of every file's size, modification and change times (to the
  * nanosecond) and safetensors header; for --dummy the name and seed.  A
@@ -37,7 +39,7 @@
  * header (a checkpoint path of thousands of bytes).
  */
 int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config *c, double gpu_percent,
-		    double cpu_percent, char *name, size_t name_len, char *key, size_t key_len);
+		    double cpu_percent, bool q4, char *name, size_t name_len, char *key, size_t key_len);
 
 /*
  * sl_disk_open for a weight store (dp: its folder, name, key, size).  A
@@ -85,7 +87,7 @@ const char *sl_wstore_state_name(enum sl_wstore_state s);
  * there already; path (its file) is filled either way.
  */
 int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double gpu_percent,
-		      double cpu_percent, const char *offload_dir, char *path, size_t path_len,
+		      double cpu_percent, bool q4, const char *offload_dir, char *path, size_t path_len,
 		      bool *written);
 
 #endif

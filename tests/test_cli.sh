@@ -420,6 +420,79 @@ assert q["peak_bytes"]["host"] <= 1 << 20
 PY
 expect_fail "--compress-cache with --kv-dtype f32" "exclude each other" "$tmp/q4f.jsonl" -- \
 	"${job[@]}" --compress-cache --kv-dtype f32 --out "$tmp/q4f.jsonl"
+# 4-bit weights (--compress-weight): tokens in every tier (host, disk, mixed,
+# by halves) equal the all-on-device run's; the disk store records the dtype
+# (a .q4 store beside the fp16 one in one folder, both correct; a store of
+# the other dtype under its name is rewritten, not read); sluice convert
+# --compress-weight writes the store a job then reuses; a truncated store is
+# refused naming the file; bench --json says compress_weight
+"$sluice" "${job[@]}" --batch-size 3 --compress-weight --out "$tmp/w4ref.jsonl" || bad "--compress-weight failed"
+if cmp -s "$tmp/w4ref.jsonl" "$tmp/ref.jsonl"; then bad "--compress-weight gave the fp16 weights' output on every token"; else ok; fi
+mkdir -p "$tmp/woff"
+for pc in "0 100 100 0 100 0" "0 0 100 0 100 0" "30 30 34 33 100 0"; do
+	# shellcheck disable=SC2086
+	if "$sluice" "${job[@]}" --batch-size 3 --compress-weight --percent $pc --offload-dir "$tmp/woff" \
+		--out "$tmp/w4t.jsonl" && cmp -s "$tmp/w4t.jsonl" "$tmp/w4ref.jsonl"; then ok
+	else bad "4-bit weights at --percent $pc changed the output"; fi
+	rm -f "$tmp/w4t.jsonl"
+done
+printf '{"gpu_batch_size": 3, "num_gpu_batches": 1, "w_gpu_percent": 0, "w_cpu_percent": 0, "sep_layer": true, "compress_weight": true}\n' >"$tmp/w4pol.json"
+if "$sluice" "${job[@]}" --policy "$tmp/w4pol.json" --offload-dir "$tmp/woff" --out "$tmp/w4h.jsonl" &&
+	cmp -s "$tmp/w4h.jsonl" "$tmp/w4ref.jsonl"; then ok; else bad "4-bit weights by halves (policy compress_weight) changed the output"; fi
+# fp16 then 4-bit then fp16 on disk in one folder: two stores, each reused
+if "$sluice" "${job[@]}" --batch-size 2 --percent 0 0 100 0 100 0 --offload-dir "$tmp/woff" \
+	--out "$tmp/w16d.jsonl" && cmp -s "$tmp/w16d.jsonl" "$tmp/ref.jsonl"; then ok; else bad "fp16 weights on disk beside a 4-bit store changed the output"; fi
+if [ -e "$tmp/woff/opt-pre."*".w0-0.weights.sluice" ] && [ -e "$tmp/woff/opt-pre."*".w0-0.q4.weights.sluice" ]; then ok
+else bad "the fp16 and 4-bit stores: $(ls "$tmp/woff")"; fi
+"$sluice" "${job[@]}" --batch-size 3 --compress-weight --percent 0 0 100 0 100 0 --offload-dir "$tmp/woff" \
+	--stats "$tmp/w4s.json" --out "$tmp/w4r.jsonl" || bad "4-bit weights, store reused: failed"
+if cmp -s "$tmp/w4r.jsonl" "$tmp/w4ref.jsonl" && python3 -c "
+import json, sys; s = json.load(open(sys.argv[1])); assert s['disk_write_bytes'] == 0 and s['disk_read_bytes'] > 0, s" "$tmp/w4s.json"
+then ok; else bad "the 4-bit store was not reused as it was"; fi
+# an fp16 store under the 4-bit store's name: out of date, written again
+q4store=$(ls "$tmp/woff/"*.w0-0.q4.weights.sluice)
+cp "$(ls "$tmp/woff/"*.w0-0.weights.sluice)" "$q4store"
+if "$sluice" "${job[@]}" --batch-size 3 --compress-weight --percent 0 0 100 0 100 0 --offload-dir "$tmp/woff" \
+	--out "$tmp/w4x.jsonl" 2>"$tmp/stderr" && cmp -s "$tmp/w4x.jsonl" "$tmp/w4ref.jsonl" &&
+	grep -q "it holds f16 weights, this run needs q4" "$tmp/stderr"; then ok
+else bad "an fp16 store under the 4-bit name: $(cat "$tmp/stderr")"; fi
+# sluice convert --compress-weight writes the .q4 store; a job reuses it
+mkdir -p "$tmp/wconv"
+if "$sluice" convert --model "$fx/opt-pre" --offload-dir "$tmp/wconv" --percent 0 0 100 0 100 0 --compress-weight \
+	>"$tmp/stdout" && grep -q "\.w0-0\.q4\.weights\.sluice" "$tmp/stdout" &&
+	"$sluice" convert --offload-dir "$tmp/wconv" --list | grep -q "current.*4-bit" &&
+	"$sluice" "${job[@]}" --batch-size 3 --compress-weight --percent 0 0 100 0 100 0 --offload-dir "$tmp/wconv" \
+		--stats "$tmp/w4c.json" --out "$tmp/w4c.jsonl" && cmp -s "$tmp/w4c.jsonl" "$tmp/w4ref.jsonl" &&
+	python3 -c "import json, sys; assert json.load(open(sys.argv[1]))['disk_write_bytes'] == 0" "$tmp/w4c.json"
+then ok; else bad "convert --compress-weight then a job"; fi
+# a truncated 4-bit store: refused, naming the file
+cstore=$(ls "$tmp/wconv/"*.q4.weights.sluice)
+truncate -s 8192 "$cstore"
+expect_fail "a truncated 4-bit store" "$cstore is truncated" "$tmp/w4tr.jsonl" -- \
+	"${job[@]}" --batch-size 3 --compress-weight --percent 0 0 100 0 100 0 --offload-dir "$tmp/wconv" \
+	--out "$tmp/w4tr.jsonl"
+# bench --batch max counts the 4-bit weights' bytes: with the weights and
+# the cache in a 1 MiB host budget, the weights' saving (about 140 KiB on
+# opt-pre) holds more sequences, and the run stays within the budget
+for q in "" --compress-weight; do
+	"$sluice" bench --backend cpu --model "$fx/opt-pre" --prompt-len 40 --gen-len 8 --batch max \
+		--percent 0 100 0 100 100 0 --cpu-mem 1M $q --json >"$tmp/maxw$q.json" || bad "bench --batch max $q failed"
+done
+if python3 - "$tmp/maxw.json" "$tmp/maxw--compress-weight.json" <<'PY'; then ok; else bad "bench --batch max: fp16 vs 4-bit weights"; fi
+import json, sys
+d, q = (json.load(open(p)) for p in sys.argv[1:3])
+assert q["batch"] > d["batch"] >= 1, (d["batch"], q["batch"])
+assert q["compress_weight"] is True and d["compress_weight"] is False
+assert q["peak_bytes"]["host"] <= 1 << 20
+PY
+# a device budget that refuses the fp16 weights on the device admits the
+# 4-bit ones (dummy OPT-125m: 12 layers of 14 MiB in fp16, 4 MiB in 4 bits)
+w4b=(bench --backend cpu --dummy opt-125m --prompt-len 8 --gen-len 2 --batch 2 --percent 100 0 100 0 100 0 --gpu-mem 200M --json)
+expect_fail "fp16 weights over the device budget" "device memory budget exceeded" "" -- "${w4b[@]}"
+if "$sluice" "${w4b[@]}" --compress-weight >"$tmp/w4b.json" && python3 -c "
+import json, sys; j = json.load(open(sys.argv[1]))
+assert j['compress_weight'] is True and j['peak_bytes']['device'] <= 200 << 20, j" "$tmp/w4b.json"
+then ok; else bad "4-bit weights under the device budget that refuses fp16"; fi
 if "$sluice" bench --backend cpu --model "$fx/opt-pre" --batch max 2>"$tmp/stderr"; then bad "--batch max without a budget ran"
 elif grep -q "needs a budget" "$tmp/stderr"; then ok; else bad "--batch max without a budget: $(cat "$tmp/stderr")"; fi
 # a host budget when nothing of the job grows on the host (on the CPU

@@ -173,6 +173,8 @@ END_TEST
  * staging slots are far less than all the layers), with the weights not on
  * the device in host memory (cpu) or on disk, staged whole or by halves
  * (sep); the weights' statistics in *ws when not NULL. */
+static bool peak_wq4; /* dummy_peak_ex's weights: the layers' matrices in 4 bits */
+
 static int dummy_peak_ex(double gpu, double cpu, bool sep, size_t budget, size_t *peak,
 			 sl_weight_stats *ws)
 {
@@ -184,6 +186,7 @@ static int dummy_peak_ex(double gpu, double cpu, bool sep, size_t budget, size_t
 	pp.w_cpu = cpu;
 	pp.overlap = true;
 	pp.sep_layer = sep;
+	pp.w_q4 = peak_wq4;
 	sl_model_params mp = { .dummy = "opt-125m", .offload_dir = storedir, .plan = &pp };
 	sl_model *m = NULL;
 	int rc = sl_model_open_ex(be, &mp, &m);
@@ -255,7 +258,9 @@ END_TEST
  * holds attention halves, the other MLP halves, so the two hold one
  * layer's streamed tensors instead of two and the device peak falls by
  * one layer's, to the byte; the loads move the same bytes (on disk each
- * half is one page-aligned read). */
+ * half is one page-aligned read).  Case 1 with 4-bit weights
+ * (compress_weight): the same, every matrix sl_q4_bytes(rows, cols), so
+ * the slots, the loads and the disk reads are the compressed bytes. */
 static size_t a64(size_t n)
 {
 	return (n + 63) & ~(size_t)63;
@@ -266,11 +271,19 @@ static size_t a4k(size_t n)
 	return (n + 4095) & ~(size_t)4095;
 }
 
+static size_t mat(size_t r, size_t c, bool q4)
+{
+	/* the quantised layout written out: 32 code bytes and 4 of metadata
+	 * per 64 values of a row */
+	return q4 ? r * ((c + 63) / 64) * 36 : r * c * 2;
+}
+
 START_TEST(test_half_layers)
 {
 	const size_t h = 768, f = 3072; /* opt-125m */
-	const size_t attn = 4 * a64(h * h * 2) + 4 * a64(h * 2) + 2 * a64(h * 2);
-	const size_t mlp = a64(f * h * 2) + a64(h * f * 2) + a64(f * 2) + a64(h * 2) + 2 * a64(h * 2);
+	const bool q4 = peak_wq4 = _i;
+	const size_t attn = 4 * a64(mat(h, h, q4)) + 4 * a64(h * 2) + 2 * a64(h * 2);
+	const size_t mlp = a64(mat(f, h, q4)) + a64(mat(h, f, q4)) + a64(f * 2) + a64(h * 2) + 2 * a64(h * 2);
 	size_t whole, half;
 	sl_weight_stats sw, sh;
 	/* host tier */
@@ -287,7 +300,7 @@ START_TEST(test_half_layers)
 	ck_assert_uint_eq(sw.h2d_bytes, 13 * (attn + mlp));
 	ck_assert_uint_eq(sh.h2d_bytes, 12 * (attn + mlp) + attn);
 	/* disk tier (a fresh store per layout) */
-	snprintf(storedir, sizeof storedir, "%s/halves-w", offdir);
+	snprintf(storedir, sizeof storedir, "%s/halves-w%d", offdir, _i);
 	ck_assert_int_eq(mkdir(storedir, 0755), 0);
 	ck_assert_int_eq(dummy_peak_ex(0, 0, false, 0, &whole, &sw), 0);
 	/* the same store serves both: its layout does not depend on sep_layer */
@@ -297,6 +310,7 @@ START_TEST(test_half_layers)
 	ck_assert_uint_eq(sh.disk_read_bytes, 12 * a4k(a4k(attn) + mlp) + a4k(attn));
 	ck_assert_uint_lt(half, whole);
 	snprintf(storedir, sizeof storedir, "%s", offdir);
+	peak_wq4 = false;
 }
 END_TEST
 
@@ -349,8 +363,10 @@ typedef struct grid_out {
  * on a trained model is bench/kv_compress_quality.sh's. */
 #define Q4_LOGIT_TOL 0.25
 
-/* The grid's cache: fp16, or (test_grid's cases 2 and 3) 4-bit compressed. */
-static bool grid_q4;
+/* The grid's cache: fp16, or (test_grid's cases with bit 1) 4-bit
+ * compressed; its weights: fp16, or (bit 2) the layers' matrices in 4 bits
+ * (compress_weight). */
+static bool grid_q4, grid_wq4;
 
 /* One job of the opt-pre prompts under policy p (h2o: a 40% H2O cache;
  * grid_q4: compressed), with budgets dev_mem / host_mem (0: none). */
@@ -382,6 +398,7 @@ static int grid_run(const grid_pol *p, bool h2o, size_t dev_mem, size_t host_mem
 	pp.cpu_cache_compute = p->ccc;
 	pp.act_host = p->act;
 	pp.kv_q4 = grid_q4;
+	pp.w_q4 = grid_wq4;
 	if (h2o)
 		pp.hh = pp.rr = 0.2;
 	pp.max_seq = np;
@@ -486,8 +503,8 @@ static void assert_same(const grid_out *ref, const grid_out *o, const char *what
 
 static void describe(const grid_pol *p, bool h2o, char *buf, size_t n)
 {
-	snprintf(buf, n, "%s%sweights %g/%g cache %g/%g micro %d%s%s%s%s", grid_q4 ? "4-bit cache " : "",
-		 h2o ? "H2O " : "", p->wg,
+	snprintf(buf, n, "%s%s%sweights %g/%g cache %g/%g micro %d%s%s%s%s", grid_q4 ? "4-bit cache " : "",
+		 grid_wq4 ? "4-bit weights " : "", h2o ? "H2O " : "", p->wg,
 		 p->wc, p->cg, p->cc, p->micro, p->overlap ? " overlap" : "",
 		 p->ccc ? " cpu_cache_compute" : "", p->sep ? " sep_layer" : "",
 		 p->act ? " activations on host" : "");
@@ -508,14 +525,17 @@ START_TEST(test_grid)
 {
 	const bool h2o = _i & 1;
 	grid_q4 = _i & 2;
+	grid_wq4 = _i & 4;
 	grid_pol base = { 100, 0, 100, 0, 0, true, false, false, false };
 	grid_out ref, o;
 	ck_assert_msg(grid_run(&base, h2o, 0, 0, &ref) == 0, "%s", sl_errmsg());
-	if (grid_q4) { /* compressed: close to the fp16 cache's logits, not equal */
-		grid_q4 = false;
+	if (grid_q4 || grid_wq4) { /* compressed: close to fp16's logits, not equal */
+		const bool kq = grid_q4, wq = grid_wq4;
+		grid_q4 = grid_wq4 = false;
 		grid_out f16;
 		ck_assert_int_eq(grid_run(&base, h2o, 0, 0, &f16), 0);
-		grid_q4 = true;
+		grid_q4 = kq;
+		grid_wq4 = wq;
 		int t = 0;
 		for (int s = 0; s < np; s++)
 			t = SL_MAX(t, plen[s]);
@@ -533,7 +553,7 @@ START_TEST(test_grid)
 					mx = a > mx ? a : mx;
 				}
 		ck_assert_msg(d > 0 && d <= Q4_LOGIT_TOL * mx,
-			      "4-bit cache: prefill logits %g from the fp16 cache's (largest %g)", d, mx);
+			      "4-bit cache or weights: prefill logits %g from fp16's (largest %g)", d, mx);
 		free(f16.logits);
 	}
 	if (h2o) { /* the H2O cache evicts here: its tokens are not the dense ones */
@@ -615,12 +635,15 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_micro_batches);
 	tcase_add_test(tc, test_device_budget);
 	tcase_add_test(tc, test_store_per_layout);
-	tcase_add_test(tc, test_half_layers);
+	tcase_add_loop_test(tc, test_half_layers, 0, 2); /* fp16, 4-bit weights */
 	suite_add_tcase(s, tc);
 	TCase *tg = tcase_create("grid");
 	tcase_add_checked_fixture(tg, make_offdir, rm_offdir);
 	tcase_set_timeout(tg, 600);
 	tcase_add_loop_test(tg, test_grid, 0, 4); /* dense, H2O; compressed: dense, H2O */
+	/* 4-bit weights: dense; with the 4-bit cache and H2O */
+	tcase_add_loop_test(tg, test_grid, 4, 5);
+	tcase_add_loop_test(tg, test_grid, 7, 8);
 	suite_add_tcase(s, tg);
 	return sl_test_run(s);
 }

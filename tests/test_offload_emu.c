@@ -86,8 +86,9 @@ static const placement cases[] = {
 };
 #define NCASES ((int)SL_ARRAY_LEN(cases))
 
-/* q4: a 4-bit compressed cache (compress_cache) */
-static void run(int fx, const char *backend, const placement *p, bool h2o, bool q4,
+/* q4: bit 0 a 4-bit compressed cache (compress_cache), bit 1 4-bit
+ * weights (compress_weight) */
+static void run(int fx, const char *backend, const placement *p, bool h2o, int q4,
 		const char *store, out *o)
 {
 	char dir[600];
@@ -107,7 +108,8 @@ static void run(int fx, const char *backend, const placement *p, bool h2o, bool 
 	pp.cache_cpu = p->cc;
 	pp.micro = p->micro;
 	pp.act_host = p->act_host;
-	pp.kv_q4 = q4;
+	pp.kv_q4 = q4 & 1;
+	pp.w_q4 = q4 & 2;
 	if (h2o)
 		pp.hh = pp.rr = 0.2;
 	pp.max_seq = np;
@@ -154,11 +156,11 @@ static void same(const out *a, const out *b, const char *what, int c)
 }
 
 /* The all-on-device runs of each fixture, dense and H2O, fp16 and
- * compressed cache, made once. */
-static out ref[NFIX][2][2];
-static bool have_ref[NFIX][2][2];
+ * compressed cache and weights, made once. */
+static out ref[NFIX][2][4];
+static bool have_ref[NFIX][2][4];
 
-static const out *reference(int fx, bool h2o, bool q4)
+static const out *reference(int fx, bool h2o, int q4)
 {
 	if (loaded != fx) {
 		sl_test_prompts(fixtures_dir, fixtures[fx], &np, plen, prompts);
@@ -205,7 +207,7 @@ static const out *reference(int fx, bool h2o, bool q4)
 }
 
 /* Placement case c of fixture fx against the all-on-device run. */
-static void run_case(int fx, int c, bool h2o, bool q4)
+static void run_case(int fx, int c, bool h2o, int q4)
 {
 	const placement *p = &cases[c];
 	const out *r = reference(fx, h2o, q4);
@@ -216,8 +218,9 @@ static void run_case(int fx, int c, bool h2o, bool q4)
 	run(fx, "cuda", p, h2o, q4, store, &o);
 	char what[200];
 	snprintf(what, sizeof what,
-		 "%s, %s%sweights %g/%g/%g%s%s, cache %g/%g/%g, micro %d%s", fixtures[fx],
-		 q4 ? "4-bit cache, " : "", h2o ? "H2O, " : "", p->wg, p->wc, 100 - p->wg - p->wc,
+		 "%s, %s%s%sweights %g/%g/%g%s%s, cache %g/%g/%g, micro %d%s", fixtures[fx],
+		 q4 & 1 ? "4-bit cache, " : "", q4 & 2 ? "4-bit weights, " : "", h2o ? "H2O, " : "",
+		 p->wg, p->wc, 100 - p->wg - p->wc,
 		 p->sep ? " by halves" : "",
 		 p->overlap ? "" : " without prefetch", p->cg, p->cc, 100 - p->cg - p->cc, p->micro,
 		 p->act_host ? ", activations on the host" : "");
@@ -250,7 +253,24 @@ START_TEST(test_placement_q4)
 {
 	const int n = NCASES - Q4_FIRST;
 	const int fx = _i / (2 * n), c = Q4_FIRST + _i / 2 % n;
-	run_case(fx, c, _i % 2, true);
+	run_case(fx, c, _i % 2, 1);
+}
+END_TEST
+
+/* 4-bit weights (compress_weight) where they move: the placements with
+ * weights off the device (cases 0 to 7, 11 and 12), dense; and with the
+ * compressed cache and H2O, everything off the device (11, 12). */
+static const int wq4_cases[] = { 0, 1, 2, 3, 4, 5, 6, 7, 11, 12 };
+#define NWQ4 ((int)SL_ARRAY_LEN(wq4_cases))
+START_TEST(test_placement_wq4)
+{
+	run_case(_i / NWQ4, wq4_cases[_i % NWQ4], false, 2);
+}
+END_TEST
+
+START_TEST(test_placement_wq4_both)
+{
+	run_case(_i / 2, 11 + _i % 2, true, 3);
 }
 END_TEST
 
@@ -320,6 +340,8 @@ int main(int argc, char **argv)
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, test_placement, 0, NFIX * 2 * NCASES);
 	tcase_add_loop_test(tc, test_placement_q4, 0, NFIX * 2 * (NCASES - Q4_FIRST));
+	tcase_add_loop_test(tc, test_placement_wq4, 0, NFIX * NWQ4);
+	tcase_add_loop_test(tc, test_placement_wq4_both, 0, NFIX * 2);
 	suite_add_tcase(s, tc);
 	TCase *te = tcase_create("emulation");
 	tcase_add_test(te, test_races_show);

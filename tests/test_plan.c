@@ -104,7 +104,7 @@ START_TEST(test_shape)
 	p.w_cpu = 100;
 	ck_assert_int_eq(sl_plan_make(&c, &p, false, &host), 0);
 	/* the host tier holds every layer's weights and the whole cache */
-	ck_assert(host.weights.host >= (size_t)c.n_layer * sl_weights_layer_bytes(&c));
+	ck_assert(host.weights.host >= (size_t)c.n_layer * sl_weights_layer_bytes(&c, false));
 	ck_assert(host.cache.host >= 2 * (size_t)c.n_layer * 8 * 132 * c.hidden * 2);
 	ck_assert(host.weights.device < dense.weights.device);
 	ck_assert_int_eq(host.total.host, SL_MAX(host.weights_loading,
@@ -213,6 +213,84 @@ START_TEST(test_open_regrow)
 }
 END_TEST
 
+/* compress_weight: the plan's weight bytes are the compressed ones in
+ * every tier (each layer matrix sl_q4_bytes: 36 bytes a 64 values of a row,
+ * written out here), so budgets, --batch max and admission see them; the
+ * globals (embeddings, head) stay fp16; the policy field sets it.  And a
+ * device budget that refuses the fp16 weights admits the 4-bit ones when
+ * the model opens. */
+START_TEST(test_compressed_weights)
+{
+	sl_model_config c;
+	ck_assert_int_eq(sl_model_config_named("opt-125m", &c), 0);
+	const size_t h = 768, f = 3072, L = 12;
+	const size_t f16 = 4 * h * h * 2 + 2 * f * h * 2;
+	const size_t q4 = 4 * h * (h / 64) * 36 + f * (h / 64) * 36 + h * (f / 64) * 36;
+	static const double pl[][2] = { { 100, 0 }, { 0, 100 }, { 0, 0 } };
+	for (int i = 0; i < 3; i++) {
+		sl_plan_params p = sl_plan_defaults();
+		p.w_gpu = pl[i][0];
+		p.w_cpu = pl[i][1];
+		sl_plan a, b;
+		ck_assert_int_eq(sl_plan_make(&c, &p, true, &a), 0);
+		p.w_q4 = true;
+		ck_assert_int_eq(sl_plan_make(&c, &p, true, &b), 0);
+		/* every tensor in one tier here, so the layer's homes shrink by
+		 * the matrices' difference (all multiples of 64 bytes at these
+		 * shapes); the disk segment is page aligned */
+		const size_t saved = L * (f16 - q4);
+		if (i == 0)
+			ck_assert_uint_eq(a.weights.device - b.weights.device, saved);
+		if (i == 1) {
+			ck_assert_uint_eq(a.weights.host - b.weights.host, saved);
+			/* the staging slots hold one layer's streamed bytes each */
+			ck_assert_uint_lt(b.weights.device, a.weights.device);
+		}
+		if (i == 2) {
+			const size_t seg16 = a.weights.disk / L, seg4 = b.weights.disk / L;
+			ck_assert_uint_eq(seg16 % 4096, 0);
+			ck_assert_uint_eq(seg4 % 4096, 0);
+			ck_assert_uint_lt(seg4, seg16);
+			ck_assert_uint_le(seg16 - seg4, f16 - q4 + 8192);
+			ck_assert_uint_ge(seg16 - seg4 + 8192, f16 - q4);
+		}
+	}
+	sl_policy pol;
+	sl_policy_default(&pol);
+	pol.compress_weight = true;
+	ck_assert(sl_plan_of_policy(&pol, false, false).w_q4);
+
+	/* the model under a device budget between the two */
+	sl_plan_params p = sl_plan_defaults();
+	p.max_seq = 1;
+	p.max_prompt = 4;
+	p.max_len = 4;
+	sl_plan a, b;
+	ck_assert_int_eq(sl_plan_make(&c, &p, true, &a), 0);
+	p.w_q4 = true;
+	ck_assert_int_eq(sl_plan_make(&c, &p, true, &b), 0);
+	const size_t budget = b.total.device;
+	ck_assert_uint_lt(budget, a.total.device);
+	for (int q = 0; q < 2; q++) {
+		p.w_q4 = q;
+		sl_backend *be = NULL;
+		ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+		sl_backend_set_dev_limit(be, budget);
+		const sl_model_params mp = { .dummy = "opt-125m", .plan = &p };
+		sl_model *m = NULL;
+		const int rc = sl_model_open_ex(be, &mp, &m);
+		if (q) {
+			ck_assert_msg(rc == 0, "4-bit weights under %zu: %s", budget, sl_errmsg());
+			ck_assert_uint_eq(be->dev_peak, b.weights.device); /* the job's part comes with a job */
+		} else {
+			ck_assert_int_eq(rc, SL_EBUDGET);
+		}
+		sl_model_free(m);
+		sl_backend_free(be);
+	}
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	fixtures_dir = argc > 1 ? argv[1] : "tests/fixtures";
@@ -224,6 +302,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_min_device);
 	tcase_add_test(tc, test_workload_held);
 	tcase_add_test(tc, test_open_regrow);
+	tcase_add_test(tc, test_compressed_weights);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

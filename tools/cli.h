@@ -69,7 +69,8 @@ typedef struct common_opts {
 enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,
        OPT_PROMPT_LEN, OPT_GEN_LEN, OPT_QUIET, OPT_SEED, OPT_KV_DTYPE, OPT_POLICY, OPT_PERCENT,
        OPT_GBS, OPT_NGB, OPT_OFFLOAD_DIR, OPT_CPU_MEM, OPT_NO_OVERLAP, OPT_CPU_CACHE_COMPUTE,
-       OPT_HH_RATIO, OPT_RECENT_RATIO, OPT_CPU_GEMM, OPT_PROFILE, OPT_COMPRESS_CACHE };
+       OPT_HH_RATIO, OPT_RECENT_RATIO, OPT_CPU_GEMM, OPT_PROFILE, OPT_COMPRESS_CACHE,
+       OPT_COMPRESS_WEIGHT };
 
 #define COMMON_LONG_OPTS                                                                   \
 	{ "model", required_argument, 0, 'm' }, { "dummy", required_argument, 0, OPT_DUMMY }, \
@@ -87,6 +88,7 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 		{ "no-overlap", no_argument, 0, OPT_NO_OVERLAP },                              \
 		{ "cpu-cache-compute", no_argument, 0, OPT_CPU_CACHE_COMPUTE },                \
 		{ "compress-cache", no_argument, 0, OPT_COMPRESS_CACHE },                      \
+		{ "compress-weight", no_argument, 0, OPT_COMPRESS_WEIGHT },                    \
 		{ "hh-ratio", required_argument, 0, OPT_HH_RATIO },                            \
 		{ "recent-ratio", required_argument, 0, OPT_RECENT_RATIO },                    \
 		{ "profile", required_argument, 0, OPT_PROFILE }
@@ -118,6 +120,9 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 	"                       lives, on the CPU, without copying the cache\n"            \
 	"  --compress-cache     4-bit group-wise KV cache (policy compress_cache): 4.5\n"  \
 	"                       bits a value instead of 16, in every tier\n"              \
+	"  --compress-weight    4-bit group-wise weights (policy compress_weight): each\n"  \
+	"                       layer's matrices quantised once at load, 4.5 bits a\n"     \
+	"                       value, moved and kept so in every tier\n"                  \
 	"  --hh-ratio H         H2O: keep floor(H x prompt) heavy-hitter tokens (0: off)\n" \
 	"  --recent-ratio R     H2O: and floor(R x prompt) recent ones (default: H)\n"      \
 	"  --profile FILE       a hardware profile (sluice profile --json): the run's\n"    \

@@ -61,6 +61,8 @@ static void policy_flags(const sl_policy *p, char *buf, size_t len)
 		n += snprintf(buf + n, len - (size_t)n, " --cpu-cache-compute");
 	if (n > 0 && (size_t)n < len && p->compress_cache)
 		n += snprintf(buf + n, len - (size_t)n, " --compress-cache");
+	if (n > 0 && (size_t)n < len && p->compress_weight)
+		n += snprintf(buf + n, len - (size_t)n, " --compress-weight");
 	if (n > 0 && (size_t)n < len && p->hh_ratio > 0)
 		n += snprintf(buf + n, len - (size_t)n, " --hh-ratio %g --recent-ratio %g", p->hh_ratio,
 			      sl_policy_recent_ratio(p));

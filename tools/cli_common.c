@@ -224,6 +224,10 @@ bool common_opt(const char *cmd, int c, common_opts *o)
 		o->policy.compress_cache = true;
 		add_fix(cmd, o, "compress_cache", "true");
 		return true;
+	case OPT_COMPRESS_WEIGHT:
+		o->policy.compress_weight = true;
+		add_fix(cmd, o, "compress_weight", "true");
+		return true;
 	case OPT_OFFLOAD_DIR: o->offload_dir = optarg; return true;
 	case OPT_KV_DTYPE:
 		if (strcmp(optarg, "f16") && strcmp(optarg, "f32"))
@@ -312,9 +316,6 @@ int open_model(const common_opts *o, const sl_model_config *cfg, const sl_plan_p
 	if (p->act_gpu_percent < 100 && p->act_cpu_percent < 100)
 		return sl_err(SL_EUNSUPPORTED,
 			      "activations on disk are not supported: set act_gpu_percent 100 (device) or act_cpu_percent 100 (pinned CPU memory)");
-	if (p->compress_weight)
-		return sl_err(SL_EUNSUPPORTED,
-			      "this build does not compress weights: set compress_weight false");
 	if (p->compress_cache && o->kv_f32)
 		return sl_err(SL_EINVAL,
 			      "--kv-dtype f32 and a compressed KV cache (compress_cache) exclude each other");

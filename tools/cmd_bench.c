@@ -383,6 +383,7 @@ static void bench_print_json(const bench_opts *o, const sl_backend *be, const sl
 	sl_jset_real(j, "act_cpu_percent", pp->act_cpu_percent, &e);
 	sl_jset(j, "cpu_cache_compute", json_boolean(pp->cpu_cache_compute), &e);
 	sl_jset(j, "compress_cache", json_boolean(pp->compress_cache), &e);
+	sl_jset(j, "compress_weight", json_boolean(pp->compress_weight), &e);
 	sl_jset(j, "overlap", json_boolean(pp->overlap), &e);
 	sl_jset(j, "sep_layer", json_boolean(pp->sep_layer), &e);
 	sl_jset_real(j, "hh_ratio", pp->hh_ratio, &e);

@@ -15,14 +15,17 @@
 
 static const char convert_help[] =
 	"usage: sluice convert (--model DIR | --dummy NAME) --offload-dir DIR\n"
-	"                      (--percent WG WC CG CC AG AC | --policy FILE) [--cpu-mem BYTES] [--threads N]\n"
+	"                      (--percent WG WC CG CC AG AC | --policy FILE) [--compress-weight]\n"
+	"                      [--cpu-mem BYTES] [--threads N]\n"
 	"       sluice convert --offload-dir DIR --list\n"
 	"       sluice convert --offload-dir DIR --clean\n"
 	"The disk share of a model's weights is kept in the offload folder, one store per\n"
-	"checkpoint and placement (DIR/<model>.<source>.w<WG>-<WC>.weights.sluice), and\n"
-	"reused by every job while the checkpoint's weight files are unchanged.\n"
+	"checkpoint, placement and dtype (DIR/<model>.<source>.w<WG>-<WC>[.q4].weights.sluice),\n"
+	"and reused by every job while the checkpoint's weight files are unchanged.\n"
 	"  (default)            write the store a job with this model and placement would\n"
 	"                       write, and nothing else (the weights' percentages matter)\n"
+	"  --compress-weight    the 4-bit store a job with --compress-weight reads (the\n"
+	"                       layers' matrices quantised; also compress_weight in --policy)\n"
 	"  --list               each store in DIR: current, stale (its checkpoint changed\n"
 	"                       or is gone), incomplete (interrupted) or foreign (another\n"
 	"                       version's), with its size and what it holds\n"
@@ -116,17 +119,19 @@ static int list_or_clean(const char *dir, bool clean)
 
 int cmd_convert(int argc, char **argv)
 {
-	enum { C_MODEL = 1, C_DUMMY, C_OFFLOAD, C_PERCENT, C_POLICY, C_CPU_MEM, C_THREADS, C_LIST, C_CLEAN };
+	enum { C_MODEL = 1, C_DUMMY, C_OFFLOAD, C_PERCENT, C_POLICY, C_CPU_MEM, C_THREADS, C_LIST, C_CLEAN,
+	       C_COMPRESS };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, C_MODEL },	{ "dummy", required_argument, 0, C_DUMMY },
 		{ "offload-dir", required_argument, 0, C_OFFLOAD }, { "percent", required_argument, 0, C_PERCENT },
 		{ "policy", required_argument, 0, C_POLICY },	{ "cpu-mem", required_argument, 0, C_CPU_MEM },
 		{ "threads", required_argument, 0, C_THREADS }, { "list", no_argument, 0, C_LIST },
 		{ "clean", no_argument, 0, C_CLEAN },		{ "help", no_argument, 0, 'h' },
+		{ "compress-weight", no_argument, 0, C_COMPRESS },
 		{ 0, 0, 0, 0 },
 	};
 	const char *model = NULL, *dummy = NULL, *dir = NULL;
-	bool list = false, clean = false, placed = false;
+	bool list = false, clean = false, placed = false, compress = false;
 	size_t cpu_mem = 0;
 	int threads = 0;
 	sl_policy pol;
@@ -168,6 +173,7 @@ int cmd_convert(int argc, char **argv)
 			break;
 		}
 		case C_LIST: list = true; break;
+		case C_COMPRESS: compress = true; break;
 		case C_CLEAN: clean = true; break;
 		case 'h': fputs(convert_help, stdout); return 0;
 		case ':': usage("%s needs a value", argv[optind - 1]); break;
@@ -181,7 +187,7 @@ int cmd_convert(int argc, char **argv)
 	if (list || clean) {
 		if (list && clean)
 			usage("%s", "give one of --list and --clean");
-		if (model || dummy || placed)
+		if (model || dummy || placed || compress)
 			usage("%s", "--list and --clean take only --offload-dir");
 		return list_or_clean(dir, clean);
 	}
@@ -201,8 +207,8 @@ int cmd_convert(int argc, char **argv)
 	char path[4400];
 	bool written = false;
 	const double t0 = sl_now();
-	rc = sl_wstore_convert(be, model, dummy, pol.w_gpu_percent, pol.w_cpu_percent, dir, path, sizeof path,
-			       &written);
+	rc = sl_wstore_convert(be, model, dummy, pol.w_gpu_percent, pol.w_cpu_percent,
+			       compress || pol.compress_weight, dir, path, sizeof path, &written);
 	sl_backend_free(be);
 	if (rc < 0)
 		fail(rc);
