@@ -55,7 +55,11 @@ The boost is part of the stored bias, so the weights on disk are
 self-consistent; golden.json records seed and eos_logit_boost.
 
 It also writes tests/fixtures/q4-matrices.bin from a numpy implementation of
-issue 14's 4-bit group-wise scheme (see write_q4_fixture; numpy only).
+issue 14's 4-bit group-wise scheme (see write_q4_fixture; numpy only), and
+on request (--only q4-weights-scores) tests/fixtures/q4-weights-scores.json:
+log-probabilities of the model fixtures' checkpoints (OPT and LLaMA family)
+with every decoder-layer linear weight quantised and dequantised by that
+scheme (see write_q4w_fixture), after the model fixtures exist.
 
 Usage: python3 tools/make_fixtures.py [--out tests/fixtures] [--only NAME]
 """
@@ -707,6 +711,87 @@ def write_q4_fixture(outroot):
     return len(out)
 
 
+# --------------------------------------------------------------------------
+# 4-bit weights in a model (issue 14's compress_weight): scores against
+# transformers with dequantised weights
+# --------------------------------------------------------------------------
+#
+# Every nn.Linear inside the decoder layers (OPT: q, k, v, out_proj, fc1,
+# fc2; the LLaMA family: q, k, v, o, gate, up, down) is quantised with
+# q4_quantize above (numpy, from the issue's words), dequantised with
+# q4_dequantize and put back into transformers' model in fp32; the
+# embeddings, the head, project_in/out, biases and norms keep their (fp16
+# exact) values.  Each case is a prompt and a continuation; the fixture
+# holds the continuation's per-token log-probabilities under those weights
+# and, to show that a test of them can fail, under the fp16 weights too.
+# tests/test_cli.sh runs `sluice score --compress-weight --kv-dtype f32` on
+# the same checkpoints and asserts every log-probability within 1e-3.
+
+Q4W_NAME = "q4-weights-scores"
+Q4W_MODELS = ["opt-pre", "opt-post", "opt-wide", "llama-gqa", "qwen2"]
+
+
+@no_grad()
+def q4w_logprobs(model, cases):
+    out = []
+    for prompt, cont in cases:
+        ids = torch.tensor([prompt + cont])
+        logits = model(input_ids=ids).logits[0].double()
+        lp = torch.log_softmax(logits, dim=-1)
+        out.append([float(lp[len(prompt) - 1 + j, t]) for j, t in enumerate(cont)])
+    return out
+
+
+def q4w_quantize_layers_(model):
+    """Replace every decoder-layer linear weight by its 4-bit round trip."""
+    n = 0
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and ".layers." in name:
+            w = mod.weight.data
+            w16 = w.half()
+            assert torch.equal(w16.float(), w), f"{name}: not fp16-exact"
+            codes, meta = q4_quantize(w16.numpy())
+            deq = q4_dequantize(codes, meta, w.shape[1])
+            mod.weight.data.copy_(torch.from_numpy(deq))
+            n += 1
+    return n
+
+
+def write_q4w_fixture(outroot):
+    """tests/fixtures/q4-weights-scores.json from the model fixtures' checkpoints."""
+    from transformers import AutoModelForCausalLM
+    rng = np.random.default_rng(1414)
+    res = {"tolerance": 1e-3, "models": []}
+    for name in Q4W_MODELS:
+        d = os.path.join(outroot, name)
+        g = json.load(open(os.path.join(d, "golden.json")))
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
+                                                     attn_implementation="eager").eval()
+        vocab = model.config.vocab_size
+        cases = [(list(p), [int(t) for t in rng.integers(3, vocab, 6)]) for p in g["prompts"][:4]]
+        f16 = q4w_logprobs(model, cases)
+        nlin = q4w_quantize_layers_(model)
+        q4 = q4w_logprobs(model, cases)
+        diff = max(abs(a - b) for x, y in zip(f16, q4) for a, b in zip(x, y))
+        assert diff > 0.01, f"{name}: the 4-bit weights move no log-probability by 0.01 ({diff})"
+        res["models"].append({"model": name, "quantised_linears": nlin,
+                              "cases": [{"input_ids": p, "continuation_ids": c, "logprobs": a,
+                                         "logprobs_f16": b}
+                                        for (p, c), a, b in zip(cases, q4, f16)],
+                              "max_diff_from_f16": round(diff, 6)})
+        print(f"[{Q4W_NAME}] {name}: {nlin} linears quantised, {len(cases)} cases, "
+              f"max |q4 - f16| log-probability {diff:.4f}")
+    res["hf_version"] = transformers.__version__
+    res["torch_version"] = torch.__version__.split("+")[0]
+    path = os.path.join(outroot, Q4W_NAME + ".json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+        f.write("\n")
+    n = os.path.getsize(path)
+    print(f"[{Q4W_NAME}] {path}: {n} B")
+    return n
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -717,6 +802,10 @@ def main():
     total = 0
     if not args.only or Q4_NAME in args.only:
         total += write_q4_fixture(os.path.normpath(args.out))
+    if args.only and Q4W_NAME in args.only:  # only on request: it reads the model fixtures
+        if torch is None:
+            sys.exit(f"make_fixtures.py: {Q4W_NAME} needs torch and transformers ({TORCH_MISSING})")
+        total += write_q4w_fixture(os.path.normpath(args.out))
     for spec in FIXTURES:
         if args.only and spec["name"] not in args.only:
             continue
