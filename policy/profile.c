@@ -153,6 +153,7 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	sl_jset(j, "build", p->build[0] ? json_string(p->build) : json_null(), e);
 	sl_jset(j, "machine", p->machine[0] ? json_string(p->machine) : json_null(), e);
 	sl_jset(j, "gemm", curve(&p->gemm, e), e);
+	sl_jset(j, "gemm_q4", curve(&p->gemm_q4, e), e);
 	set_rate(j, "copy_gbps", p->copy_gbps, e);
 	set_rate(j, "copy_latency_us", p->copy_latency_us, e);
 	set_rate(j, "op_latency_us", p->op_latency_us, e);
@@ -537,10 +538,14 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 	p->copy_bytes = (uint64_t)get_int_or_null(r, root, "", "copy_bytes", 1, INT64_MAX, 0);
 	p->gpu_gemm_tflops = get_rate(r, root, "gpu_gemm_tflops");
 	get_shape(r, root, "gpu_gemm_shape", &p->gpu_gemm_m, &p->gpu_gemm_n, &p->gpu_gemm_k);
+	memset(&p->gemm_q4, 0, sizeof p->gemm_q4);
 	if (version >= 2) {
 		get_str(r, root, "", "build", p->build, sizeof p->build, true);
 		get_str(r, root, "", "machine", p->machine, sizeof p->machine, true);
 		get_curve(r, root, "gemm", &p->gemm);
+		/* optional (files before it lack it): absent or null, not measured */
+		if (r->rc == 0 && json_object_get(root, "gemm_q4"))
+			get_curve(r, root, "gemm_q4", &p->gemm_q4);
 		p->copy_gbps = get_rate(r, root, "copy_gbps");
 		p->copy_latency_us = get_rate(r, root, "copy_latency_us");
 		p->op_latency_us = get_rate(r, root, "op_latency_us");

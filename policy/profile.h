@@ -24,6 +24,11 @@
  *   gemm              sl_gemm as the model calls it (fp32 x, fp16 w) at
  *                     m = 1, 2, 4, ..., 1024 with n = k = 2048 on the CPU
  *                     backend, 8192 on CUDA (quick: m up to 64, n = k = 256)
+ *   gemm_q4           the same with 4-bit weights (sl_gemm_args.wq, the
+ *                     dequantising GEMM of compress_weight) at the same m, n
+ *                     and k; optional (absent or null in files before it: the
+ *                     cost model then uses the gemm curve for it, i.e. takes
+ *                     the dequantisation as free)
  *   copy_gbps         sl_copy_h2d of 64 MiB on a queue (CPU backend: its
  *                     copy queue's memcpy, = h2d_gbps; CUDA: = h2d_gbps)
  *   copy_latency_us   4 KiB sl_copy_h2d calls issued back to back on one
@@ -148,6 +153,8 @@ typedef struct sl_profile {
 	 * not measured (a format 1 file), and the model then falls back on
 	 * the rates above */
 	sl_profile_curve gemm;      /* the profiled backend's sl_gemm against M */
+	sl_profile_curve gemm_q4;   /* the same with 4-bit weights (wq); npoints 0:
+				     * not measured (optional in a file) */
 	double copy_gbps;           /* the backend's h2d copy on a queue (CPU
 				     * backend: a memory copy of 64 MiB; CUDA:
 				     * h2d_gbps) */

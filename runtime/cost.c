@@ -29,6 +29,7 @@ const char *const sl_res_name[SL_NRES] = { "compute", "cpu_attention", "h2d",
 typedef struct rates {
 	bool host;                 /* the device is host memory (CPU backend) */
 	const sl_profile_curve *gemm;
+	const sl_profile_curve *gemm_q4; /* 4-bit weights; the gemm curve where not measured */
 	double peak_flops;         /* GEMM peak where no curve */
 	double mem_bw;             /* the device memory's bandwidth (roofline) */
 	double h2d, d2h;           /* bytes/s */
@@ -50,6 +51,9 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	memset(r, 0, sizeof *r);
 	r->host = host;
 	r->gemm = p->gemm.npoints > 0 ? &p->gemm : NULL;
+	/* a profile without the 4-bit curve (older files): the fp16 one, i.e.
+	 * the dequantisation taken as free */
+	r->gemm_q4 = p->gemm_q4.npoints > 0 ? &p->gemm_q4 : r->gemm;
 	const double mem = pos_or(p->mem_read_gbps, 10.0) * 1e9;
 	if (host) {
 		r->peak_flops = pos_or(p->cpu_gemm_gflops, 10.0) * 1e9;
@@ -75,15 +79,19 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
  * between its points; below its first point the time of the first point's
  * (a GEMM of few rows reads its weights whatever m: the rate falls with
  * m); above its last, the last rate.  No curve: a roofline of the peak and
- * the memory bandwidth over the weight, input and output bytes. */
-static double gemm_seconds(const rates *r, double m, double n, double k)
+ * the memory bandwidth over the weight, input and output bytes.  q4: 4-bit
+ * weights (compress_weight), the gemm_q4 curve (rates_of's fallback), the
+ * roofline over their 36 bytes per 64 values. */
+static double gemm_seconds_w(const rates *r, bool q4, double m, double n, double k)
 {
 	const double flop = 2 * m * n * k;
 	if (m <= 0)
 		return 0;
-	const sl_profile_curve *c = r->gemm;
+	const sl_profile_curve *c = q4 ? r->gemm_q4 : r->gemm;
 	if (!c) {
-		const double bytes = 2 * n * k + 4 * m * k + 4 * m * n;
+		const double wbytes = q4 ? n * ceil(k / SL_Q4_GROUP) * (SL_Q4_CODE_BYTES + SL_Q4_META_BYTES)
+					 : 2 * n * k;
+		const double bytes = wbytes + 4 * m * k + 4 * m * n;
 		return fmax(flop / r->peak_flops, bytes / r->mem_bw);
 	}
 	double g;
@@ -101,6 +109,11 @@ static double gemm_seconds(const rates *r, double m, double n, double k)
 		g = exp(y0 + (y1 - y0) * (log(m) - x0) / (x1 - x0));
 	}
 	return flop / (g * 1e9);
+}
+
+static double gemm_seconds(const rates *r, double m, double n, double k)
+{
+	return gemm_seconds_w(r, false, m, n, k);
 }
 
 /* Busy seconds and work of each resource (a layer, a step, a phase). */
@@ -254,15 +267,16 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 	const double qd = s->qd, kvd = s->kvd;
 	double sec, flop;
 	int nops;
+	const bool wq = pl->p.w_q4;
 	if (!s->swiglu) {
-		sec = 4 * gemm_seconds(r, rows, h, h) + gemm_seconds(r, rows, f, h) +
-		      gemm_seconds(r, rows, h, f);
+		sec = 4 * gemm_seconds_w(r, wq, rows, h, h) + gemm_seconds_w(r, wq, rows, f, h) +
+		      gemm_seconds_w(r, wq, rows, h, f);
 		flop = 2 * rows * (4 * h * h + 2 * h * f);
 		nops = 8; /* two norms, six GEMMs */
 	} else {
-		sec = gemm_seconds(r, rows, qd, h) + 2 * gemm_seconds(r, rows, kvd, h) +
-		      gemm_seconds(r, rows, h, qd) + 2 * gemm_seconds(r, rows, f, h) +
-		      gemm_seconds(r, rows, h, f);
+		sec = gemm_seconds_w(r, wq, rows, qd, h) + 2 * gemm_seconds_w(r, wq, rows, kvd, h) +
+		      gemm_seconds_w(r, wq, rows, h, qd) + 2 * gemm_seconds_w(r, wq, rows, f, h) +
+		      gemm_seconds_w(r, wq, rows, h, f);
 		flop = 2 * rows * (2 * h * qd + 2 * h * kvd + 3 * h * f);
 		nops = 11; /* two norms, seven GEMMs, the rotation, SwiGLU */
 	}

@@ -161,14 +161,16 @@ static int fill_floats(sl_backend *b, sl_queue *q, float *d, size_t n, float sca
 /*
  * FLOP/s of sl_gemm on b as the model calls it (fp32 x, fp16 w, an fp16
  * bias) at rows ms[0..nm) (increasing), n, k, on q: time_calls for each.
+ * q4: the same weights quantised (sl_gemm_args.wq, compress_weight's
+ * dequantising GEMM).
  */
-static int measure_gemms(sl_backend *b, sl_queue *q, const int *ms, int nm, int n, int k, double target_s,
-			 double *rate)
+static int measure_gemms(sl_backend *b, sl_queue *q, const int *ms, int nm, int n, int k, bool q4,
+			 double target_s, double *rate)
 {
 	const int mmax = ms[nm - 1];
-	const size_t xb = (size_t)mmax * k * sizeof(float), wb = (size_t)n * k * sizeof(sl_half),
-		     yb = (size_t)mmax * n * sizeof(float);
-	sl_half *hw = malloc(wb);
+	const size_t xb = (size_t)mmax * k * sizeof(float), hb = (size_t)n * k * sizeof(sl_half),
+		     wb = q4 ? sl_q4_bytes((size_t)n, (size_t)k) : hb, yb = (size_t)mmax * n * sizeof(float);
+	sl_half *hw = malloc(SL_MAX(hb, wb));
 	sl_buf x = { 0 }, w = { 0 }, y = { 0 }, bias = { 0 };
 	int rc = 0;
 	if (!hw) {
@@ -180,6 +182,16 @@ static int measure_gemms(sl_backend *b, sl_queue *q, const int *ms, int nm, int 
 		st = st * 6364136223846793005ull + 1442695040888963407ull;
 		hw[i] = sl_float_to_half((float)((int)(st >> 40) % 2001 - 1000) / 32000.f);
 	}
+	if (q4) { /* in place: the quantised form is smaller, and read after */
+		void *qb = malloc(wb);
+		if (!qb) {
+			rc = sl_err(SL_ENOMEM, "profile: out of memory for a %dx%d 4-bit matrix", n, k);
+			goto out;
+		}
+		sl_q4_quantize_matrix(hw, (size_t)n, (size_t)k, qb);
+		memcpy(hw, qb, wb);
+		free(qb);
+	}
 	if ((rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile GEMM x", &x)) < 0 ||
 	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, wb, "profile GEMM w", &w)) < 0 ||
 	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, yb, "profile GEMM y", &y)) < 0 ||
@@ -189,8 +201,8 @@ static int measure_gemms(sl_backend *b, sl_queue *q, const int *ms, int nm, int 
 	    (rc = sl_copy_h2d(b, q, w.p, hw, wb)) < 0 || (rc = sl_queue_sync(b, q)) < 0)
 		goto out;
 	for (int i = 0; i < nm; i++) {
-		const sl_gemm_args a = { .m = ms[i], .n = n, .k = k, .x = x.p, .ldx = k, .w = w.p, .bias = bias.p,
-					 .y = y.p, .ldy = n, .alpha = 1.f };
+		const sl_gemm_args a = { .m = ms[i], .n = n, .k = k, .x = x.p, .ldx = k, .w = q4 ? NULL : w.p,
+					 .wq = q4 ? w.p : NULL, .bias = bias.p, .y = y.p, .ldy = n, .alpha = 1.f };
 		double t;
 		if ((rc = time_calls(b, q, issue_gemm, &a, target_s, 1 << 16, &t)) < 0)
 			goto out;
@@ -212,7 +224,7 @@ static int measure_gemm(sl_backend *b, int m, int n, int k, double target_s, dou
 	sl_queue *q = NULL;
 	int rc = sl_queue_create(b, &q);
 	if (rc == 0)
-		rc = measure_gemms(b, q, &m, 1, n, k, target_s, rate);
+		rc = measure_gemms(b, q, &m, 1, n, k, false, target_s, rate);
 	if (q)
 		sl_queue_free(b, q);
 	return rc;
@@ -638,9 +650,10 @@ static const int gemm_ms[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024 };
 #define QUICK_GEMM_POINTS 7 /* m up to 64 */
 _Static_assert(SL_ARRAY_LEN(gemm_ms) <= SL_PROFILE_CURVE_MAX, "the curve holds every point");
 
-static void say_curve(const sl_profile_opts *o, const sl_profile_curve *c, const char *backend)
+static void say_curve(const sl_profile_opts *o, const sl_profile_curve *c, const char *backend,
+		      const char *what)
 {
-	say(o, "gemm curve  sl_gemm on %s, n=k=%d, GFLOP/s at m =", backend, c->n);
+	say(o, "gemm curve  sl_gemm on %s%s, n=k=%d, GFLOP/s at m =", backend, what, c->n);
 	for (int i = 0; i < c->npoints; i++)
 		say(o, " %d: %.1f%s", c->m[i], c->gflops[i], i + 1 < c->npoints ? "," : "\n");
 }
@@ -665,11 +678,19 @@ static int measure_compute(const sl_profile_opts *o, sl_profile *out, sl_backend
 	c->npoints = o->quick ? QUICK_GEMM_POINTS : (int)SL_ARRAY_LEN(gemm_ms);
 	c->n = c->k = o->quick ? (out->have_gpu ? 1024 : 256) : (out->have_gpu ? 8192 : 2048);
 	memcpy(c->m, gemm_ms, (size_t)c->npoints * sizeof(int));
-	if ((rc = measure_gemms(be, q, c->m, c->npoints, c->n, c->k, target, c->gflops)) < 0)
+	if ((rc = measure_gemms(be, q, c->m, c->npoints, c->n, c->k, false, target, c->gflops)) < 0)
 		goto out;
 	for (int i = 0; i < c->npoints; i++)
 		c->gflops[i] /= 1e9;
-	say_curve(o, c, out->backend);
+	say_curve(o, c, out->backend, "");
+	/* the same shapes with 4-bit weights (compress_weight's GEMM) */
+	sl_profile_curve *c4 = &out->gemm_q4;
+	*c4 = *c;
+	if ((rc = measure_gemms(be, q, c4->m, c4->npoints, c4->n, c4->k, true, target, c4->gflops)) < 0)
+		goto out;
+	for (int i = 0; i < c4->npoints; i++)
+		c4->gflops[i] /= 1e9;
+	say_curve(o, c4, out->backend, " 4-bit weights");
 
 	out->cpu_gemm_m = o->quick ? 64 : 512;
 	out->cpu_gemm_n = out->cpu_gemm_k = o->quick ? 256 : 2048;

@@ -241,10 +241,14 @@ int sl_search(const sl_model_config *c, const sl_profile *prof, const sl_search_
 			/* the switches: activations on the host, sep_layer,
 			 * cpu_cache_compute (on the CPU backend too: the host
 			 * part is then read in place, not copied), and where
-			 * allowed the compressed cache; overlap stays on (the model never
-			 * finds it slower, and it costs no memory) unless fixed */
-			const int nsw = sp->allow_compress && !sp->kv_f32 ? 16 : 8;
+			 * allowed the compressed cache (not with an fp32 cache)
+			 * and the compressed weights; overlap stays on (the model
+			 * never finds it slower, and it costs no memory) unless
+			 * fixed */
+			const int nsw = sp->allow_compress ? 32 : 8;
 			for (int sw = 0; sw < nsw; sw++) {
+				if ((sw & 8) && sp->kv_f32)
+					continue;
 				sl_policy p;
 				sl_policy_default(&p);
 				p.gpu_batch_size = gbs;
@@ -253,6 +257,7 @@ int sl_search(const sl_model_config *c, const sl_profile *prof, const sl_search_
 				p.sep_layer = !(sw & 2);
 				p.cpu_cache_compute = ccc;
 				p.compress_cache = sw & 8; /* only where allowed */
+				p.compress_weight = sw & 16;
 				p.act_gpu_percent = act_host ? 0 : 100;
 				p.act_cpu_percent = act_host ? 100 : 0;
 				h2o_of(sp, &p);

@@ -30,7 +30,8 @@ enum {
 typedef struct sl_search_params {
 	int prompt_len, gen_len; /* the workload */
 	bool kv_f32;             /* the cache's precision */
-	bool allow_compress;     /* the search may choose compress_cache (not with kv_f32) */
+	bool allow_compress;     /* the search may choose compress_cache (not with
+				  * kv_f32) and compress_weight */
 	sl_budgets budget;       /* 0: no cap (the device: the profile's GPU memory on CUDA) */
 	bool disk;               /* an offload folder: weights and cache may go to the disk */
 	int h2o;                 /* SL_H2O_* */

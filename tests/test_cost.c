@@ -215,27 +215,37 @@ typedef struct tpol {
 	int micro;
 	bool sep, act, h2o, ccc;
 	bool q4; /* a 4-bit compressed cache */
+	bool wq4; /* 4-bit weights (compress_weight) */
 } tpol;
 
 static const tpol traffic_grid[] = {
-	{ 100, 0, 100, 0, 0, true, false, false, false, false },  { 0, 100, 100, 0, 0, true, false, false, false, false },
-	{ 0, 100, 100, 0, 0, false, false, false, false, false }, { 0, 0, 100, 0, 0, true, false, false, false, false },
-	{ 30, 30, 100, 0, 0, true, false, false, false, false },  { 100, 0, 0, 100, 0, true, false, false, false, false },
-	{ 100, 0, 0, 0, 0, true, false, false, false, false },    { 100, 0, 34, 33, 3, true, false, false, false, false },
-	{ 100, 0, 0, 100, 0, true, false, true, false, false },   { 100, 0, 0, 0, 0, true, false, true, false, false },
-	{ 0, 50, 0, 50, 2, false, true, true, false, false },     { 100, 0, 100, 0, 2, true, true, false, false, false },
-	{ 0, 100, 0, 100, 2, true, true, false, false, false },   { 100, 0, 100, 0, 0, true, true, false, false, false },
-	{ 0, 0, 0, 0, 0, false, true, false, false, false },      { 100, 0, 0, 100, 0, true, false, false, true, false },
-	{ 0, 100, 0, 100, 3, false, false, true, true, false }, { 100, 0, 34, 33, 2, true, true, true, true, false },
+	{ 100, 0, 100, 0, 0, true, false, false, false, false, false },  { 0, 100, 100, 0, 0, true, false, false, false, false, false },
+	{ 0, 100, 100, 0, 0, false, false, false, false, false, false }, { 0, 0, 100, 0, 0, true, false, false, false, false, false },
+	{ 30, 30, 100, 0, 0, true, false, false, false, false, false },  { 100, 0, 0, 100, 0, true, false, false, false, false, false },
+	{ 100, 0, 0, 0, 0, true, false, false, false, false, false },    { 100, 0, 34, 33, 3, true, false, false, false, false, false },
+	{ 100, 0, 0, 100, 0, true, false, true, false, false, false },   { 100, 0, 0, 0, 0, true, false, true, false, false, false },
+	{ 0, 50, 0, 50, 2, false, true, true, false, false, false },     { 100, 0, 100, 0, 2, true, true, false, false, false, false },
+	{ 0, 100, 0, 100, 2, true, true, false, false, false, false },   { 100, 0, 100, 0, 0, true, true, false, false, false, false },
+	{ 0, 0, 0, 0, 0, false, true, false, false, false, false },      { 100, 0, 0, 100, 0, true, false, false, true, false, false },
+	{ 0, 100, 0, 100, 3, false, false, true, true, false, false }, { 100, 0, 34, 33, 2, true, true, true, true, false, false },
 	/* the compressed cache in every tier, with H2O and cpu_cache_compute */
-	{ 100, 0, 100, 0, 0, true, false, false, false, true },
-	{ 100, 0, 0, 100, 0, true, false, false, false, true },
-	{ 100, 0, 0, 0, 0, true, false, false, false, true },
-	{ 0, 100, 34, 33, 3, true, true, false, false, true },
-	{ 100, 0, 0, 100, 0, true, false, true, false, true },
-	{ 100, 0, 0, 0, 0, true, false, true, false, true },
-	{ 100, 0, 0, 100, 0, true, false, false, true, true },
-	{ 100, 0, 34, 33, 2, true, true, true, true, true },
+	{ 100, 0, 100, 0, 0, true, false, false, false, true, false },
+	{ 100, 0, 0, 100, 0, true, false, false, false, true, false },
+	{ 100, 0, 0, 0, 0, true, false, false, false, true, false },
+	{ 0, 100, 34, 33, 3, true, true, false, false, true, false },
+	{ 100, 0, 0, 100, 0, true, false, true, false, true, false },
+	{ 100, 0, 0, 0, 0, true, false, true, false, true, false },
+	{ 100, 0, 0, 100, 0, true, false, false, true, true, false },
+	{ 100, 0, 34, 33, 2, true, true, true, true, true, false },
+	/* 4-bit weights in every tier, whole and by halves, with the 4-bit
+	 * cache, H2O and cpu_cache_compute */
+	{ 100, 0, 100, 0, 0, true, false, false, false, false, true },
+	{ 0, 100, 100, 0, 0, true, false, false, false, false, true },
+	{ 0, 100, 100, 0, 0, false, false, false, false, false, true },
+	{ 0, 0, 100, 0, 0, true, false, false, false, false, true },
+	{ 0, 0, 0, 0, 0, false, true, false, false, false, true },
+	{ 30, 30, 34, 33, 3, true, true, false, false, true, true },
+	{ 0, 50, 0, 50, 2, false, true, true, true, true, true },
 };
 
 /* The backend the counted runs use: the CPU backend, or (test_cost_emu)
@@ -269,6 +279,7 @@ static void run_counted(const tpol *t, int B, int P, int G, sl_offload_stats *pf
 	pp.sep_layer = t->sep;
 	pp.act_host = t->act;
 	pp.kv_q4 = t->q4;
+	pp.w_q4 = t->wq4;
 	if (t->h2o)
 		pp.hh = pp.rr = 0.25;
 	pp.max_seq = B;
@@ -323,9 +334,10 @@ START_TEST(test_traffic_counted)
 {
 	const tpol *t = &traffic_grid[_i];
 	char what[200];
-	snprintf(what, sizeof what, "%s: w %g/%g cache %g/%g micro %d%s%s%s%s%s", COUNTED_BACKEND, t->wg,
+	snprintf(what, sizeof what, "%s: w %g/%g cache %g/%g micro %d%s%s%s%s%s%s", COUNTED_BACKEND, t->wg,
 		 t->wc, t->cg, t->cc, t->micro, t->sep ? " sep" : "", t->act ? " act_host" : "",
-		 t->h2o ? " h2o" : "", t->ccc ? " cpu_cache_compute" : "", t->q4 ? " 4-bit cache" : "");
+		 t->h2o ? " h2o" : "", t->ccc ? " cpu_cache_compute" : "", t->q4 ? " 4-bit cache" : "",
+		 t->wq4 ? " 4-bit weights" : "");
 	sl_offload_stats pf, dc;
 	sl_cost k;
 	run_counted(t, 6, 16, 9, &pf, &dc, &k);
@@ -468,6 +480,78 @@ START_TEST(test_search_compress)
 }
 END_TEST
 
+/* compress_weight likewise: never without --allow-compress; with it, when
+ * the fp16 weights do not fit on the device (opt-1.3b's 2.5 GiB of layers
+ * under a 2 GiB device budget, no disk) and the 4-bit ones would, the
+ * search chooses them (it may spend the device memory they save on a
+ * larger block rather than on the weights); --fix compress_weight=true
+ * pins them without it. */
+START_TEST(test_search_compress_weight)
+{
+	sl_model_config c;
+	ck_assert_int_eq(sl_model_config_named("opt-1.3b", &c), 0);
+	sl_profile prof = round_profile(false);
+	sl_search_params sp = { .prompt_len = 64, .gen_len = 16, .disk = false };
+	sp.budget.device = (size_t)2 << 30;
+	sp.budget.host = (size_t)64 << 30;
+	sl_choice best[8];
+	int n = 0;
+	long ev = 0;
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), 0);
+	ck_assert(n > 0);
+	for (int i = 0; i < n; i++)
+		ck_assert(!best[i].pol.compress_weight);
+	ck_assert(best[0].pol.w_gpu_percent < 100);
+	const double plain = best[0].cost.tok_s;
+	sp.allow_compress = true;
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), 0);
+	ck_assert_msg(best[0].pol.compress_weight, "the search did not choose the 4-bit weights");
+	ck_assert(best[0].cost.tok_s > plain);
+	sp.allow_compress = false;
+	sp.fix[0] = "compress_weight=true";
+	sp.nfix = 1;
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), 0);
+	ck_assert(n > 0);
+	for (int i = 0; i < n; i++)
+		ck_assert(best[i].pol.compress_weight);
+}
+END_TEST
+
+/* The 4-bit GEMM's rate: the profile's gemm_q4 curve where measured (at
+ * half the fp16 rate, the layers' GEMMs take twice as long); where not,
+ * the fp16 curve (the dequantisation taken as free), so everything on the
+ * device predicts the same time as fp16 weights. */
+START_TEST(test_gemm_q4_rate)
+{
+	const sl_model_config c = tiny_config();
+	sl_profile prof = round_profile(true);
+	sl_plan_params pp = sl_plan_defaults();
+	pp.max_seq = 4;
+	pp.max_prompt = 16;
+	pp.max_len = 24;
+	sl_plan f16, q4;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &f16), 0);
+	pp.w_q4 = true;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &q4), 0);
+	ck_assert_uint_lt(q4.weights.device, f16.weights.device);
+	sl_cost a, b, d;
+	ck_assert_int_eq(sl_cost_eval(&c, &f16, &prof, 16, 8, &a), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &q4, &prof, 16, 8, &b), 0);
+	ck_assert_double_eq_tol(a.prefill.seconds, b.prefill.seconds, 1e-15);
+	ck_assert_double_eq_tol(a.decode.seconds, b.decode.seconds, 1e-15);
+	prof.gemm_q4 = prof.gemm;
+	for (int i = 0; i < prof.gemm_q4.npoints; i++)
+		prof.gemm_q4.gflops[i] /= 2;
+	ck_assert_int_eq(sl_cost_eval(&c, &q4, &prof, 16, 8, &d), 0);
+	/* the layers' GEMMs: 2 * rows * (4 h h + 2 h f) FLOPs at the curve's
+	 * 1 GFLOP/s per row, so their time at half that rate adds as much again */
+	const double h = c.hidden, f = c.ffn, layers = c.n_layer;
+	const double gemm_s = layers * 2 * (4 * h * h + 2 * h * f) / 1e9;
+	ck_assert_double_eq_tol(d.prefill.seconds - b.prefill.seconds, gemm_s, 1e-12);
+	ck_assert_double_eq_tol(d.decode.seconds - b.decode.seconds, 7 * gemm_s, 1e-12);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -488,6 +572,8 @@ int main(int argc, char **argv)
 	tcase_add_test(ts, test_search_nothing_fits);
 	tcase_add_test(ts, test_search_h2o);
 	tcase_add_test(ts, test_search_compress);
+	tcase_add_test(ts, test_search_compress_weight);
+	tcase_add_test(tc, test_gemm_q4_rate);
 	suite_add_tcase(s, ts);
 	return sl_test_run(s);
 }

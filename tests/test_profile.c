@@ -97,6 +97,9 @@ static void full_profile(sl_profile *p)
 		p->gemm.m[i] = 1 << i;
 		p->gemm.gflops[i] = 3.0 * (1 << i) / 7.0 + 0.1;
 	}
+	p->gemm_q4 = p->gemm;
+	for (int i = 0; i < 11; i++)
+		p->gemm_q4.gflops[i] = 2.0 * (1 << i) / 7.0 + 0.3;
 	p->copy_gbps = 51.000000000000007;
 	p->copy_latency_us = 4.4;
 	p->op_latency_us = 0.1 + 0.7;
@@ -192,6 +195,13 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 		SAME(gemm.m[i]);
 		SAME_BITS(gemm.gflops[i]);
 	}
+	SAME(gemm_q4.npoints);
+	for (int i = 0; i < a->gemm_q4.npoints; i++) {
+		SAME(gemm_q4.n);
+		SAME(gemm_q4.k);
+		SAME(gemm_q4.m[i]);
+		SAME_BITS(gemm_q4.gflops[i]);
+	}
 	SAME_BITS(copy_gbps);
 	SAME_BITS(copy_latency_us);
 	SAME_BITS(op_latency_us);
@@ -260,6 +270,19 @@ START_TEST(test_round_trip)
 	p->load_average = -1;
 	check_same(p, q);
 	json_object_set_new(root, "copy_overlap", json_null());
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	check_same(p, q);
+	/* gemm_q4 (compress_weight's GEMM), later still: absent or null, not
+	 * measured (no points) */
+	ck_assert_int_eq(json_object_del(root, "gemm_q4"), 0);
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	memset(q, 0xa5, sizeof *q);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	ck_assert_int_eq(q->gemm_q4.npoints, 0);
+	memset(&p->gemm_q4, 0, sizeof p->gemm_q4);
+	check_same(p, q);
+	json_object_set_new(root, "gemm_q4", json_null());
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	check_same(p, q);
@@ -469,7 +492,7 @@ START_TEST(test_format_1)
 	json_object_set_new(root, "format_version", json_integer(1));
 	static const char *const v2[] = { "build", "machine", "gemm", "copy_gbps", "copy_latency_us",
 					  "op_latency_us", "attn_decode_gbps", "attn_prefill_gflops",
-					  "cpu_attn_gbps", "disk_write_gbps", "dev_reserve_bytes" };
+					  "cpu_attn_gbps", "disk_write_gbps", "dev_reserve_bytes", "gemm_q4" };
 	for (size_t i = 0; i < SL_ARRAY_LEN(v2); i++)
 		ck_assert_int_eq(json_object_del(root, v2[i]), 0);
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
@@ -479,6 +502,7 @@ START_TEST(test_format_1)
 	sl_profile *want = malloc(sizeof *want);
 	*want = *p;
 	memset(&want->gemm, 0, sizeof want->gemm);
+	memset(&want->gemm_q4, 0, sizeof want->gemm_q4);
 	want->copy_gbps = want->copy_latency_us = want->op_latency_us = 0;
 	want->attn_decode_gbps = want->attn_prefill_gflops = want->cpu_attn_gbps = want->disk_write_gbps = 0;
 	want->dev_reserve_bytes = 0;
