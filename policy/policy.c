@@ -65,7 +65,7 @@ static const pfield fields[] = {
 	BOOL_F(cpu_cache_compute, 0,
 	       "Decode attention of the CPU-resident part of the cache runs on the CPU where it lives instead of copying that part to the GPU (the disk-resident part is still brought in)."),
 	BOOL_F(compress_weight, 0,
-	       "4-bit group-wise weight compression (planned; not used by the runtime yet)."),
+	       "4-bit group-wise weight compression (groups of 64 along each row's input dimension, 4.5 bits a value): every decoder layer's linear matrices quantised once at load, kept and moved so in every tier (the disk store records it), dequantised inside the GEMM; biases, norms, embeddings and the head stay fp16; `--compress-weight`."),
 	BOOL_F(compress_cache, 0,
 	       "4-bit group-wise KV cache compression (groups of 64 along head_dim, 4.5 bits a value; K and V quantised as written, dequantised inside attention), in every tier, with H2O and cpu_cache_compute; `--compress-cache`."),
 	NUM_F(hh_ratio, 0, 1, 0,
@@ -791,6 +791,10 @@ void sl_policy_doc_markdown(FILE *f)
 	      "- `compress_cache` may split the cache over the tiers like an uncompressed one:\n"
 	      "  sluice splits by whole sequences, each slot a self-contained range of compressed\n"
 	      "  bytes (FlexGen, which splits each sequence's cache across devices, refuses it).\n"
+	      "- `compress_weight` works with any weight placement: a layer's 4-bit matrices are\n"
+	      "  tensors like the others (placed by their compressed bytes), and its disk store is\n"
+	      "  one of its own. `sluice policy` chooses `compress_weight` and `compress_cache`\n"
+	      "  only with `--allow-compress` (or pinned by `--fix`): both cost accuracy.\n"
 	      "- `hh_ratio + recent_ratio` is at most 1, with a negative `recent_ratio` counting as\n"
 	      "  `hh_ratio`. A positive `recent_ratio` with `hh_ratio` 0 keeps a recent window only.\n"
 	      "- Blocks of `gpu_batch_size x num_gpu_batches` prompts, unless `--batch-size` says otherwise.\n\n"

@@ -47,7 +47,7 @@ typedef struct sl_policy {
 	bool sep_layer;         /* attention and MLP as separate layers; default true */
 	bool pin_weight;        /* CPU weights page-locked; default true */
 	bool cpu_cache_compute; /* decode attention on the CPU; default false */
-	bool compress_weight, compress_cache; /* 4-bit group-wise (planned); default false */
+	bool compress_weight, compress_cache; /* 4-bit group-wise; default false */
 	double hh_ratio;     /* H2O heavy hitters, share of the prompt; 0 = H2O off; [0, 1] */
 	double recent_ratio; /* H2O recent window; negative = same as hh_ratio (default -1); [-1, 1] */
 } sl_policy;
