@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The 4-bit compressed KV cache's accuracy (issue 14) on the bundled trained
-# model: held-out perplexity under `sluice score` (the prompt prefilled, the
+# 4-bit compression's accuracy (issue 14) on the bundled trained model:
+# held-out perplexity under `sluice score` (the prompt prefilled, the
 # continuation fed token by token through the decode path, each new K and V
-# quantised as it is written) with the fp32, fp16 and 4-bit caches, and with
-# H2O at 20% of the prompt (--hh-ratio 0.1 --recent-ratio 0.1) on the fp16
-# and the 4-bit cache.  The set is bench/h2o_quality.sh's issue set: 48
+# quantised as it is written) with the fp32, fp16 and 4-bit caches, with
+# 4-bit weights (--compress-weight: each decoder layer's matrices quantised
+# at load) alone and with the 4-bit cache ("both"), and with H2O at 20% of
+# the prompt (--hh-ratio 0.1 --recent-ratio 0.1) on the fp16 cache, the
+# 4-bit cache and both.  The set is bench/h2o_quality.sh's issue set: 48
 # passages of 900 characters spread over models/opt-tiny-kjv/heldout.txt,
 # first half the prompt, second half the continuation.
 #
@@ -55,8 +57,11 @@ PY
 score "fp32 cache" --kv-dtype f32
 score "fp16 cache"
 score "4-bit cache" --compress-cache
+score "4-bit weights" --compress-weight
+score "both (4-bit weights and cache)" --compress-weight --compress-cache
 score "fp16 cache, H2O 20%" --hh-ratio 0.1 --recent-ratio 0.1
 score "4-bit cache, H2O 20%" --compress-cache --hh-ratio 0.1 --recent-ratio 0.1
+score "both, H2O 20%" --compress-weight --compress-cache --hh-ratio 0.1 --recent-ratio 0.1
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 python3 - "$out.jsonl" "$MODEL" "$PASSAGES" "$CHARS" "$cpu" "$(nproc)" "$("$tmp/sluice" version | head -1)" >"$out.md" <<'PY'
@@ -64,19 +69,20 @@ import json, sys
 path, model, passages, chars, cpu, ncpu, rev = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
 base = next(r["perplexity"] for r in rows if r["config"] == "fp16 cache")
-print("# The 4-bit compressed KV cache: held-out perplexity\n")
+print("# 4-bit weights and KV cache: held-out perplexity\n")
 print(f"- model `{model}`, {passages} held-out passages of {chars} characters (bench/h2o_quality.sh's"
       f" issue set), first half the prompt, second half scored token by token through the decode"
       f" path; {rows[0]['tokens']} scored tokens")
 print(f"- machine: {cpu}, {ncpu} CPUs; CPU backend; `{rev}`")
 print("- command: `bench/kv_compress_quality.sh` (each row's command below; SETS/ is the"
       " folder the script writes the passages to)\n")
-print("| cache | perplexity | / fp16 cache |")
+print("Weights fp16 unless the row says 4-bit weights, the cache fp16 unless it says otherwise;"
+      " / fp16 is the ratio to the fp16 cache row (fp16 weights and cache).\n")
+print("| configuration | perplexity | / fp16 |")
 print("|---|---:|---:|")
 for r in rows:
     print(f"| {r['config']} | {r['perplexity']:.3f} | {r['perplexity'] / base:.4f} |")
-print("\nThe 4-bit-weights row is the compress_weight work's (a separate change).\n")
-print("Commands:\n")
+print("\nCommands:\n")
 for r in rows:
     print(f"- {r['config']}: `{r['cmd']}`")
 PY
