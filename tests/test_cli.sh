@@ -394,6 +394,11 @@ d, h = (json.load(open(p)) for p in sys.argv[1:3])
 assert d["batch"] >= 1 and h["batch"] >= 2 * d["batch"], (d["batch"], h["batch"])
 assert d["peak_bytes"]["host"] <= 1 << 20 and h["peak_bytes"]["host"] <= 1 << 20
 PY
+# bench --batch max where not one sequence fits: one line that says so and
+# names the smallest device budget
+expect_fail "bench --batch max, nothing fits" \
+	"sluice: --batch max: not even one sequence fits; the smallest device budget for this job is --gpu-mem" "" -- \
+	bench --backend cpu --model "$fx/opt-pre" --prompt-len 40 --gen-len 8 --batch max --gpu-mem 4K
 # the 4-bit cache (--compress-cache): generate in every tier gives the same
 # tokens as on the device (with H2O and cpu_cache_compute too), score runs,
 # bench --batch max counts its compressed bytes (opt-pre's head dimension

@@ -186,8 +186,10 @@ static void bench_open(bench_opts *o, sl_model_config *bcfg, sl_plan_params *pp,
 		o->batch = max_batch(o, bcfg, (*be)->ops->dev_is_host);
 		if (o->batch == 0) {
 			*pp = bench_plan(o, 1);
+			/* the message first: budget_hint appends the smallest budget */
+			sl_err(SL_EBUDGET, "--batch max: not even one sequence fits");
 			budget_hint(SL_EBUDGET, co, bcfg, NULL, pp);
-			die(sl_err_prefix(SL_EBUDGET, "--batch max: not even one sequence fits"));
+			die(SL_EBUDGET);
 		}
 		if (!o->json) {
 			printf("largest batch that fits: %d\n", o->batch);
