@@ -202,4 +202,31 @@ int sl_disk_probe_read(const char *dir, uint64_t bytes, double *gbps, char *mode
 int sl_disk_probe(const char *dir, uint64_t bytes, double *read_gbps, double *write_gbps, char *mode,
 		  size_t mode_len);
 
+/*
+ * The probe file sluice profile runs its request patterns on: an unlinked
+ * temporary file of bytes (rounded up to 1 MiB, at least 1 MiB) in dir,
+ * written whole through a store's engine as sl_disk_probe writes it
+ * (*write_gbps, may be NULL), synced and its page cache dropped.  Errors as
+ * sl_disk_probe.  sl_disk_probe_close frees it (NULL ok).
+ */
+typedef struct sl_disk_probe_file sl_disk_probe_file;
+int sl_disk_probe_open(const char *dir, uint64_t bytes, double *write_gbps, sl_disk_probe_file **out);
+
+/*
+ * One pass over the probe file: len bytes (a multiple of 4 KiB) in
+ * requests of req bytes (the last may be shorter), reads or writes, the
+ * first at off; each next request starts stride bytes after the one
+ * before (0: right after it), the offsets wrapping within the file.  At
+ * most nout (1 to 256) requests are outstanding: the oldest is waited for
+ * before another is issued, as the weights' prefetch or the KV cache's
+ * page writes keep them.  *seconds: from the first issue to the last
+ * completion.  SL_EINVAL for a bad shape, else the store's errors.
+ */
+int sl_disk_probe_pass(sl_disk_probe_file *f, bool write, uint64_t off, uint64_t len, size_t req, int nout,
+		       uint64_t stride, double *seconds);
+/* The engine's name (sl_disk_mode's) and the file's size. */
+const char *sl_disk_probe_engine(const sl_disk_probe_file *f);
+uint64_t sl_disk_probe_bytes(const sl_disk_probe_file *f);
+void sl_disk_probe_close(sl_disk_probe_file *f);
+
 #endif

@@ -1270,6 +1270,40 @@ START_TEST(test_probe)
 		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
 	closedir(d);
 	ck_assert_msg(n == 0, "the probe file is gone (%d entries left)", n);
+
+	/* the probe file and its passes (sluice profile's patterns) */
+	sl_disk_probe_file *f = NULL;
+	w = 0;
+	ck_assert_msg(sl_disk_probe_open(dir, 3 * MIB + 1, &w, &f) == 0, "%s", sl_errmsg());
+	ck_assert_msg(w > 0, "the fill's write rate %g", w);
+	ck_assert_uint_eq(sl_disk_probe_bytes(f), 4 * MIB); /* rounded up to 1 MiB */
+	ck_assert_str_eq(sl_disk_probe_engine(f), mode);
+	double sec = 0;
+	/* segment reads, two outstanding, past the end: they wrap */
+	ck_assert_msg(sl_disk_probe_pass(f, false, 2 * MIB, 6 * MIB, MIB, 2, 0, &sec) == 0, "%s", sl_errmsg());
+	ck_assert(sec > 0);
+	/* a last request shorter than the others */
+	ck_assert_msg(sl_disk_probe_pass(f, false, 0, 3 * MIB / 2, MIB, 1, 0, &sec) == 0, "%s", sl_errmsg());
+	/* scattered page writes, many outstanding */
+	ck_assert_msg(sl_disk_probe_pass(f, true, 4096, 64 * 4096, 4096, 32, 68 * 1024, &sec) == 0, "%s",
+		      sl_errmsg());
+	ck_assert(sec > 0);
+	/* bad shapes */
+	ck_assert_int_eq(sl_disk_probe_pass(f, false, 0, MIB, 1000, 1, 0, &sec), SL_EINVAL);
+	ck_assert_int_eq(sl_disk_probe_pass(f, false, 0, MIB, MIB, 0, 0, &sec), SL_EINVAL);
+	ck_assert_int_eq(sl_disk_probe_pass(f, false, 0, MIB, MIB, 257, 0, &sec), SL_EINVAL);
+	ck_assert_int_eq(sl_disk_probe_pass(f, false, 0, MIB, 8 * MIB, 1, 0, &sec), SL_EINVAL);
+	ck_assert_int_eq(sl_disk_probe_pass(f, true, 0, MIB, 8192, 1, 4096, &sec), SL_EINVAL);
+	ck_assert_int_eq(sl_disk_probe_pass(f, true, 0, 1000, 4096, 1, 0, &sec), SL_EINVAL);
+	sl_disk_probe_close(f);
+	sl_disk_probe_close(NULL);
+	d = opendir(dir);
+	ck_assert(d);
+	n = 0;
+	for (struct dirent *de; (de = readdir(d));)
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	ck_assert_msg(n == 0, "the probe file is gone (%d entries left)", n);
 }
 END_TEST
 
