@@ -93,6 +93,26 @@ static json_t *curve(const sl_profile_curve *c, sl_jerr *e)
 	return o;
 }
 
+/* The disk's read curve {outstanding, bytes: [...], gbps: [...], spread:
+ * [...]}, or null (no points). */
+static json_t *disk_curve(const sl_profile_disk_curve *c, sl_jerr *e)
+{
+	if (c->npoints <= 0)
+		return json_null();
+	json_t *b = json_array(), *g = json_array(), *sp = json_array();
+	for (int i = 0; i < SL_MIN(c->npoints, SL_PROFILE_DISK_MAX); i++) {
+		sl_jappend(b, json_integer((json_int_t)c->bytes[i]), "disk_segment_read.bytes", e);
+		sl_jappend_real(g, c->gbps[i], "disk_segment_read.gbps", e);
+		sl_jappend_real(sp, c->spread[i], "disk_segment_read.spread", e);
+	}
+	json_t *o = json_object();
+	sl_jset(o, "outstanding", json_integer(c->outstanding), e);
+	sl_jset(o, "bytes", b, e);
+	sl_jset(o, "gbps", g, e);
+	sl_jset(o, "spread", sp, e);
+	return o;
+}
+
 static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 {
 	const sl_profile_topo *t = &p->topo;
@@ -162,6 +182,11 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	set_rate(j, "cpu_attn_gbps", p->cpu_attn_gbps, e);
 	set_rate(j, "disk_write_gbps", p->disk_write_gbps, e);
 	sl_jset_real(j, "copy_overlap", p->copy_overlap, e);
+	sl_jset(j, "disk_passes", p->disk_passes > 0 ? json_integer(p->disk_passes) : json_null(), e);
+	sl_jset(j, "disk_read_spread", p->disk_passes > 0 ? json_real(p->disk_read_spread) : json_null(), e);
+	sl_jset(j, "disk_segment_read", disk_curve(&p->disk_seg, e), e);
+	set_rate(j, "disk_page_write_gbps", p->disk_page_write_gbps, e);
+	sl_jset(j, "disk_overlap", p->have_disk_overlap ? json_real(p->disk_overlap) : json_null(), e);
 	sl_jset(j, "load_average", p->load_average >= 0 ? json_real(p->load_average) : json_null(), e);
 	sl_jset(j, "dev_reserve_bytes", json_integer((json_int_t)p->dev_reserve_bytes), e);
 	sl_jset_real(j, "seconds", p->seconds, e);
@@ -338,8 +363,17 @@ static double get_share(reader *r, const json_t *obj, const char *key)
 	return x;
 }
 
-/* An optional load average, >= 0: absent or null is -1 (unknown). */
-static double get_load(reader *r, const json_t *obj, const char *key)
+/* An optional rate: absent or null is 0 (not measured). */
+static double get_opt_rate(reader *r, const json_t *obj, const char *key)
+{
+	if (r->rc < 0 || !json_object_get(obj, key))
+		return 0;
+	return get_rate(r, obj, key);
+}
+
+/* An optional number >= 0 (a load average, a spread): absent or null is -1
+ * (unknown). */
+static double get_nonneg(reader *r, const json_t *obj, const char *key)
 {
 	if (r->rc < 0)
 		return -1;
@@ -465,6 +499,79 @@ static void get_curve(reader *r, const json_t *root, const char *key, sl_profile
 	c->npoints = (int)np;
 }
 
+/* A finite number >= 0 from an array (where: its name and index). */
+static bool array_num(reader *r, const json_t *a, size_t i, const char *w, const char *key, bool positive,
+		      double *out)
+{
+	const json_t *v = json_array_get(a, i);
+	if (!json_is_number(v)) {
+		r->rc = sl_err(SL_EFORMAT, "%s: %s%s[%zu] must be a number, got %s", r->path, w, key, i,
+			       type_of(v));
+		return false;
+	}
+	const double x = json_number_value(v);
+	if (!isfinite(x) || (positive ? !(x > 0) : !(x >= 0))) {
+		r->rc = sl_err(SL_ERANGE, "%s: %s%s[%zu] = %g, must be %s", r->path, w, key, i, x,
+			       positive ? "a positive number" : "at least 0");
+		return false;
+	}
+	*out = x;
+	return true;
+}
+
+/* The disk's read curve, optional: absent or null is none. */
+static void get_disk_curve(reader *r, const json_t *root, const char *key, sl_profile_disk_curve *c)
+{
+	memset(c, 0, sizeof *c);
+	if (r->rc < 0 || !json_object_get(root, key))
+		return;
+	json_t *o = get_obj(r, root, "", key, true);
+	if (!o)
+		return;
+	char w[64];
+	snprintf(w, sizeof w, "%s.", key);
+	c->outstanding = (int)get_int(r, o, w, "outstanding", 1, 4096);
+	json_t *b = field(r, o, w, "bytes"), *g = field(r, o, w, "gbps"), *sp = field(r, o, w, "spread");
+	if (b && !json_is_array(b))
+		wrong_type(r, w, "bytes", "an array", b);
+	else if (g && !json_is_array(g))
+		wrong_type(r, w, "gbps", "an array", g);
+	else if (sp && !json_is_array(sp))
+		wrong_type(r, w, "spread", "an array", sp);
+	if (r->rc < 0)
+		return;
+	const size_t np = json_array_size(b);
+	if (np < 1 || np > SL_PROFILE_DISK_MAX) {
+		r->rc = sl_err(SL_EFORMAT, "%s: %sbytes lists %zu points, must list 1 to %d", r->path, w, np,
+			       SL_PROFILE_DISK_MAX);
+		return;
+	}
+	if (json_array_size(g) != np || json_array_size(sp) != np) {
+		r->rc = sl_err(SL_EFORMAT, "%s: %sgbps and %sspread must list as many points as %sbytes (%zu)",
+			       r->path, w, w, w, np);
+		return;
+	}
+	for (size_t i = 0; i < np; i++) {
+		const json_t *bi = json_array_get(b, i);
+		if (!json_is_integer(bi)) {
+			r->rc = sl_err(SL_EFORMAT, "%s: %sbytes[%zu] must be an integer, got %s", r->path, w, i,
+				       type_of(bi));
+			return;
+		}
+		const int64_t x = json_integer_value(bi), prev = i ? (int64_t)c->bytes[i - 1] : 0;
+		if (x <= prev || x % 4096) {
+			r->rc = sl_err(SL_ERANGE, "%s: %sbytes[%zu] = %" PRId64 ", must be a multiple of 4096 above %" PRId64
+				       " (increasing)", r->path, w, i, x, prev);
+			return;
+		}
+		c->bytes[i] = (uint64_t)x;
+		if (!array_num(r, g, i, w, "gbps", true, &c->gbps[i]) ||
+		    !array_num(r, sp, i, w, "spread", false, &c->spread[i]))
+			return;
+	}
+	c->npoints = (int)np;
+}
+
 static void get_topology(reader *r, const json_t *root, sl_profile_topo *t)
 {
 	const char *w = "topology.";
@@ -554,7 +661,17 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 		p->cpu_attn_gbps = get_rate(r, root, "cpu_attn_gbps");
 		p->disk_write_gbps = get_rate(r, root, "disk_write_gbps");
 		p->copy_overlap = get_share(r, root, "copy_overlap");
-		p->load_average = get_load(r, root, "load_average");
+		/* the disk's patterns, later still: absent is the old model */
+		p->disk_passes = (int)(json_object_get(root, "disk_passes")
+					       ? get_int_or_null(r, root, "", "disk_passes", 1, 1000, 0)
+					       : 0);
+		p->disk_read_spread = SL_MAX(0.0, get_nonneg(r, root, "disk_read_spread"));
+		get_disk_curve(r, root, "disk_segment_read", &p->disk_seg);
+		p->disk_page_write_gbps = get_opt_rate(r, root, "disk_page_write_gbps");
+		const json_t *dov = json_object_get(root, "disk_overlap");
+		p->have_disk_overlap = dov && !json_is_null(dov);
+		p->disk_overlap = get_share(r, root, "disk_overlap");
+		p->load_average = get_nonneg(r, root, "load_average");
 		p->dev_reserve_bytes = (uint64_t)get_int(r, root, "", "dev_reserve_bytes", 0, INT64_MAX);
 	}
 	json_t *s = field(r, root, "", "seconds");

@@ -57,6 +57,27 @@
  *                     add the two nor take their maximum; 0 on CUDA, where
  *                     copies have their own engine, and in files without it
  *                     (optional: older format 2 files load)
+ *   disk_passes, disk_read_spread  disk_read_gbps is the median of this
+ *                     many passes over the probe file in its pattern (16 MiB
+ *                     requests, 4 outstanding), spread = (max - min) / median
+ *                     of them; files without them: one pass (0)
+ *   disk_segment_read the read rate against the request size as the weights
+ *                     and the KV cache read a segment (a layer's or half
+ *                     layer's disk part, a micro-batch's cache): requests of
+ *                     256 KiB to 64 MiB, 2 outstanding (the next unit's read
+ *                     is queued before the current one is waited for), each
+ *                     size over its own part of the probe file in every
+ *                     pass, the passes sustained back to back; the median
+ *                     pass and the spread.  Absent: every read at
+ *                     disk_read_gbps
+ *   disk_page_write_gbps  4 KiB writes scattered over the probe file, 64
+ *                     outstanding: the KV cache's decode writes (a changed
+ *                     page of each sequence's K and V blocks).  Absent: those
+ *                     writes at disk_write_gbps
+ *   disk_overlap      the CPU backend only: the share of the disk's segment
+ *                     reads that hides under a GEMM stream (measured as
+ *                     copy_overlap is, the reads 16 MiB, 2 outstanding);
+ *                     absent (have_disk_overlap false): all of it, as before
  *   load_average      the machine's 1-minute load average as the profile
  *                     began (/proc/loadavg): a profile measured while other
  *                     work held the cores under-rates the machine; optional
@@ -123,6 +144,17 @@ typedef struct sl_profile_curve {
 	double gflops[SL_PROFILE_CURVE_MAX];
 } sl_profile_curve;
 
+/* The disk's read rate against the request size: points in increasing
+ * size, the median pass's GB/s and the passes' spread at each. */
+#define SL_PROFILE_DISK_MAX 8
+typedef struct sl_profile_disk_curve {
+	int npoints;     /* 0: not measured */
+	int outstanding; /* requests outstanding */
+	uint64_t bytes[SL_PROFILE_DISK_MAX];
+	double gbps[SL_PROFILE_DISK_MAX];
+	double spread[SL_PROFILE_DISK_MAX]; /* (max - min) / median of the passes */
+} sl_profile_disk_curve;
+
 typedef struct sl_profile {
 	bool quick;
 	sl_profile_topo topo;
@@ -165,6 +197,15 @@ typedef struct sl_profile {
 	double attn_prefill_gflops; /* sl_attn_prefill at a 512-token prompt */
 	double cpu_attn_gbps;       /* the host's decode attention (cpu_cache_compute) */
 	double disk_write_gbps;     /* O_DIRECT writes at the store's request size */
+	int disk_passes;            /* passes disk_read_gbps is the median of; 0: one */
+	double disk_read_spread;    /* (max - min) / median of those passes (with
+				     * disk_passes) */
+	sl_profile_disk_curve disk_seg; /* reads against the request size */
+	double disk_page_write_gbps; /* scattered 4 KiB writes; 0: not measured */
+	bool have_disk_overlap;     /* disk_overlap measured; false: the model
+				     * hides the disk wholly, as before */
+	double disk_overlap;        /* CPU backend: the share of disk reads hidden
+				     * under GEMMs, [0, 1] */
 	double load_average;        /* 1-minute load average as it began; -1: unknown */
 	double copy_overlap;        /* CPU backend: the share of copies hidden
 				     * under GEMMs on the shared cores, [0, 1] */

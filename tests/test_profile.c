@@ -108,6 +108,18 @@ static void full_profile(sl_profile *p)
 	p->cpu_attn_gbps = 12.3456789;
 	p->disk_write_gbps = 2.0 / 3.0;
 	p->copy_overlap = 1.0 / 3.0;
+	p->disk_passes = 3;
+	p->disk_read_spread = 0.1 + 0.025;
+	p->disk_seg.npoints = 5;
+	p->disk_seg.outstanding = 2;
+	for (int i = 0; i < 5; i++) {
+		p->disk_seg.bytes[i] = (uint64_t)256 << (10 + 2 * i); /* 256 KiB to 64 MiB */
+		p->disk_seg.gbps[i] = 0.3 + i / 7.0;
+		p->disk_seg.spread[i] = i / 9.0;
+	}
+	p->disk_page_write_gbps = 0.0625 / 3;
+	p->have_disk_overlap = true;
+	p->disk_overlap = 0.2 + 0.05;
 	p->load_average = 2.75;
 	p->dev_reserve_bytes = 33554432 + 4096;
 	snprintf(p->build, sizeof p->build, "0.1.0");
@@ -210,6 +222,19 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 	SAME_BITS(cpu_attn_gbps);
 	SAME_BITS(disk_write_gbps);
 	SAME_BITS(copy_overlap);
+	SAME(disk_passes);
+	SAME_BITS(disk_read_spread);
+	SAME(disk_seg.npoints);
+	if (a->disk_seg.npoints)
+		SAME(disk_seg.outstanding);
+	for (int i = 0; i < a->disk_seg.npoints; i++) {
+		SAME(disk_seg.bytes[i]);
+		SAME_BITS(disk_seg.gbps[i]);
+		SAME_BITS(disk_seg.spread[i]);
+	}
+	SAME_BITS(disk_page_write_gbps);
+	SAME(have_disk_overlap);
+	SAME_BITS(disk_overlap);
 	SAME_BITS(load_average);
 	SAME(dev_reserve_bytes);
 	SAME_STR(build);
@@ -286,6 +311,35 @@ START_TEST(test_round_trip)
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	check_same(p, q);
+	/* the disk's patterns, later still: a file without them (or with
+	 * null) loads as one pass, no curve, no page rate, the disk hidden
+	 * wholly (have_disk_overlap false): the model as before them */
+	static const char *const disk_fields[] = { "disk_passes", "disk_read_spread", "disk_segment_read",
+						   "disk_page_write_gbps", "disk_overlap" };
+	p->disk_passes = 0;
+	p->disk_read_spread = 0;
+	memset(&p->disk_seg, 0, sizeof p->disk_seg);
+	p->disk_page_write_gbps = 0;
+	p->have_disk_overlap = false;
+	p->disk_overlap = 0;
+	for (int nul = 0; nul < 2; nul++) {
+		for (size_t i = 0; i < SL_ARRAY_LEN(disk_fields); i++) {
+			if (nul)
+				json_object_set_new(root, disk_fields[i], json_null());
+			else
+				ck_assert_int_eq(json_object_del(root, disk_fields[i]), 0);
+		}
+		ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+		memset(q, 0xa5, sizeof *q);
+		ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+		check_same(p, q);
+		ck_assert(!q->have_disk_overlap && q->disk_seg.npoints == 0);
+	}
+	/* a measured overlap of 0 is not "not measured" */
+	json_object_set_new(root, "disk_overlap", json_real(0));
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	ck_assert(q->have_disk_overlap && q->disk_overlap == 0);
 	json_decref(root);
 	free(q);
 	free(p);
@@ -373,6 +427,27 @@ static const bad_case bad_cases[] = {
 	{ "copy_overlap", "1.5", SL_ERANGE, "copy_overlap = 1.5, must be in [0, 1]" },
 	{ "copy_overlap", "-0.25", SL_ERANGE, "copy_overlap = -0.25, must be in [0, 1]" },
 	{ "copy_overlap", "\"all\"", SL_EFORMAT, "copy_overlap must be a number in [0, 1] or null, got a string" },
+	/* the disk's patterns */
+	{ "disk_passes", "0", SL_ERANGE, "disk_passes = 0, must be in [1, 1000]" },
+	{ "disk_passes", "2.5", SL_EFORMAT, "disk_passes must be an integer or null, got a number" },
+	{ "disk_read_spread", "-0.5", SL_ERANGE, "disk_read_spread = -0.5, must be at least 0" },
+	{ "disk_segment_read", "3", SL_EFORMAT, "disk_segment_read must be an object or null, got an integer" },
+	{ "disk_segment_read.outstanding", "0", SL_ERANGE, "disk_segment_read.outstanding = 0, must be in [1, 4096]" },
+	{ "disk_segment_read.bytes", "[]", SL_EFORMAT, "disk_segment_read.bytes lists 0 points, must list 1 to 8" },
+	{ "disk_segment_read.spread", NULL, SL_EFORMAT, "disk_segment_read.spread is missing" },
+	{ "disk_segment_read.gbps", "[1, 2]", SL_EFORMAT,
+	  "disk_segment_read.gbps and disk_segment_read.spread must list as many points as disk_segment_read.bytes (5)" },
+	{ "disk_segment_read.bytes.2", "1048576", SL_ERANGE,
+	  "disk_segment_read.bytes[2] = 1048576, must be a multiple of 4096 above 1048576 (increasing)" },
+	{ "disk_segment_read.bytes.0", "1000", SL_ERANGE,
+	  "disk_segment_read.bytes[0] = 1000, must be a multiple of 4096 above 0 (increasing)" },
+	{ "disk_segment_read.bytes.1", "\"1M\"", SL_EFORMAT, "disk_segment_read.bytes[1] must be an integer, got a string" },
+	{ "disk_segment_read.gbps.3", "0", SL_ERANGE, "disk_segment_read.gbps[3] = 0, must be a positive number" },
+	{ "disk_segment_read.spread.4", "-1", SL_ERANGE, "disk_segment_read.spread[4] = -1, must be at least 0" },
+	{ "disk_segment_read.spread.0", "null", SL_EFORMAT, "disk_segment_read.spread[0] must be a number, got null" },
+	{ "disk_page_write_gbps", "-2", SL_ERANGE, "disk_page_write_gbps = -2, must be a positive number or null" },
+	{ "disk_overlap", "1.25", SL_ERANGE, "disk_overlap = 1.25, must be in [0, 1]" },
+	{ "disk_overlap", "\"half\"", SL_EFORMAT, "disk_overlap must be a number in [0, 1] or null, got a string" },
 	{ "dev_reserve_bytes", "-1", SL_ERANGE, "dev_reserve_bytes = -1, must be in [0, " },
 	{ "dev_reserve_bytes", "null", SL_EFORMAT, "dev_reserve_bytes must be an integer, got null" },
 	{ "machine", "7", SL_EFORMAT, "machine must be a string or null, got an integer" },
@@ -507,6 +582,12 @@ START_TEST(test_format_1)
 	want->attn_decode_gbps = want->attn_prefill_gflops = want->cpu_attn_gbps = want->disk_write_gbps = 0;
 	want->dev_reserve_bytes = 0;
 	want->copy_overlap = 0;
+	want->disk_passes = 0;
+	want->disk_read_spread = 0;
+	memset(&want->disk_seg, 0, sizeof want->disk_seg);
+	want->disk_page_write_gbps = 0;
+	want->have_disk_overlap = false;
+	want->disk_overlap = 0;
 	want->load_average = -1;
 	want->build[0] = want->machine[0] = 0;
 	check_same(want, q);
