@@ -491,14 +491,40 @@ done:
 
 /* ---- the disk --------------------------------------------------------------------- */
 
-/* The probe runs on a thread bound to the I/O node: the engine's threads,
- * started from it, inherit its binding, as a store's bind themselves. */
+/*
+ * The disk as the stores use it, on one probe file (sl_disk_probe_open:
+ * written once, its write rate the fill's), read in DISK_PASSES passes back
+ * to back (sustained: seconds of reading, not a burst).  The file is split
+ * into equal parts, one per read pattern: the pipelined sequential read
+ * (16 MiB requests, 4 outstanding: the engine's full queue) and a
+ * segment's read at each size of seg_sizes (2 outstanding: a weight unit's
+ * or a micro-batch's cache read, the next queued before the current one is
+ * waited for).  In pass k pattern i reads part (i + k) mod parts, so no
+ * pattern keeps to one region of the file.  Then the KV cache's decode
+ * writes: DISK_PAGES 4 KiB pages scattered over the file, 64 outstanding,
+ * once a pass.  Each pattern's rate is the median pass; its spread (max -
+ * min) / median.
+ */
+#define DISK_PASSES 3
+#define DISK_PART (256 * MIB)      /* quick: QUICK_DISK_PART */
+#define QUICK_DISK_PART (2 * MIB)
+#define DISK_PIPE_REQ (16 * MIB)
+#define DISK_PIPE_OUT 4
+#define DISK_SEG_OUT 2
+#define DISK_PAGES 4096             /* quick: 256 */
+#define DISK_PAGE_OUT 64
+static const size_t seg_sizes[] = { 256 * 1024, MIB, 4 * MIB, 16 * MIB, 64 * MIB };
+_Static_assert(SL_ARRAY_LEN(seg_sizes) <= SL_PROFILE_DISK_MAX, "the curve holds every size");
+
+/* The probe file is opened on a thread bound to the I/O node: the engine's
+ * threads, started from it, inherit its binding, as a store's bind
+ * themselves. */
 typedef struct probe_job {
 	const char *dir;
 	uint64_t bytes;
 	int node;
-	double gbps, write_gbps;
-	char mode[64];
+	double write_gbps;
+	sl_disk_probe_file *f;
 	int rc;
 	char err[600];
 } probe_job;
@@ -507,13 +533,13 @@ static void *probe_thread(void *arg)
 {
 	probe_job *j = arg;
 	sl_topo_bind_thread(j->node, "the disk probe's I/O threads");
-	j->rc = sl_disk_probe(j->dir, j->bytes, &j->gbps, &j->write_gbps, j->mode, sizeof j->mode);
+	j->rc = sl_disk_probe_open(j->dir, j->bytes, &j->write_gbps, &j->f);
 	if (j->rc < 0)
 		snprintf(j->err, sizeof j->err, "%s", sl_errmsg()); /* the message is per thread */
 	return NULL;
 }
 
-static int measure_disk(probe_job *j)
+static int open_probe(probe_job *j)
 {
 	pthread_t th;
 	int e = pthread_create(&th, NULL, probe_thread, j);
@@ -525,6 +551,189 @@ static int measure_disk(probe_job *j)
 	if (j->rc < 0)
 		return sl_err(j->rc, "%s", j->err);
 	return 0;
+}
+
+/* The median of n (sorted in place) and the spread (max - min) / median. */
+static double median_spread(double *v, int n, double *spread)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	const double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	*spread = med > 0 ? (v[n - 1] - v[0]) / med : 0;
+	return med;
+}
+
+/* GB/s of a pass of bytes in sec. */
+static double gbps_of(uint64_t bytes, double sec)
+{
+	return sec > 0 ? (double)bytes / sec / 1e9 : 0;
+}
+
+/* The disk's overlap with the copies' GEMMs (OVL_M, OVL_NK). */
+#define DISK_OVL_REQ (16 * MIB) /* quick: 1 MiB */
+#define DISK_OVL_REPS 3
+
+typedef struct ovl_gemm {
+	sl_buf x, w, y;
+	sl_queue *q;
+	sl_gemm_args g;
+} ovl_gemm;
+
+static void ovl_gemm_free(sl_backend *b, ovl_gemm *o)
+{
+	if (o->q)
+		sl_queue_free(b, o->q);
+	sl_buf_free(b, &o->y);
+	sl_buf_free(b, &o->w);
+	sl_buf_free(b, &o->x);
+}
+
+/* Decode-sized GEMMs (m = 16, n = k = 2048, fp16 weights) on a queue of their own. */
+static int ovl_gemm_make(sl_backend *b, ovl_gemm *o)
+{
+	memset(o, 0, sizeof *o);
+	const size_t xb = (size_t)OVL_M * OVL_NK * sizeof(float), wb = (size_t)OVL_NK * OVL_NK * sizeof(sl_half);
+	int rc;
+	if ((rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile overlap x", &o->x)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, wb, "profile overlap w", &o->w)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile overlap y", &o->y)) < 0 ||
+	    (rc = sl_queue_create(b, &o->q)) < 0 || (rc = fill_floats(b, o->q, o->x.p, (size_t)OVL_M * OVL_NK, 1.f)) < 0 ||
+	    (rc = sl_memset_dev(b, o->q, o->w.p, 0x2c, wb)) < 0 || (rc = sl_queue_sync(b, o->q)) < 0) {
+		ovl_gemm_free(b, o);
+		return rc;
+	}
+	o->g = (sl_gemm_args){ .m = OVL_M, .n = OVL_NK, .k = OVL_NK, .x = o->x.p, .ldx = OVL_NK, .w = o->w.p,
+			       .y = o->y.p, .ldy = OVL_NK, .alpha = 1.f };
+	return 0;
+}
+
+/* Seconds for ng GEMMs (queued first: the backend runs them on its own
+ * threads) and a read pass of nreq requests of req bytes, 2 outstanding
+ * (this thread issues and waits), to both's completion. */
+static int time_gemm_disk(sl_backend *b, ovl_gemm *o, int ng, sl_disk_probe_file *f, uint64_t off, size_t req,
+			  int nreq, double *sec)
+{
+	const double t0 = sl_now();
+	for (int i = 0; i < ng; i++)
+		SL_TRY(sl_gemm(b, o->q, &o->g));
+	if (nreq > 0) {
+		double d;
+		SL_TRY(sl_disk_probe_pass(f, false, off, (uint64_t)nreq * req, req, DISK_SEG_OUT, 0, &d));
+	}
+	SL_TRY(sl_queue_sync(b, o->q));
+	*sec = sl_now() - t0;
+	return 0;
+}
+
+/*
+ * The share of the disk's segment reads that hides under a GEMM stream on
+ * the CPU backend (profile.h, disk_overlap), as measure_overlap measures
+ * the copies': the GEMMs alone, the reads alone (sized to take as long),
+ * both at once; (alone + alone - together) / the shorter, median of 3.
+ */
+static int measure_disk_overlap(sl_backend *b, sl_disk_probe_file *f, bool quick, double target_s, double *share)
+{
+	*share = 0;
+	ovl_gemm o;
+	SL_TRY(ovl_gemm_make(b, &o));
+	const size_t req = quick ? MIB : DISK_OVL_REQ;
+	const uint64_t fb = sl_disk_probe_bytes(f);
+	double tg1, td1, r[DISK_OVL_REPS];
+	int rc;
+	if ((rc = time_gemm_disk(b, &o, 1, f, 0, req, 0, &tg1)) < 0 || (rc = time_gemm_disk(b, &o, 0, f, 0, req, 2, &td1)) < 0)
+		goto out;
+	const int ng = (int)SL_MAX(4.0, SL_MIN(4096.0, 10 * target_s / SL_MAX(tg1, 1e-6)));
+	/* as many reads as the GEMMs take, within the file */
+	const int nr = (int)SL_MAX(2.0, SL_MIN((double)(fb / req), ng * tg1 / SL_MAX(td1 / 2, 1e-6)));
+	uint64_t off = 0;
+	for (int s = 0; s < DISK_OVL_REPS; s++) {
+		double tg, td, tb;
+		if ((rc = time_gemm_disk(b, &o, ng, f, off, req, 0, &tg)) < 0 ||
+		    (rc = time_gemm_disk(b, &o, 0, f, off, req, nr, &td)) < 0 ||
+		    (rc = time_gemm_disk(b, &o, ng, f, off + (uint64_t)nr * req, req, nr, &tb)) < 0)
+			goto out;
+		off += 2 * (uint64_t)nr * req;
+		const double v = (tg + td - tb) / SL_MAX(SL_MIN(tg, td), 1e-9);
+		r[s] = SL_MAX(0.0, SL_MIN(1.0, v));
+	}
+	qsort(r, DISK_OVL_REPS, sizeof r[0], cmp_double);
+	*share = r[DISK_OVL_REPS / 2];
+out:
+	ovl_gemm_free(b, &o);
+	return rc;
+}
+
+/* The disk's rates into out (profile.h): the fill's write rate, the
+ * pipelined read and the segment curve over the passes, the page writes;
+ * on the CPU backend its overlap with GEMMs. */
+static int measure_disk(const sl_profile_opts *o, sl_profile *out, sl_backend *be, double target)
+{
+	const size_t part = o->quick ? QUICK_DISK_PART : DISK_PART;
+	size_t sizes[SL_PROFILE_DISK_MAX];
+	int nseg = 0;
+	for (size_t i = 0; i < SL_ARRAY_LEN(seg_sizes); i++)
+		if (seg_sizes[i] <= part / 2)
+			sizes[nseg++] = seg_sizes[i];
+	const int nparts = 1 + nseg;
+	const size_t pipe_req = SL_MIN((size_t)DISK_PIPE_REQ, part / 2);
+	probe_job j = { .dir = o->offload_dir, .bytes = (uint64_t)nparts * part, .node = out->io_node };
+	SL_TRY(open_probe(&j));
+	sl_disk_probe_file *f = j.f;
+	out->disk_write_gbps = j.write_gbps;
+	out->disk_bytes = sl_disk_probe_bytes(f);
+	snprintf(out->disk_engine, sizeof out->disk_engine, "%s", sl_disk_probe_engine(f));
+	say(o, "disk write  %8.2f GB/s     (%s, %llu MiB sequential in 1 MiB requests in %s)\n", out->disk_write_gbps,
+	    out->disk_engine, (unsigned long long)(out->disk_bytes / MIB), o->offload_dir);
+
+	double rate[1 + SL_PROFILE_DISK_MAX][DISK_PASSES], pages[DISK_PASSES];
+	const int npages = o->quick ? 256 : DISK_PAGES;
+	const uint64_t stride = out->disk_bytes / (uint64_t)npages / 4096 * 4096;
+	int rc = 0;
+	for (int k = 0; k < DISK_PASSES && rc == 0; k++) {
+		for (int i = 0; i < nparts && rc == 0; i++) {
+			const uint64_t off = (uint64_t)((i + k) % nparts) * part;
+			const size_t req = i == 0 ? pipe_req : sizes[i - 1];
+			double sec;
+			rc = sl_disk_probe_pass(f, false, off, part, req, i == 0 ? DISK_PIPE_OUT : DISK_SEG_OUT, 0, &sec);
+			rate[i][k] = gbps_of(part, sec);
+		}
+		double sec;
+		if (rc == 0)
+			rc = sl_disk_probe_pass(f, true, (uint64_t)k * 4096, (uint64_t)npages * 4096, 4096, DISK_PAGE_OUT,
+						stride, &sec);
+		pages[k] = gbps_of((uint64_t)npages * 4096, sec);
+	}
+	if (rc < 0)
+		goto out;
+	out->disk_passes = DISK_PASSES;
+	out->disk_read_gbps = median_spread(rate[0], DISK_PASSES, &out->disk_read_spread);
+	say(o, "disk read   %8.2f GB/s     (%s, %zu MiB requests, %d outstanding: median of %d passes, spread %.0f%%)\n",
+	    out->disk_read_gbps, out->disk_engine, pipe_req / MIB, DISK_PIPE_OUT, DISK_PASSES,
+	    100 * out->disk_read_spread);
+	sl_profile_disk_curve *c = &out->disk_seg;
+	c->npoints = nseg;
+	c->outstanding = DISK_SEG_OUT;
+	say(o, "disk seg    GB/s at request size (%d outstanding, median of %d passes, spread):", DISK_SEG_OUT,
+	    DISK_PASSES);
+	for (int i = 0; i < nseg; i++) {
+		c->bytes[i] = sizes[i];
+		c->gbps[i] = median_spread(rate[1 + i], DISK_PASSES, &c->spread[i]);
+		say(o, " %zu KiB: %.2f (%.0f%%)%s", sizes[i] >> 10, c->gbps[i], 100 * c->spread[i],
+		    i + 1 < nseg ? "," : "\n");
+	}
+	double sp;
+	out->disk_page_write_gbps = median_spread(pages, DISK_PASSES, &sp);
+	say(o, "disk pages  %8.3f GB/s     (%d scattered 4 KiB writes, %d outstanding: %.1f us a page, spread %.0f%%)\n",
+	    out->disk_page_write_gbps, npages, DISK_PAGE_OUT, 4096e-3 / out->disk_page_write_gbps, 100 * sp);
+	if (!out->have_gpu) {
+		if ((rc = measure_disk_overlap(be, f, o->quick, target, &out->disk_overlap)) < 0)
+			goto out;
+		out->have_disk_overlap = true;
+		say(o, "disk ovl    %8.2f          (the share of %zu MiB reads, %d outstanding, hidden under GEMMs, m=%d n=k=%d)\n",
+		    out->disk_overlap, (o->quick ? MIB : DISK_OVL_REQ) / MIB, DISK_SEG_OUT, OVL_M, OVL_NK);
+	}
+out:
+	sl_disk_probe_close(f);
+	return rc;
 }
 
 /* ---- the profile ------------------------------------------------------------------- */
@@ -824,19 +1033,8 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 		goto out;
 
 	if (o->offload_dir) {
-		probe_job j = { .dir = o->offload_dir, .bytes = (o->quick ? 8 : 1024) * (uint64_t)MIB,
-				.node = out->io_node };
-		if ((rc = measure_disk(&j)) < 0)
+		if ((rc = measure_disk(o, out, be, target)) < 0)
 			goto out;
-		out->disk_read_gbps = j.gbps;
-		out->disk_write_gbps = j.write_gbps;
-		out->disk_bytes = j.bytes;
-		snprintf(out->disk_engine, sizeof out->disk_engine, "%s", j.mode);
-		say(o, "disk write  %8.2f GB/s     (%s, %llu MiB sequential in 1 MiB requests in %s)\n",
-		    out->disk_write_gbps, out->disk_engine, (unsigned long long)(out->disk_bytes / MIB),
-		    o->offload_dir);
-		say(o, "disk read   %8.2f GB/s     (%s, %llu MiB sequential in %s)\n", out->disk_read_gbps,
-		    out->disk_engine, (unsigned long long)(out->disk_bytes / MIB), o->offload_dir);
 	} else {
 		say(o, "disk        not measured  (no --offload-dir)\n");
 	}

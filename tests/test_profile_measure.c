@@ -6,7 +6,9 @@
  * What a user (the cost model, `sluice policy`) relies on:
  *  - a measured profile holds every format 2 rate: the GEMM curve at
  *    increasing m, the copy and op latencies, both attention rates, the
- *    disk's write rate where an offload directory is given (null without),
+ *    disk's write rate where an offload directory is given (null without)
+ *    and its patterns (sustained passes, the segment curve, page writes,
+ *    the overlap with GEMMs),
  *    the backend's reserve (0 on the CPU backend), the build and the
  *    machine key; on the CPU backend the CPU's rates are the backend's
  *    (cpu_attn_gbps = attn_decode_gbps, cpu_gemm_gflops = the curve's
@@ -95,6 +97,22 @@ START_TEST(test_measure)
 	ck_assert_msg(p->cpu_attn_gbps == p->attn_decode_gbps, "cpu_attn is the backend's decode attention");
 	ck_assert_msg(p->disk_write_gbps > 0 && p->disk_read_gbps > 0, "disk %g %g", p->disk_write_gbps,
 		      p->disk_read_gbps);
+	/* the disk as the stores use it (quick: parts of 2 MiB, so the
+	 * segment sizes up to 1 MiB): three passes, their spread, the curve,
+	 * the page writes, and on the CPU backend the overlap with GEMMs */
+	ck_assert_int_eq(p->disk_passes, 3);
+	ck_assert_msg(p->disk_read_spread >= 0, "spread %g", p->disk_read_spread);
+	ck_assert_uint_eq(p->disk_bytes, 3 * (2u << 20)); /* a part per pattern */
+	ck_assert_int_eq(p->disk_seg.npoints, 2);
+	ck_assert_int_eq(p->disk_seg.outstanding, 2);
+	ck_assert_uint_eq(p->disk_seg.bytes[0], 256 * 1024);
+	ck_assert_uint_eq(p->disk_seg.bytes[1], 1u << 20);
+	for (int i = 0; i < 2; i++)
+		ck_assert_msg(p->disk_seg.gbps[i] > 0 && p->disk_seg.spread[i] >= 0, "segment reads %g (%g)",
+			      p->disk_seg.gbps[i], p->disk_seg.spread[i]);
+	ck_assert_msg(p->disk_page_write_gbps > 0, "page writes %g", p->disk_page_write_gbps);
+	ck_assert_msg(p->have_disk_overlap && p->disk_overlap >= 0 && p->disk_overlap <= 1, "disk overlap %g",
+		      p->disk_overlap);
 	ck_assert_msg(p->dev_reserve_bytes == 0, "the CPU backend reserves %llu bytes",
 		      (unsigned long long)p->dev_reserve_bytes);
 	/* the build is the version and the commit: a rebuilt sluice of
@@ -114,6 +132,8 @@ START_TEST(test_measure)
 	o.offload_dir = NULL;
 	ck_assert_msg(sl_profile_run(&o, p) == 0, "%s", sl_errmsg());
 	ck_assert(p->disk_write_gbps == 0 && p->disk_read_gbps == 0 && p->disk_engine[0] == 0);
+	ck_assert(p->disk_passes == 0 && p->disk_seg.npoints == 0 && p->disk_page_write_gbps == 0 &&
+		  !p->have_disk_overlap);
 	free(p);
 	remove_tmpdir();
 }
