@@ -38,7 +38,11 @@ typedef struct rates {
 	double attn_pf_flops;      /* prefill attention FLOP/s */
 	double cpu_attn_bw;        /* the host's decode attention, bytes/s */
 	double disk_r, disk_w;     /* bytes/s; 0: no disk measured */
+	const sl_profile_disk_curve *disk_seg; /* reads against the request size; NULL: disk_r */
+	double disk_page;          /* the KV cache's page writes, bytes/s; 0: disk_w */
 	double overlap;            /* CPU backend: the share of copies hidden under compute */
+	double disk_overlap;       /* CPU backend: the share of the disk hidden under
+				    * compute and copies (1 where not measured) */
 } rates;
 
 static double pos_or(double v, double fallback)
@@ -72,7 +76,28 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	r->cpu_attn_bw = pos_or(p->cpu_attn_gbps, mem / 1e9) * 1e9;
 	r->disk_r = p->disk_read_gbps * 1e9;
 	r->disk_w = pos_or(p->disk_write_gbps, p->disk_read_gbps * FALLBACK_DISK_WRITE_SHARE) * 1e9;
+	r->disk_seg = p->disk_seg.npoints > 0 ? &p->disk_seg : NULL;
+	r->disk_page = p->disk_page_write_gbps * 1e9;
 	r->overlap = host ? p->copy_overlap : 0;
+	r->disk_overlap = host && p->have_disk_overlap ? p->disk_overlap : 1;
+}
+
+/* GB/s of the disk's reads in requests of req bytes: the profile's segment
+ * curve interpolated log-log between its points, the end points' rates
+ * beyond them. */
+static double disk_seg_gbps(const sl_profile_disk_curve *c, double req)
+{
+	const int np = c->npoints;
+	if (req <= (double)c->bytes[0])
+		return c->gbps[0];
+	if (req >= (double)c->bytes[np - 1])
+		return c->gbps[np - 1];
+	int i = 0;
+	while (i + 1 < np && (double)c->bytes[i + 1] < req)
+		i++;
+	const double x0 = log((double)c->bytes[i]), x1 = log((double)c->bytes[i + 1]);
+	const double y0 = log(c->gbps[i]), y1 = log(c->gbps[i + 1]);
+	return exp(y0 + (y1 - y0) * (log(req) - x0) / (x1 - x0));
 }
 
 /* GFLOP/s of the profiled GEMM at m rows: the curve interpolated in log-log
@@ -134,13 +159,31 @@ static void copy(acc *a, const rates *r, bool h2d, double bytes, double copies)
 	add(a, h2d ? SL_RES_H2D : SL_RES_D2H, bytes, bytes / (h2d ? r->h2d : r->d2h) + copies * r->copy_lat);
 }
 
-static void disk(acc *a, const rates *r, bool read, double bytes, double requests)
+/* The disk's transfers by kind: a segment read (a weight unit, a
+ * micro-batch's cache) or written whole (the prefill's cache), and the
+ * KV cache's changed pages. */
+enum { SEG_READ, SEG_WRITE, PAGE_WRITE };
+
+/*
+ * requests transfers of bytes in all: segment reads at the profile's
+ * curve's rate at their size (bytes / requests), page writes at its page
+ * rate; where the profile lacks them (and for segment writes) bytes at the
+ * sequential rate plus a copy latency per request.
+ */
+static void disk(acc *a, const rates *r, int kind, double bytes, double requests)
 {
 	if (bytes <= 0)
 		return;
-	const double rate = read ? r->disk_r : r->disk_w;
-	add(a, read ? SL_RES_DISK_READ : SL_RES_DISK_WRITE, bytes,
-	    (rate > 0 ? bytes / rate : 0) + requests * r->copy_lat);
+	double sec;
+	if (kind == SEG_READ && r->disk_seg) {
+		sec = bytes / (disk_seg_gbps(r->disk_seg, bytes / fmax(requests, 1)) * 1e9);
+	} else if (kind == PAGE_WRITE && r->disk_page > 0) {
+		sec = bytes / r->disk_page;
+	} else {
+		const double rate = kind == SEG_READ ? r->disk_r : r->disk_w;
+		sec = (rate > 0 ? bytes / rate : 0) + requests * r->copy_lat;
+	}
+	add(a, kind == SEG_READ ? SL_RES_DISK_READ : SL_RES_DISK_WRITE, bytes, sec);
 }
 
 static void acc_sum(acc *dst, const acc *src, double times)
@@ -156,7 +199,9 @@ static void acc_sum(acc *dst, const acc *src, double times)
  * busiest chain; without, every resource in turn.  The chains: on the CPU
  * backend compute and the copies share the cores (one chain, less the
  * profile's measured share of the shorter that hides under the longer:
- * copy_overlap) and the disk reads and writes share the disk; on a GPU compute and cpu_cache_compute's
+ * copy_overlap) and the disk reads and writes share the disk, beside them
+ * less the measured share of the shorter (disk_overlap; where not
+ * measured, the longer of the two); on a GPU compute and cpu_cache_compute's
  * attention are one chain (the compute queue waits for the host's
  * attention), each copy direction is one, and the disk is one.
  */
@@ -172,7 +217,10 @@ static double wall(const acc *a, const rates *r, bool overlap)
 	}
 	if (r->host) {
 		const double comp = b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN], copies = b[SL_RES_H2D] + b[SL_RES_D2H];
-		return fmax(comp + copies - r->overlap * fmin(comp, copies), disk);
+		const double x = comp + copies - r->overlap * fmin(comp, copies);
+		/* the disk beside them, less the share of the shorter that
+		 * hides (all of it where not measured: max(x, disk)) */
+		return x + disk - r->disk_overlap * fmin(x, disk);
 	}
 	return fmax(fmax(b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN], disk),
 		    fmax(b[SL_RES_H2D], b[SL_RES_D2H]));
@@ -200,7 +248,7 @@ static void layer_weights(acc *a, const shape *s, const rates *r)
 	if (s->w_host > 0)
 		copy(a, r, true, s->w_host, s->units);
 	if (s->w_disk > 0) {
-		disk(a, r, true, s->w_disk, s->units);
+		disk(a, r, SEG_READ, s->w_disk, s->units);
 		if (!r->host)
 			copy(a, r, true, s->w_disk, s->units);
 	}
@@ -335,15 +383,15 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 		if (prefill) {
 			if (!r->host)
 				copy(a, r, false, seg, 1);
-			disk(a, r, false, seg, 1);
+			disk(a, r, SEG_WRITE, seg, 1);
 		} else {
-			disk(a, r, true, seg, 1);
+			disk(a, r, SEG_READ, seg, 1);
 			if (!r->host)
 				copy(a, r, true, seg, 1);
 			const double wr = write_pages(s, pl, gd, len);
 			if (!r->host)
 				copy(a, r, false, wr, 2.0 * gd);
-			disk(a, r, false, wr, 2.0 * gd + (h2o ? 2 : 0));
+			disk(a, r, PAGE_WRITE, wr, 2.0 * gd + (h2o ? 2 : 0));
 		}
 	}
 	/* the residual rows on the host: in and out of the device */

@@ -208,6 +208,143 @@ START_TEST(test_hand_worked_streamed)
 }
 END_TEST
 
+/* The disk as the profile measures it: weights on the disk read at the
+ * segment curve's rate at a unit's size, the cache's decode pages written
+ * at the page rate, and on the CPU backend the measured share of the disk
+ * hidden under compute; a profile without them predicts as before. */
+START_TEST(test_hand_worked_disk)
+{
+	const sl_model_config c = tiny_config();
+	const double h = 64, L = 2;
+	const int B = 2, P = 4, G = 2;
+	sl_profile prof = round_profile(true);
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = pp.w_cpu = 0; /* every weight on the disk */
+	pp.sep_layer = false;    /* one unit a layer */
+	pp.overlap = true;
+	pp.max_seq = B;
+	pp.max_prompt = P;
+	pp.max_len = P + G;
+	pp.max_rows = B * P;
+	sl_plan pl, dev;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
+	pp.w_gpu = 100;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &dev), 0);
+	sl_cost kd, k1;
+	ck_assert_int_eq(sl_cost_eval(&c, &dev, &prof, P, G, &kd), 0);
+	/* no curve: the layer's bytes at disk_read_gbps (1 GB/s) and a 1 us
+	 * latency, and the disk hides wholly under the compute or the reverse */
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k1), 0);
+	const double lw = k1.prefill.work[SL_RES_DISK_READ] / L; /* test_traffic_counted: the runtime's */
+	ck_assert(lw > 90000 && lw < 110000);
+	ck_assert_double_eq_tol(k1.prefill.busy[SL_RES_DISK_READ], L * (lw / 1e9 + 1e-6), 1e-12);
+	/* a layer's compute in the prefill (test_hand_worked): six GEMMs at 1
+	 * GFLOP/s a row, the causal attention at 8 GFLOP/s, 9 ops of 1 us */
+	const double f = 256, g_hh = 2 * h * h / 1e9, g_fh = 2 * f * h / 1e9;
+	const double C = 4 * g_hh + 2 * g_fh + 4.0 * B * h * P * (P + 1) / 2 / 8e9 + 9e-6;
+	const double D1 = lw / 1e9 + 1e-6;
+	/* every layer max(C, D), and the first layer's read waited for */
+	ck_assert_double_eq_tol(k1.prefill.seconds, kd.prefill.seconds + L * (fmax(C, D1) - C) + D1, 1e-12);
+
+	/* the segment curve: 0.25 GB/s at 16 KiB, 1 GB/s at 256 KiB, log-log
+	 * between: a unit of lw bytes reads at 0.25 * 4^(log(lw / 16 KiB) /
+	 * log 16), no latency term (the curve's requests had theirs) */
+	prof.disk_seg.npoints = 2;
+	prof.disk_seg.outstanding = 2;
+	prof.disk_seg.bytes[0] = 16384;
+	prof.disk_seg.gbps[0] = 0.25;
+	prof.disk_seg.bytes[1] = 262144;
+	prof.disk_seg.gbps[1] = 1;
+	const double g = 0.25 * pow(4, log(lw / 16384) / log(16));
+	const double D = lw / (g * 1e9);
+	ck_assert(D > C); /* about 160 us against 108 */
+	sl_cost k;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k), 0);
+	ck_assert_double_eq_tol(k.prefill.busy[SL_RES_DISK_READ], L * D, 1e-12);
+	ck_assert_double_eq_tol(k.decode.busy[SL_RES_DISK_READ], (G - 1) * L * D, 1e-12);
+	ck_assert_double_eq_tol(k.prefill.seconds, kd.prefill.seconds + L * (D - C) + D, 1e-12);
+	/* beyond the curve's ends: its end points' rates */
+	prof.disk_seg.bytes[0] = 1 << 20;
+	prof.disk_seg.bytes[1] = 4 << 20;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k), 0);
+	ck_assert_double_eq_tol(k.prefill.busy[SL_RES_DISK_READ], L * lw / 0.25e9, 1e-12);
+	prof.disk_seg.bytes[0] = 1024;
+	prof.disk_seg.bytes[1] = 4096;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k), 0);
+	ck_assert_double_eq_tol(k.prefill.busy[SL_RES_DISK_READ], L * lw / 1e9, 1e-12);
+	prof.disk_seg.bytes[0] = 16384;
+	prof.disk_seg.bytes[1] = 262144;
+
+	/* the measured overlap: a layer takes C + D less that share of the
+	 * shorter (C here); 0: in turn; 1: max(C, D) as before */
+	prof.have_disk_overlap = true;
+	const double shares[] = { 0, 0.25, 1 };
+	for (size_t i = 0; i < SL_ARRAY_LEN(shares); i++) {
+		prof.disk_overlap = shares[i];
+		ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k), 0);
+		ck_assert_double_eq_tol(k.prefill.seconds, kd.prefill.seconds + L * (D - shares[i] * C) + D, 1e-12);
+	}
+	/* without overlap the share changes nothing: every resource in turn */
+	pp.w_gpu = 0;
+	pp.overlap = false;
+	sl_plan po;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &po), 0);
+	sl_cost ka, kb;
+	prof.disk_overlap = 0.5;
+	ck_assert_int_eq(sl_cost_eval(&c, &po, &prof, P, G, &ka), 0);
+	prof.have_disk_overlap = false;
+	ck_assert_int_eq(sl_cost_eval(&c, &po, &prof, P, G, &kb), 0);
+	ck_assert_double_eq_tol(ka.prefill.seconds, kb.prefill.seconds, 1e-12);
+	ck_assert_double_eq_tol(ka.prefill.seconds, kd.prefill.seconds + L * D, 1e-12);
+	/* a GPU does not read it: its disk has its own chain */
+	sl_profile gpu = round_profile(false);
+	sl_plan pg;
+	pp.overlap = true;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &pg), 0);
+	sl_cost kg0, kg1;
+	ck_assert_int_eq(sl_cost_eval(&c, &pg, &gpu, P, G, &kg0), 0);
+	gpu.have_disk_overlap = true;
+	gpu.disk_overlap = 0;
+	ck_assert_int_eq(sl_cost_eval(&c, &pg, &gpu, P, G, &kg1), 0);
+	ck_assert_double_eq_tol(kg0.prefill.seconds, kg1.prefill.seconds, 1e-15);
+
+	/* the cache on the disk: the decode step reads the micro-batch's
+	 * segment (one request, the curve at its size) and writes the changed
+	 * pages at the page rate; the prefill writes the segment at
+	 * disk_write_gbps (0.5 GB/s) and a latency, as before */
+	prof = round_profile(true);
+	pp = sl_plan_defaults();
+	pp.cache_gpu = pp.cache_cpu = 0;
+	pp.max_seq = B;
+	pp.max_prompt = P;
+	pp.max_len = P + G;
+	pp.max_rows = B * P;
+	sl_plan pc;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pc), 0);
+	sl_cost c0, c1;
+	ck_assert_int_eq(sl_cost_eval(&c, &pc, &prof, P, G, &c0), 0);
+	const double seg = c0.decode.work[SL_RES_DISK_READ] / L, wr = c0.decode.work[SL_RES_DISK_WRITE] / L;
+	const double pw = c0.prefill.work[SL_RES_DISK_WRITE] / L;
+	ck_assert(seg > 0 && wr > 0 && pw > 0 && fmod(wr, 4096) == 0);
+	/* as before: 4 page writes a layer (K and V of 2 sequences), 1 us each */
+	ck_assert_double_eq_tol(c0.decode.busy[SL_RES_DISK_WRITE], L * (wr / 0.5e9 + 4e-6), 1e-12);
+	ck_assert_double_eq_tol(c0.decode.busy[SL_RES_DISK_READ], L * (seg / 1e9 + 1e-6), 1e-12);
+	prof.disk_page_write_gbps = 0.125;
+	prof.disk_seg.npoints = 2;
+	prof.disk_seg.outstanding = 2;
+	prof.disk_seg.bytes[0] = 1024;
+	prof.disk_seg.gbps[0] = 0.5;
+	prof.disk_seg.bytes[1] = 65536;
+	prof.disk_seg.gbps[1] = 2;
+	ck_assert(seg > 1024 && seg < 65536);
+	ck_assert_int_eq(sl_cost_eval(&c, &pc, &prof, P, G, &c1), 0);
+	ck_assert_double_eq_tol(c1.decode.busy[SL_RES_DISK_WRITE], L * wr / 0.125e9, 1e-12);
+	const double gs = 0.5 * pow(4, log(seg / 1024) / log(64));
+	ck_assert_double_eq_tol(c1.decode.busy[SL_RES_DISK_READ], L * seg / (gs * 1e9), 1e-12);
+	ck_assert_double_eq_tol(c1.prefill.busy[SL_RES_DISK_WRITE], L * (pw / 0.5e9 + 1e-6), 1e-12);
+}
+END_TEST
+
 /* ---- the bytes the runtime counts ------------------------------------- */
 
 typedef struct tpol {
@@ -560,6 +697,7 @@ int main(int argc, char **argv)
 	TCase *tc = tcase_create("model");
 	tcase_add_test(tc, test_hand_worked);
 	tcase_add_test(tc, test_hand_worked_streamed);
+	tcase_add_test(tc, test_hand_worked_disk);
 	suite_add_tcase(s, tc);
 	TCase *tt = tcase_create("traffic");
 	tcase_add_checked_fixture(tt, make_offdir, rm_offdir);
