@@ -67,7 +67,8 @@ void sl_err_clear(void);
 			return sl_try_rc_;                                    \
 	} while (0)
 
-/* The commit sluice was built from (git describe --always --dirty), or
+/* The commit sluice was built from, and a hash of the changes not
+ * committed ("COMMIT" or "COMMIT-dirty-HASH", tools/build_id.sh), or
  * "unknown": common/sl_build.c.in, generated at every build. */
 extern const char sl_build_id[];
 

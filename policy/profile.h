@@ -85,7 +85,8 @@
  *   dev_reserve_bytes the backend's device bytes that are not the caller's
  *                     (dev_used - data_used) after the GEMMs and attention
  *                     ran: cuBLAS's workspace; 0 on the CPU backend
- *   build             the sluice that measured: SL_VERSION+commit (sl_build_id)
+ *   build             the sluice that measured: SL_VERSION+sl_build_id (the
+ *                     commit, and a hash of the changes not committed)
  *   machine           what a cached profile must match to be reused
  *                     (sl_profile_obtain): backend, threads, build, the
  *                     CPU's model name and PU count, the GPU's name

@@ -221,6 +221,24 @@ START_TEST(test_cache)
 	json_decref(j);
 	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && m, "another build's profile is measured again");
 
+	/* the same version built from other code (another commit, or other
+	 * changes not committed: tools/build_id.sh): measured again */
+	j = json_load_file(path, 0, NULL);
+	snprintf(key, sizeof key, "%s", b->machine);
+	char other[sizeof key + 32];
+	bv = strstr(key, "+");
+	ck_assert_ptr_nonnull(bv);
+	ck_assert(!strncmp(bv + 1, sl_build_id, strlen(sl_build_id)));
+	*bv = 0;
+	snprintf(other, sizeof other, "%s+0123456789ab-dirty-0123456789ab%s", key, bv + 1 + strlen(sl_build_id));
+	ck_assert(strcmp(other, b->machine) != 0 && strstr(other, "build=" SL_VERSION "+0123456789ab-dirty-"));
+	json_object_set_new(j, "machine", json_string(other));
+	ck_assert_int_eq(json_dump_file(j, path, JSON_INDENT(2)), 0);
+	json_decref(j);
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && m, "another build id's profile is measured again");
+	ck_assert_msg(sl_profile_load(path, f) == 0 && !strcmp(f->machine, b->machine), "and replaced");
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && !m, "then reused");
+
 	/* a full profile is not a quick one (nor the reverse) */
 	j = json_load_file(path, 0, NULL);
 	json_object_set_new(j, "quick", json_false());
