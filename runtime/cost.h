@@ -9,7 +9,10 @@
  * the activation rows on the host) and the work each compute resource does
  * (GEMMs at the micro-batch's rows, attention over the cached tokens, the
  * head), combined as the schedule overlaps them: with overlap, each
- * layer takes its busiest resource's time; without, their sum.  Pure: the
+ * layer takes its busiest chain's time (on the CPU backend compute, copies
+ * and the disk less the profile's measured shares that hide); without,
+ * their sum.  The disk's transfers at the profile's rates for their
+ * pattern (segment reads by request size, page writes).  Pure: the
  * config, the plan and the profile in, numbers out (no backend).
  *
  * Resources: compute (the backend's device: the GPU, or the CPU cores on

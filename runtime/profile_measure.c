@@ -712,13 +712,17 @@ static int measure_disk(const sl_profile_opts *o, sl_profile *out, sl_backend *b
 	sl_profile_disk_curve *c = &out->disk_seg;
 	c->npoints = nseg;
 	c->outstanding = DISK_SEG_OUT;
-	say(o, "disk seg    GB/s at request size (%d outstanding, median of %d passes, spread):", DISK_SEG_OUT,
+	say(o, "disk seg    GB/s at request size (%d outstanding; median of %d passes, spread):", DISK_SEG_OUT,
 	    DISK_PASSES);
 	for (int i = 0; i < nseg; i++) {
 		c->bytes[i] = sizes[i];
 		c->gbps[i] = median_spread(rate[1 + i], DISK_PASSES, &c->spread[i]);
-		say(o, " %zu KiB: %.2f (%.0f%%)%s", sizes[i] >> 10, c->gbps[i], 100 * c->spread[i],
-		    i + 1 < nseg ? "," : "\n");
+		if (sizes[i] >= MIB)
+			say(o, " %zuM: %.2f (%.0f%%)%s", sizes[i] / MIB, c->gbps[i], 100 * c->spread[i],
+			    i + 1 < nseg ? "," : "\n");
+		else
+			say(o, " %zuK: %.2f (%.0f%%)%s", sizes[i] >> 10, c->gbps[i], 100 * c->spread[i],
+			    i + 1 < nseg ? "," : "\n");
 	}
 	double sp;
 	out->disk_page_write_gbps = median_spread(pages, DISK_PASSES, &sp);

@@ -613,7 +613,9 @@ fi
 if grep -qE '^machine +[0-9]+ packages?, [0-9]+ cores, [0-9]+ PUs, [0-9]+ NUMA nodes?' "$tmp/prof.out" &&
 	grep -qE '^numa [0-9]+ +[0-9.]+ GiB, [0-9]+ cores' "$tmp/prof.out" &&
 	(for l in 'mem read' 'gemm curve' 'cpu gemm' 'attn decode' 'attn prefill' 'copy lat' 'op lat' \
-		'dev reserve' 'disk write' 'disk read' 'h2d' 'd2h'; do grep -q "^$l " "$tmp/prof.out" || exit 1; done); then
+		'dev reserve' 'disk write' 'disk read' 'disk seg' 'disk pages' 'disk ovl' 'h2d' 'd2h'; do
+		grep -q "^$l " "$tmp/prof.out" || exit 1
+	done); then
 	ok
 else
 	bad "profile output: $(cat "$tmp/prof.out")"
@@ -637,6 +639,14 @@ assert p["disk_engine"] and "io_numa_node" in p and "pinned_numa_node" in p
 if p["gpu"] is not None:
     for k in ("h2d_gbps", "d2h_gbps", "gpu_gemm_tflops"):
         assert p[k] > 0, (k, p[k])
+# the disk as the stores use it: sustained passes, the segment curve, the
+# page writes, the overlap with GEMMs (the CPU backend)
+assert p["disk_passes"] == 3 and p["disk_read_spread"] >= 0, p
+s = p["disk_segment_read"]
+assert s["outstanding"] == 2 and s["bytes"] == sorted(s["bytes"]) and len(s["gbps"]) == len(s["bytes"]) >= 1, s
+assert min(s["gbps"]) > 0 and min(s["spread"]) >= 0, s
+assert p["disk_page_write_gbps"] > 0, p["disk_page_write_gbps"]
+assert p["gpu"] is not None or 0 <= p["disk_overlap"] <= 1, p["disk_overlap"]
 PY
 if [ -z "$(ls -A "$tmp/prof")" ] && [ ! -e "$tmp/p.json.tmp" ]; then ok; else bad "profile left files behind"; fi
 expect_fail "profile: missing offload folder" "$tmp/nodir" "" -- profile --quick --offload-dir "$tmp/nodir"
