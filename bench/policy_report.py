@@ -78,8 +78,12 @@ md.append(f"- machine: {a.machine}")
 md.append(f"- command: `{a.cmd}`; wall time {a.wall} s")
 if prof:
     rates = ", ".join(f"{k} {prof[k]:.3g}" for k in ("mem_read_gbps", "cpu_gemm_gflops", "copy_gbps",
-                                                      "attn_decode_gbps", "disk_read_gbps", "disk_write_gbps", "copy_overlap", "load_average")
+                                                      "attn_decode_gbps", "disk_read_gbps", "disk_write_gbps", "disk_read_spread",
+                                                      "disk_page_write_gbps", "disk_overlap", "copy_overlap", "load_average")
                       if isinstance(prof.get(k), (int, float)))
+    seg = prof.get("disk_segment_read")
+    if isinstance(seg, dict):
+        rates += "; disk segment reads " + ", ".join(f"{b / 2**20:g} MiB {g:.3g}" for b, g in zip(seg["bytes"], seg["gbps"]))
     md.append(f"- profile (measured once at the start, used for every prediction): backend "
               f"{prof.get('backend')}, {prof.get('threads')} threads, build {prof.get('build', '?')}; {rates}")
 reps = [len(r.get("repeat_tok_s") or [1]) for r in runs]

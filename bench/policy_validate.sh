@@ -39,6 +39,8 @@
 # load averages and the spread of each policy's runs in the report.
 #   TINY=1: opt-125m, two policies, short workloads, one budget (a check
 #   that the script works, in about a minute).
+#   ONLY="w-disk c-disk ...": only these grid policies (default: all)
+#   SEARCH=0: leave out the search quality part (3.)
 # The plot needs matplotlib (without it the report writes a plain SVG and no
 # PNG):  python3 -m venv build-venv && build-venv/bin/pip install matplotlib
 #        PY=build-venv/bin/python bench/policy_validate.sh
@@ -53,6 +55,8 @@ TINY=${TINY:-0}
 THREADS=${THREADS:-}
 REPEAT=${REPEAT:-3}
 REPEAT_BIG=${REPEAT_BIG:-$REPEAT}
+ONLY=${ONLY:-}
+SEARCH=${SEARCH:-1}
 stamp=$(date -u +%Y%m%d-%H%M%S)
 out=bench/results/policy-validate-$stamp
 work=$(mktemp -d)
@@ -162,6 +166,7 @@ for model in $MODELS; do
 	IFS=, read -r -a workloads <<<"$(workloads "$model")"
 	while IFS=$'\t' read -r which name ngb fields; do
 		[[ $which == all || $model == opt-$which ]] || continue
+		[[ -z $ONLY || " $ONLY " == *" $name "* ]] || continue
 		((ngb <= B)) || continue
 		printf '{"gpu_batch_size": %d, "num_gpu_batches": %d, %s}\n' $((B / ngb)) "$ngb" "$fields" \
 			>"$work/$name.json"
@@ -180,7 +185,8 @@ done
 
 # 3. search quality: the search's choice and a FlexGen-style policy, per
 # model, workload and the budgets that force offloading
-for model in $MODELS; do
+((SEARCH)) || MODELS_SEARCH=
+for model in ${MODELS_SEARCH-$MODELS}; do
 	B=$(block "$model")
 	read -r -a lv <<<"$(levels "$model")"
 	budgets=("${lv[@]:0:2}")
@@ -209,6 +215,6 @@ t_end=$(date +%s)
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 "$PY" bench/policy_report.py "$out.jsonl" "$out" \
 	--machine "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB; load average $load_start at the start, $load_end at the end" \
-	--cmd "$(basename "$0") (SLUICE=$SLUICE MODELS='$MODELS' TINY=$TINY REPEAT=$REPEAT REPEAT_BIG=$REPEAT_BIG OFFLOAD=$OFFLOAD; nice $(nice))" \
+	--cmd "$(basename "$0") (SLUICE=$SLUICE MODELS='$MODELS' TINY=$TINY REPEAT=$REPEAT REPEAT_BIG=$REPEAT_BIG ONLY='$ONLY' SEARCH=$SEARCH OFFLOAD=$OFFLOAD; nice $(nice))" \
 	--wall $((t_end - t_start))
 echo "wrote $out.jsonl, $out.md and the plot" >&2
