@@ -76,7 +76,8 @@
  *                     writes at disk_write_gbps
  *   disk_overlap      the CPU backend only: the share of the disk's segment
  *                     reads that hides under a GEMM stream (measured as
- *                     copy_overlap is, the reads 16 MiB, 2 outstanding);
+ *                     copy_overlap is, the reads 16 MiB, 2 outstanding,
+ *                     on a thread of their own beside the GEMMs);
  *                     absent (have_disk_overlap false): all of it, as before
  *   load_average      the machine's 1-minute load average as the profile
  *                     began (/proc/loadavg): a profile measured while other
