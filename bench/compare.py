@@ -449,12 +449,46 @@ def write_checkpoint_main(a):
     from transformers import OPTForCausalLM
     torch.manual_seed(a.seed)
     cfg = hfb.opt_config(a.write_checkpoint, "float16")
-    model = OPTForCausalLM(cfg).to(torch.float16).eval()
     tmp = a.model_dir + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True, max_shard_size="100GB")
+    writer = "save_pretrained"
+    if a.stream:
+        # one tensor at a time, as OPT's _init_weights draws them (normal
+        # with init_std for matrices and embeddings, zero biases, unit
+        # norms), into safetensors written by hand: memory for the largest
+        # tensor, not the model (opt-6.7b's 13 GB on a 23 GiB machine)
+        writer = "stream"
+        with torch.device("meta"):
+            shapes = {n: tuple(t.shape) for n, t in OPTForCausalLM(cfg).state_dict().items()}
+        if cfg.tie_word_embeddings:
+            shapes.pop("lm_head.weight", None)
+        header, off = {"__metadata__": {"format": "pt"}}, 0
+        for n, s in shapes.items():
+            nb = 2
+            for d in s:
+                nb *= d
+            header[n] = {"dtype": "F16", "shape": list(s), "data_offsets": [off, off + nb]}
+            off += nb
+        hb = json.dumps(header, separators=(",", ":")).encode()
+        hb += b" " * (-len(hb) % 8)
+        os.makedirs(tmp)
+        cfg.save_pretrained(tmp)
+        gen = torch.Generator().manual_seed(a.seed)
+        with open(os.path.join(tmp, "model.safetensors"), "wb") as f:
+            f.write(len(hb).to_bytes(8, "little") + hb)
+            for n, s in shapes.items():
+                if "layer_norm" in n:
+                    t = torch.ones(s) if n.endswith(".weight") else torch.zeros(s)
+                elif n.endswith(".bias"):
+                    t = torch.zeros(s)
+                else:
+                    t = torch.empty(s).normal_(0.0, cfg.init_std, generator=gen)
+                f.write(t.to(torch.float16).numpy().tobytes())
+    else:
+        model = OPTForCausalLM(cfg).to(torch.float16).eval()
+        model.save_pretrained(tmp, safe_serialization=True, max_shard_size="100GB")
     with open(os.path.join(tmp, "compare-checkpoint.json"), "w") as f:
-        json.dump({"model": a.write_checkpoint, "seed": a.seed, "dtype": "float16",
+        json.dump({"model": a.write_checkpoint, "seed": a.seed, "dtype": "float16", "writer": writer,
                    "transformers": transformers.__version__, "torch": torch.__version__}, f)
     shutil.rmtree(a.model_dir, ignore_errors=True)
     os.rename(tmp, a.model_dir)
@@ -491,14 +525,14 @@ class Harness:
                     return d
             except ValueError:
                 pass
+        # transformers' own model and save_pretrained where the memory
+        # allows (fp32 model, fp16 copy), else tensor by tensor
         need = weight_bytes(model) * 2.2
         avail = hfb.mem_available_bytes()
-        if avail and need > avail:
-            raise ConfigError(f"{model}: writing its checkpoint needs ~{need / 2**30:.1f} GiB of memory, "
-                              f"{avail / 2**30:.1f} GiB available")
-        self.log(f"writing the {model} checkpoint to {d}")
+        stream = bool(avail and need > avail)
+        self.log(f"writing the {model} checkpoint to {d}" + (" (a tensor at a time)" if stream else ""))
         cmd = [self.py, os.path.join(HERE, "compare.py"), "--write-checkpoint", model, "--model-dir", d,
-               "--seed", str(self.a.ckpt_seed)]
+               "--seed", str(self.a.ckpt_seed)] + (["--stream"] if stream else [])
         r = run_proc(cmd, 0)
         if r["rc"]:
             raise ConfigError(f"{model}: writing the checkpoint failed: {tail(r['stderr'], 3)}")
@@ -686,8 +720,12 @@ class Harness:
                    "repeat": a.repeat, "hf_dtype": a.hf_dtype, "systems": systems,
                    "skipped_systems": {s: "accelerate is not installed" for s in a.systems if s not in systems}})
         self.log(f"compare: writing {self.jsonl}")
-        # one profile for every sluice run
-        self.profile = os.path.join(self.work, "profile.json")
+        # one profile for every sluice run, kept per sluice build (and
+        # quick or not): a profile another build measured, or a quick one,
+        # is not the machine as this run's search and predictions need it
+        build = re.search(r"\(([^;)]+)", vers.get("sluice") or "")
+        tag = re.sub(r"[^A-Za-z0-9._-]", "_", build.group(1) if build else "unknown")
+        self.profile = os.path.join(self.work, f"profile-{tag}{'-quick' if a.quick else ''}.json")
         if not os.path.exists(self.profile):
             pcmd = [self.sluice, "profile", "--backend", a.backend, "--offload-dir",
                     os.path.join(self.work, "offload"), "--json", self.profile] + (["--quick"] if a.quick else [])
@@ -732,7 +770,7 @@ class Harness:
                             cells.append((s, b, (0, 100)))
                         else:
                             cells.append((s, b, None))
-                for rep in range(1, a.repeat + 1):
+                for rep in range(1, spec.get("repeat", a.repeat) + 1):
                     order = cells if rep % 2 else cells[::-1]
                     for s, b, extra in order:
                         self.run_one(s, model, mdir, b, batch, rep, extra)
@@ -817,6 +855,14 @@ def mib(v):
     return "n/a" if v is None else f"{v / 2**20:.0f}"
 
 
+def reps_text(mach):
+    """"3 repetition(s)", or per model where a model has its own count."""
+    per = {m: g.get("repeat", mach["repeat"]) for m, g in mach.get("grid", {}).items()}
+    if len(set(per.values())) > 1:
+        return ", ".join(f"{m}: {n} repetition(s)" for m, n in per.items())
+    return f"{mach['repeat']} repetition(s)"
+
+
 def order_key(s, budgets):
     return (s["model"], budgets.get((s["model"], s["budget"]), -1), s["batch"], SYSTEMS.index(s["system"]))
 
@@ -858,7 +904,7 @@ def report(jsonl, plots=True):
             f"{(end['t_end'] - mach['t_start']) / 60:.1f} min" if end else " (the run did not finish)")
          + f"; this script ran at nice {mach.get('nice')}.",
          f"- Workload: prompt {mach['prompt_len']}, {mach['gen_len']} new tokens (greedy, EOS ignored in the "
-         f"timed runs), {mach['repeat']} repetition(s) per cell, interleaved (the order reversed every "
+         f"timed runs), {reps_text(mach)} per cell, interleaved (the order reversed every "
          f"other repetition); medians. Hugging Face dtype: {mach['hf_dtype']} (the checkpoint is fp16).",
          f"- Command: `{' '.join(shlex.quote(x) for x in mach['argv'])}`\n"]
     L.append("## Budgets\n")
@@ -1060,7 +1106,8 @@ def plot(stem, sums, mach):
 # ---- arguments ---------------------------------------------------------------
 
 def build_grid(a):
-    """{model: {"budgets": [spec], "batches": [int]}} from --config, the flags
+    """{model: {"budgets": [spec], "batches": [int], "repeat": int}} from --config
+    (a model's own "repeat" overrides the global one), the flags
     and the defaults; ConfigError when something is wrong."""
     cfg = {}
     if a.config:
@@ -1118,7 +1165,10 @@ def build_grid(a):
         names = [parse_budget(b)["name"] for b in budgets]
         if len(set(names)) != len(names):
             raise ConfigError(f"{model}: budget names must differ ({names})")
-        grid[model] = {"budgets": list(budgets), "batches": sorted(set(batches))}
+        rep = spec.get("repeat", a.repeat)
+        if not isinstance(rep, int) or rep < 1:
+            raise ConfigError(f"{model}: repeat must be an integer >= 1")
+        grid[model] = {"budgets": list(budgets), "batches": sorted(set(batches)), "repeat": rep}
     return grid
 
 
@@ -1135,8 +1185,9 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, help="runs of each cell; the median is reported (default 3)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
     ap.add_argument("--hf-dtype", choices=("fp32", "fp16", "bf16"), default="fp32",
-                    help="the dtype the Hugging Face systems load the fp16 checkpoint in (default fp32: "
-                    "torch's CPU kernels in fp16 are slow; see bench/README.md)")
+                    help="the dtype the Hugging Face systems load the fp16 checkpoint in (default fp32; on a "
+                    "CPU with AMX-BF16 bf16 is the fastest but its tokens drift from fp16's: "
+                    "bench/results/compare-dtype-20261205.md)")
     ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--sluice", default=os.path.join(ROOT, "build", "sluice"))
     ap.add_argument("--python", default=sys.executable, help="the Python of the Hugging Face workers")
@@ -1151,6 +1202,7 @@ def main(argv=None):
     # internal: the workers
     ap.add_argument("--worker", choices=("accelerate", "transformers"), help=argparse.SUPPRESS)
     ap.add_argument("--write-checkpoint", help=argparse.SUPPRESS)
+    ap.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--dtype", default="fp32", help=argparse.SUPPRESS)
