@@ -26,6 +26,7 @@
  */
 #include "disk_store.h"
 #include "sl_common.h"
+#include "zseg.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -48,28 +49,6 @@ typedef struct frame {
 	char *z;           /* its frame */
 	size_t zlen;
 } frame;
-
-static void shuffle(const unsigned char *in, unsigned char *out, size_t n)
-{
-	const size_t h = n / 2;
-	for (size_t i = 0; i < h; i++) {
-		out[i] = in[2 * i];
-		out[h + i] = in[2 * i + 1];
-	}
-	if (n & 1)
-		out[n - 1] = in[n - 1];
-}
-
-static void unshuffle(const unsigned char *in, unsigned char *out, size_t n)
-{
-	const size_t h = n / 2;
-	for (size_t i = 0; i < h; i++) {
-		out[2 * i] = in[i];
-		out[2 * i + 1] = in[h + i];
-	}
-	if (n & 1)
-		out[n - 1] = in[n - 1];
-}
 
 static int parse_list(const char *s, int *v, int max)
 {
@@ -137,7 +116,7 @@ int main(int argc, char **argv)
 		for (size_t o = 0; o < segment; o += window)
 			fr[nf++] = (frame){ .off = s + o, .len = SL_MIN(window, segment - o) };
 	for (size_t k = 0; k < nf; k++)
-		shuffle(data + fr[k].off, sh + fr[k].off, fr[k].len);
+		sl_zseg_shuffle(data + fr[k].off, sh + fr[k].off, fr[k].len);
 	double probe_gbps = 0;
 	char mode[64] = "";
 	if (probe && sl_disk_probe_read(probe, (uint64_t)1 << 30, &probe_gbps, mode, sizeof mode) < 0)
@@ -190,7 +169,7 @@ int main(int argc, char **argv)
 					for (size_t k = 0; k < nf; k++) {
 						size_t got = ZSTD_decompressDCtx(d, tmp, window, fr[k].z, fr[k].zlen);
 						bad |= ZSTD_isError(got) || got != fr[k].len;
-						unshuffle(tmp, back + fr[k].off, fr[k].len);
+						sl_zseg_unshuffle(tmp, back + fr[k].off, fr[k].len);
 					}
 					free(tmp);
 					ZSTD_freeDCtx(d);
@@ -202,7 +181,7 @@ int main(int argc, char **argv)
 				const double t1 = sl_now();
 #pragma omp parallel for num_threads(t) schedule(dynamic, 1)
 				for (size_t k = 0; k < nf; k++)
-					unshuffle(sh + fr[k].off, back + fr[k].off, fr[k].len);
+					sl_zseg_unshuffle(sh + fr[k].off, back + fr[k].off, fr[k].len);
 				best_u = SL_MIN(best_u, sl_now() - t1);
 			}
 			printf("%s{\"threads\": %d, \"gbps\": %.4f, \"gbps_per_cpu_s\": %.4f, \"unshuffle_gbps\": %.4f}",

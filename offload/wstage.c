@@ -3,12 +3,17 @@
  * them from the host tier, the disk reads (through pinned bounce buffers
  * where device memory is not host memory), and the events that order the
  * copies after the compute that reads a slot and before the compute that
- * reads it next.
+ * reads it next.  From a store of zstd frames (zseg.h) a unit's disk part
+ * is read frame by frame, the compressed ones into a buffer of their own,
+ * and decompressed in parallel by the acquiring thread's OpenMP team once
+ * they have landed.
  */
 #include "wstage.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 /* A staging slot: one unit's streamed bytes on the device. */
 typedef struct wslot {
@@ -19,6 +24,11 @@ typedef struct wslot {
 	bool disk_pending;
 	uint64_t ticket;
 	sl_event *free_ev, *ready_ev;
+	/* zstd frames: one read per frame, the compressed frames into zbuf
+	 * at their windows' offsets in the unit */
+	int nticket;
+	uint64_t *tickets;
+	unsigned char *zbuf;
 } wslot;
 
 struct sl_wstage {
@@ -33,7 +43,17 @@ struct sl_wstage {
 	sl_queue *copy_q;
 	wslot slot[2];        /* by halves, slot 0 holds attention halves and
 				 slot 1 MLP halves, each sized for its half */
+	const sl_zseg_table *zt; /* the store's frames, or NULL */
+	int nthreads;            /* decompressing threads: a context and a
+				    window of scratch each */
+	ZSTD_DCtx **dctx;
+	unsigned char *zscratch;
 };
+
+static size_t page_up(size_t n)
+{
+	return (n + SL_DISK_ALIGN - 1) / SL_DISK_ALIGN * SL_DISK_ALIGN;
+}
 
 static bool page_aligned(size_t n)
 {
@@ -88,6 +108,7 @@ int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out)
 	s->overlap = p->overlap;
 	memcpy(s->unit, p->unit, sizeof s->unit);
 	s->disk = p->disk;
+	s->zt = p->zt;
 	s->stats = p->stats ? p->stats : &s->own;
 	for (int k = 0; k < 2; k++)
 		s->slot[k].layer = s->slot[k].unit = -1;
@@ -104,6 +125,17 @@ int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out)
 		rc = sl_buf_alloc(b, SL_MEM_DEVICE, bytes, "weight staging", &w->buf);
 		if (!rc && bounce_bytes && !b->ops->dev_is_host)
 			rc = sl_buf_alloc(b, SL_MEM_HOST, bounce_bytes, "disk bounce buffer", &w->bounce);
+		if (!rc && s->zt && bounce_bytes) {
+			int f0, f1;
+			const sl_wstage_unit *x = &s->unit[s->halves ? k : SL_UNIT_LAYER];
+			sl_zseg_frames_in(s->zt, x->disk_off, x->disk_len, &f0, &f1);
+			w->tickets = malloc((size_t)(f1 > f0 ? f1 - f0 : 1) * sizeof *w->tickets);
+			if (posix_memalign((void **)&w->zbuf, SL_DISK_ALIGN, bounce_bytes) != 0)
+				w->zbuf = NULL;
+			if (!w->tickets || !w->zbuf)
+				rc = sl_err(SL_ENOMEM, "out of memory for the zstd frames' buffer (%zu bytes)",
+					    bounce_bytes);
+		}
 		if (!rc)
 			rc = sl_event_create(b, &w->free_ev);
 		if (!rc)
@@ -111,12 +143,104 @@ int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out)
 	}
 	if (!rc)
 		rc = sl_queue_create(b, &s->copy_q);
+	if (!rc && s->zt) {
+		s->nthreads = SL_MAX(1, omp_get_max_threads());
+		s->dctx = calloc((size_t)s->nthreads, sizeof *s->dctx);
+		s->zscratch = malloc((size_t)s->nthreads * s->zt->window);
+		for (int t = 0; t < s->nthreads && s->dctx; t++)
+			if (!(s->dctx[t] = ZSTD_createDCtx()))
+				break;
+		if (!s->dctx || !s->zscratch || !s->dctx[s->nthreads - 1])
+			rc = sl_err(SL_ENOMEM, "out of memory for %d zstd decompression contexts", s->nthreads);
+	}
 	if (rc) {
 		sl_wstage_free(s);
 		return rc;
 	}
 	*out = s;
 	return 0;
+}
+
+/* Wait for slot w's disk reads (the first failure is returned). */
+static int wait_disk(sl_wstage *s, wslot *w)
+{
+	if (!w->disk_pending)
+		return 0;
+	w->disk_pending = false;
+	if (!s->zt)
+		return sl_disk_wait(s->disk, w->ticket);
+	int rc = 0;
+	for (int i = 0; i < w->nticket; i++) {
+		int r = sl_disk_wait(s->disk, w->tickets[i]);
+		rc = rc < 0 ? rc : r;
+	}
+	w->nticket = 0;
+	return rc;
+}
+
+/* The reads of unit x's frames of layer l (home h): the raw ones straight
+ * into dst, the compressed ones into the slot's zbuf, each at its
+ * window's offset in the unit. */
+static int read_frames(sl_wstage *s, wslot *w, const sl_wstage_unit *x, const sl_wstage_home *h, int l,
+		       void *dst)
+{
+	const sl_zseg_table *t = s->zt;
+	const uint32_t *cl = t->clen + (size_t)l * (size_t)t->nframes;
+	int f0, f1;
+	sl_zseg_frames_in(t, x->disk_off, x->disk_len, &f0, &f1);
+	w->disk_pending = true;
+	w->nticket = 0;
+	for (int f = f0; f < f1; f++) {
+		uint64_t off;
+		size_t n;
+		sl_zseg_frame(t->seg, t->split, t->window, f, &off, &n);
+		const size_t pos = (size_t)(off - x->disk_off);
+		void *into = cl[f] ? (void *)(w->zbuf + pos) : (void *)((char *)dst + pos);
+		const size_t len = cl[f] ? page_up(cl[f]) : n;
+		SL_TRY(sl_disk_read(s->disk, h->disk_off + off, into, len, &w->tickets[w->nticket]));
+		w->nticket++;
+		s->stats->disk_read_bytes += len;
+	}
+	return 0;
+}
+
+/* Decompress the compressed frames slot w's reads brought into zbuf, into
+ * dst (the unit's disk part), on the calling thread's OpenMP team. */
+static int inflate_frames(sl_wstage *s, wslot *w, void *dst)
+{
+	const sl_zseg_table *t = s->zt;
+	const sl_wstage_unit *x = &s->unit[w->unit];
+	const uint32_t *cl = t->clen + (size_t)w->layer * (size_t)t->nframes;
+	int f0, f1;
+	sl_zseg_frames_in(t, x->disk_off, x->disk_len, &f0, &f1);
+	int rc = 0, failed = 0;
+	char msg[512] = "";
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s->nthreads)
+	for (int f = f0; f < f1; f++) {
+		const int id = omp_get_thread_num();
+		int stop;
+#pragma omp atomic read
+		stop = failed;
+		if (!cl[f] || stop)
+			continue;
+		uint64_t off;
+		size_t n;
+		sl_zseg_frame(t->seg, t->split, t->window, f, &off, &n);
+		const size_t pos = (size_t)(off - x->disk_off);
+		const int r = sl_zseg_decompress(s->dctx[id], w->zbuf + pos, cl[f],
+						 s->zscratch + (size_t)id * t->window, (char *)dst + pos, n,
+						 sl_disk_path(s->disk), w->layer, f);
+		if (r < 0) {
+#pragma omp critical(sl_wstage_inflate)
+			if (rc == 0) {
+				snprintf(msg, sizeof msg, "%s", sl_errmsg()); /* the message is per thread */
+				rc = r;
+			}
+#pragma omp atomic write
+			failed = 1;
+		}
+	}
+	return rc < 0 ? sl_err(rc, "%s", msg) : 0;
 }
 
 /* Issue the loads of unit u of layer l into slot k: the host part by copy
@@ -139,13 +263,10 @@ static int start_load(sl_wstage *s, int k, int l, int u, int parts)
 	}
 	if ((parts & LOAD_DISK) && x->disk_len) {
 		void *dst = (char *)w->buf.p + x->stage_disk;
-		if (w->disk_pending) {
-			/* a prefetch never acquired (units acquired out of
-			 * schedule order) may still be reading there: it
-			 * lands first (never the case in schedule order) */
-			w->disk_pending = false;
-			SL_TRY(sl_disk_wait(s->disk, w->ticket));
-		}
+		/* a prefetch never acquired (units acquired out of schedule
+		 * order) may still be reading there: it lands first (never
+		 * the case in schedule order) */
+		SL_TRY(wait_disk(s, w));
 		if (!b->ops->dev_is_host) {
 			/* the bounce buffer's last copy to the device must be done */
 			SL_TRY(sl_event_sync(b, w->ready_ev));
@@ -154,9 +275,13 @@ static int start_load(sl_wstage *s, int k, int l, int u, int parts)
 			/* the disk writes into device memory: compute must be done */
 			SL_TRY(sl_event_sync(b, w->free_ev));
 		}
-		SL_TRY(sl_disk_read(s->disk, h->disk_off + x->disk_off, dst, x->disk_len, &w->ticket));
-		w->disk_pending = true;
-		s->stats->disk_read_bytes += x->disk_len;
+		if (s->zt) {
+			SL_TRY(read_frames(s, w, x, h, l, dst));
+		} else {
+			SL_TRY(sl_disk_read(s->disk, h->disk_off + x->disk_off, dst, x->disk_len, &w->ticket));
+			w->disk_pending = true;
+			s->stats->disk_read_bytes += x->disk_len;
+		}
 	}
 	return 0;
 }
@@ -168,9 +293,12 @@ static int finish_load(sl_wstage *s, sl_queue *compute, int k)
 	wslot *w = &s->slot[k];
 	if (w->disk_pending) {
 		double t0 = sl_now();
-		int rc = sl_disk_wait(s->disk, w->ticket);
+		int rc = wait_disk(s, w);
+		if (rc == 0 && s->zt)
+			rc = inflate_frames(s, w, b->ops->dev_is_host
+						  ? (char *)w->buf.p + s->unit[w->unit].stage_disk
+						  : w->bounce.p);
 		s->stats->stall_s += sl_now() - t0;
-		w->disk_pending = false;
 		SL_TRY(rc);
 		if (!b->ops->dev_is_host) {
 			/* into the slot: not before the compute queue is done
@@ -258,8 +386,9 @@ void sl_wstage_free(sl_wstage *s)
 		sl_queue_sync(b, s->copy_q);
 	for (int k = 0; k < 2; k++) {
 		wslot *w = &s->slot[k];
-		if (w->disk_pending)
-			sl_disk_wait(s->disk, w->ticket);
+		wait_disk(s, w);
+		free(w->tickets);
+		free(w->zbuf);
 		sl_buf_free(b, &w->buf);
 		sl_buf_free(b, &w->bounce);
 		if (w->free_ev)
@@ -269,6 +398,10 @@ void sl_wstage_free(sl_wstage *s)
 	}
 	if (s->copy_q)
 		sl_queue_free(b, s->copy_q);
+	for (int t = 0; t < s->nthreads && s->dctx; t++)
+		ZSTD_freeDCtx(s->dctx[t]);
+	free(s->dctx);
+	free(s->zscratch);
 	free(s->home);
 	free(s);
 }

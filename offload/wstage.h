@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "disk_store.h"
+#include "zseg.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -64,6 +65,9 @@ typedef struct sl_wstage_params {
 	sl_wstage_unit unit[3];      /* by enum sl_unit */
 	const sl_wstage_home *home;  /* n_layer of them; copied */
 	sl_disk_store *disk;         /* borrowed; needed when a unit has a disk part */
+	const sl_zseg_table *zt;     /* borrowed: the store holds zstd frames of
+					these units' disk parts (sluice convert
+					--zstd); NULL: plain bytes */
 	sl_weight_stats *stats;      /* borrowed; NULL: the engine's own */
 } sl_wstage_params;
 

@@ -84,14 +84,18 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 		}
 		/* one store per model and placement, keyed on what it is made from */
 		char key[SL_DISK_MAX_KEY + 1], name[SL_WSTORE_NAME_MAX];
-		if ((rc = sl_wstore_ident(p->dir, st, &m->cfg, pp->w_gpu, pp->w_cpu, pp->w_q4, name,
-					  sizeof name, key, sizeof key)) < 0)
-			goto fail;
 		/* the data area: every layer's disk segment */
-		sl_disk_params dp = { .dir = p->offload_dir, .file_name = name, .key = key,
-				      .data_bytes = (uint64_t)m->cfg.n_layer *
-						    sl_weights_disk_bytes(&m->cfg, pp->w_gpu, pp->w_cpu,
-									  pp->w_q4) };
+		uint64_t data = (uint64_t)m->cfg.n_layer * sl_weights_disk_bytes(&m->cfg, pp->w_gpu, pp->w_cpu,
+										 pp->w_q4);
+		/* a current store of zstd frames (sluice convert --zstd) is
+		 * read in place of the plain one */
+		if ((rc = sl_wstore_find_zstd(p->offload_dir, p->dir, st, &m->cfg, pp->w_gpu, pp->w_cpu, pp->w_q4,
+					      name, sizeof name, key, sizeof key, &data, &place.zstd)) < 0)
+			goto fail;
+		if (!place.zstd && (rc = sl_wstore_ident(p->dir, st, &m->cfg, pp->w_gpu, pp->w_cpu, pp->w_q4, 0, 0,
+							 name, sizeof name, key, sizeof key)) < 0)
+			goto fail;
+		sl_disk_params dp = { .dir = p->offload_dir, .file_name = name, .key = key, .data_bytes = data };
 		sl_model_io_node(be, &dp);
 		bool fresh = true;
 		if ((rc = sl_wstore_open(&dp, &m->disk, &fresh)) < 0)

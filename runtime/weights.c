@@ -15,6 +15,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <zstd.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -616,6 +617,24 @@ static size_t conv_piece(const sl_model_config *c, size_t disk_bytes, bool q4)
 	return align4k(SL_MIN(piece, need));
 }
 
+uint32_t sl_weights_zstd_window(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4)
+{
+	return (uint32_t)conv_piece(c, sl_weights_disk_bytes(c, gpu_percent, cpu_percent, q4), q4);
+}
+
+uint64_t sl_weights_store_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4,
+				uint32_t window)
+{
+	sl_model_weights tmp;
+	sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent, .q4 = q4 };
+	place_layer(c, &p, &tmp);
+	uint64_t n = (uint64_t)c->n_layer * tmp.disk_bytes;
+	if (window && tmp.disk_bytes)
+		n += sl_zseg_table_bytes(c->n_layer, sl_zseg_frames(tmp.disk_bytes, tmp.unit[SL_UNIT_MLP].disk_off,
+								     window));
+	return n;
+}
+
 size_t sl_weights_convert_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4)
 {
 	return 2 * conv_piece(c, sl_weights_disk_bytes(c, gpu_percent, cpu_percent, q4), q4);
@@ -651,6 +670,13 @@ typedef struct conv {
 	bool pending[2];
 	sl_event *copied[2]; /* a piece's copy from buf[k], when copying[k] */
 	bool copying[2];
+	/* zstd frames (place->zstd): each window compressed from buf[k] into
+	 * zbuf[k] (written from there) through zscratch, its length into zt */
+	int zlevel;
+	ZSTD_CCtx *cctx;
+	unsigned char *zbuf[2], *zscratch;
+	size_t zcap;
+	sl_zseg_table *zt;
 } conv;
 
 /* Buffer k once what reads it (a window's write, a piece's copy) is done. */
@@ -738,6 +764,79 @@ static int conv_disk_segment(conv *v, const sl_model_weights *w, int l, uint64_t
 	return 0;
 }
 
+/* The layer's disk segment as zstd frames (zseg.h): each window filled
+ * as conv_disk_segment fills it, compressed, and written at its offset
+ * (its compressed bytes rounded up to a page, or as it is when it does
+ * not compress). */
+static int conv_disk_frames(conv *v, const sl_model_weights *w, int l, uint64_t seg_off)
+{
+	const sl_zseg_table *t = v->zt;
+	for (int f = 0; f < t->nframes; f++) {
+		uint64_t off;
+		size_t len;
+		sl_zseg_frame(t->seg, t->split, t->window, f, &off, &len);
+		unsigned char *buf;
+		SL_TRY(conv_take(v, &buf));
+		const int k = v->next ^ 1; /* the buffer conv_take handed out */
+		memset(buf, 0, len);
+		for (int i = 0; i < w->ntensors; i++) {
+			if (w->tier[i] != SL_TIER_DISK)
+				continue;
+			const tdesc *d = &((const tdesc *)w->tensors)[i];
+			const size_t a = w->home_off[i], e = a + tensor_bytes(v->c, d, v->q4);
+			const size_t lo = SL_MAX(a, (size_t)off), hi = SL_MIN(e, (size_t)off + len);
+			if (lo >= hi)
+				continue;
+			char name[160];
+			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
+			SL_TRY(fill_bytes(v->c, v->src, d, name, (uint64_t)l * 64 + (uint64_t)i, v->q4, lo - a,
+					  hi - a, buf + (lo - off)));
+		}
+		size_t clen;
+		SL_TRY(sl_zseg_compress(v->cctx, v->zlevel, buf, len, v->zscratch, v->zbuf[k], v->zcap, &clen));
+		v->zt->clen[(size_t)l * (size_t)t->nframes + (size_t)f] = (uint32_t)clen;
+		const size_t wlen = clen ? align4k(clen) : len;
+		if (clen) /* the frame's last page zero-padded */
+			memset(v->zbuf[k] + clen, 0, wlen - clen);
+		SL_TRY(sl_disk_write(v->disk, seg_off + off, clen ? v->zbuf[k] : buf, wlen, &v->ticket[k]));
+		v->pending[k] = true;
+	}
+	return 0;
+}
+
+/* The zstd frame table after the layers' segments: written (write) or
+ * read back and checked. */
+static int zstd_table_io(sl_model_weights *w, bool write)
+{
+	const uint64_t at = (uint64_t)w->n_layer * w->disk_bytes;
+	const uint64_t cap = sl_disk_capacity(w->disk);
+	const char *path = sl_disk_path(w->disk);
+	if (cap <= at || cap - at > ((uint64_t)1 << 30))
+		return sl_err(SL_EFORMAT, "%s: no room for its zstd frame table (data area %llu bytes, the "
+			      "layers take %llu); remove it so that it is rewritten", path,
+			      (unsigned long long)cap, (unsigned long long)at);
+	const size_t n = (size_t)(cap - at);
+	void *buf = NULL;
+	if (posix_memalign(&buf, 4096, n) != 0)
+		return sl_err(SL_ENOMEM, "out of memory for the zstd frame table (%zu bytes)", n);
+	memset(buf, 0, n);
+	uint64_t ticket;
+	int rc;
+	if (write) {
+		sl_zseg_table_encode(&w->zt, buf);
+		rc = sl_disk_write(w->disk, at, buf, n, &ticket);
+	} else {
+		rc = sl_disk_read(w->disk, at, buf, n, &ticket);
+	}
+	if (rc == 0)
+		rc = sl_disk_wait(w->disk, ticket);
+	if (rc == 0 && !write)
+		rc = sl_zseg_table_decode(buf, n, w->disk_bytes, w->unit[SL_UNIT_MLP].disk_off, w->n_layer, path,
+					  &w->zt);
+	free(buf);
+	return rc;
+}
+
 /* Whether a stored lm_head holds the embeddings' values (then it is tied),
  * compared a piece at a time. */
 static int conv_head_tied(conv *v, const tdesc *emb, const tdesc *hd, bool *tied)
@@ -801,6 +900,7 @@ static int create_stage(sl_backend *b, const sl_weight_place *place, sl_model_we
 	sl_wstage_params sp = { .n_layer = w->n_layer, .halves = w->halves, .overlap = place && place->overlap,
 				.home = home, .disk = w->disk, .stats = &w->stats };
 	memcpy(sp.unit, w->unit, sizeof sp.unit);
+	sp.zt = w->zt.clen ? &w->zt : NULL;
 	int rc = sl_wstage_create(b, &sp, &w->stage);
 	free(home);
 	return rc;
@@ -823,6 +923,14 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 	const bool write_disk = w->disk_bytes && !place->disk_ready;
 	if (store_only && !write_disk)
 		return 0;
+	const bool zstd = w->disk_bytes && place->zstd > 0;
+	if (zstd && !write_disk) { /* a zstd store: its frames' table */
+		int rc = zstd_table_io(w, false);
+		if (rc < 0) {
+			sl_weights_free(b, w);
+			return rc;
+		}
+	}
 
 	const size_t lbytes = sl_weights_layer_bytes(c, w->q4);
 	const sl_st_tensor *head = NULL;
@@ -841,6 +949,20 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 	v.buf[1] = (unsigned char *)stage.p + v.piece;
 	for (int k = 0; k < 2 && !rc && q; k++)
 		rc = sl_event_create(b, &v.copied[k]);
+	if (!rc && zstd && write_disk) {
+		v.zlevel = place->zstd;
+		v.zt = &w->zt;
+		v.zcap = align4k(sl_zseg_bound(v.piece));
+		rc = sl_zseg_table_init(&w->zt, w->disk_bytes, w->unit[SL_UNIT_MLP].disk_off, (uint32_t)v.piece,
+					c->n_layer, place->zstd);
+		v.cctx = rc ? NULL : ZSTD_createCCtx();
+		v.zscratch = malloc(v.piece);
+		for (int k = 0; k < 2; k++)
+			if (posix_memalign((void **)&v.zbuf[k], 4096, v.zcap) != 0)
+				v.zbuf[k] = NULL;
+		if (!rc && (!v.cctx || !v.zscratch || !v.zbuf[0] || !v.zbuf[1]))
+			rc = sl_err(SL_ENOMEM, "out of memory for zstd compression");
+	}
 
 	if (!rc && !store_only)
 		rc = load_globals(&v, head, w);
@@ -870,7 +992,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 				rc = conv_device(&v, d, name, id, w->q4, (char *)lw->block.p + w->home_off[i]);
 		}
 		if (!rc && write_disk) {
-			rc = conv_disk_segment(&v, w, l, lw->disk_off);
+			rc = v.zt ? conv_disk_frames(&v, w, l, lw->disk_off) : conv_disk_segment(&v, w, l, lw->disk_off);
 			w->stats.disk_write_bytes += w->disk_bytes;
 		}
 		if (!store_only)
@@ -878,8 +1000,14 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 	}
 	int rc2 = conv_drain(&v);
 	rc = rc < 0 ? rc : rc2;
+	if (!rc && write_disk && v.zt)
+		rc = zstd_table_io(w, true);
 	if (!rc && write_disk)
 		rc = sl_disk_mark_complete(w->disk);
+	ZSTD_freeCCtx(v.cctx);
+	free(v.zscratch);
+	free(v.zbuf[0]);
+	free(v.zbuf[1]);
 	for (int k = 0; k < 2; k++)
 		if (v.copied[k])
 			sl_event_free(b, v.copied[k]);
@@ -952,5 +1080,6 @@ void sl_weights_free(sl_backend *b, sl_model_weights *w)
 		}
 	sl_buf_free(b, &w->block);
 	free(w->layers);
+	sl_zseg_table_free(&w->zt);
 	memset(w, 0, sizeof *w);
 }

@@ -57,6 +57,8 @@ typedef struct sl_weight_place {
 	bool overlap;                    /* load the next unit while this one computes */
 	bool halves;                     /* stream by half layers (sep_layer) */
 	bool q4;                         /* compress_weight: the layers' matrices in 4 bits */
+	int zstd;                        /* the store holds zstd frames (sluice convert
+					    --zstd) written at this level; 0: plain */
 } sl_weight_place;
 
 #define SL_LAYER_TENSORS 16
@@ -90,6 +92,7 @@ typedef struct sl_model_weights {
 	bool streamed;          /* some tensors live off the device */
 	bool halves;            /* streamed by half layers */
 	sl_disk_store *disk;
+	sl_zseg_table zt;       /* the store's zstd frames (zt.clen NULL: a plain store) */
 	sl_wstage *stage;       /* brings the streamed tensors in (when streamed) */
 	sl_weight_stats stats;  /* the engine's loads and the store's writes */
 } sl_model_weights;
@@ -128,6 +131,13 @@ void sl_weights_layer_split(const sl_model_config *c, double gpu_percent, double
 			    size_t *dev, size_t *host, size_t *disk);
 /* The disk segment of one layer (page aligned) under a placement. */
 size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4);
+/* A store's data area: every layer's segment, and with zstd frames of at
+ * most window bytes (zseg.h) their table after them. */
+uint64_t sl_weights_store_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4,
+				uint32_t window);
+/* The frame size sluice convert --zstd writes a store with under a
+ * placement (the conversion's piece: at most 4 MiB). */
+uint32_t sl_weights_zstd_window(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4);
 /* The pinned host memory loading takes while it converts (two buffers of
  * at most 4 MiB each, whatever the model), freed when loading ends: it
  * counts against the host budget with everything else.  (With q4 the

@@ -69,7 +69,8 @@ static void clean_name(const char *in, char *out, size_t n)
 }
 
 int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config *c, double gpu_percent,
-		    double cpu_percent, bool q4, char *name, size_t name_len, char *key, size_t key_len)
+		    double cpu_percent, bool q4, int zstd, uint32_t window, char *name, size_t name_len, char *key,
+		    size_t key_len)
 {
 	char real[PATH_MAX], model[72], src_tag[24];
 	json_t *src;
@@ -99,6 +100,11 @@ int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config 
 	/* the LLaMA family's tensors differ by more than these sizes: its
 	 * type (Qwen2's biases), KV heads, head width and head; OPT's key stays
 	 * as it was, so its stores stay valid */
+	if (k && zstd > 0 && json_object_set_new(k, "zstd", json_pack("{s:i, s:I}", "level", zstd, "window",
+									 (json_int_t)window))) {
+		json_decref(k);
+		k = NULL;
+	}
 	json_t *mo = k && c->family == SL_FAMILY_LLAMA ? json_object_get(k, "model") : NULL;
 	if (mo && (json_object_set_new(mo, "type", json_string(c->llama.model_type)) ||
 		   json_object_set_new(mo, "kv_heads", json_integer(c->n_kv_head)) ||
@@ -120,8 +126,8 @@ int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config 
 	}
 	memcpy(key, text, tl + 1);
 	free(text);
-	snprintf(name, name_len, "%s.%s.w%g-%g%s" SL_WSTORE_SUFFIX, model, src_tag, gpu_percent, cpu_percent,
-		 q4 ? ".q4" : "");
+	snprintf(name, name_len, "%s.%s.w%g-%g%s%s" SL_WSTORE_SUFFIX, model, src_tag, gpu_percent, cpu_percent,
+		 q4 ? ".q4" : "", zstd > 0 ? ".zst" : "");
 	return 0;
 }
 
@@ -142,6 +148,9 @@ static void stale_reason(const char *old, const char *now, char *why, size_t n)
 			 (long long)json_integer_value(json_object_get(a, "layout")), KEY_LAYOUT);
 	else if (da && db && strcmp(da, db))
 		snprintf(why, n, "it holds %s weights, this run needs %s", da, db);
+	else if ((json_object_get(a, "zstd") || json_object_get(b, "zstd")) &&
+		 !json_equal(json_object_get(a, "zstd"), json_object_get(b, "zstd")))
+		snprintf(why, n, "its zstd frames differ from what this sluice writes");
 	else if (ca && cb && !strcmp(ca, cb) && !json_equal(sa, sb))
 		snprintf(why, n, "the checkpoint's weight files changed since it was written");
 	else if (!json_equal(json_object_get(a, "model"), json_object_get(b, "model")))
@@ -198,6 +207,9 @@ static int key_now(json_t *k, char *key, size_t key_len, uint64_t *data_bytes)
 	const double cpu = json_number_value(json_object_get(pl, "cpu_percent"));
 	const char *dt = json_string_value(json_object_get(k, "dtype"));
 	const bool q4 = dt && !strcmp(dt, "q4");
+	json_t *z = json_object_get(k, "zstd");
+	const int zl = (int)json_integer_value(json_object_get(z, "level"));
+	const uint32_t zw = (uint32_t)json_integer_value(json_object_get(z, "window"));
 	sl_model_config c;
 	sl_st_set *st = NULL;
 	char name[SL_WSTORE_NAME_MAX];
@@ -212,9 +224,9 @@ static int key_now(json_t *k, char *key, size_t key_len, uint64_t *data_bytes)
 	} else {
 		return sl_err(SL_EFORMAT, "no source in the key");
 	}
-	rc = sl_wstore_ident(ckpt, st, &c, gpu, cpu, q4, name, sizeof name, key, key_len);
+	rc = sl_wstore_ident(ckpt, st, &c, gpu, cpu, q4, zl, zw, name, sizeof name, key, key_len);
 	sl_st_close(st);
-	*data_bytes = (uint64_t)c.n_layer * sl_weights_disk_bytes(&c, gpu, cpu, q4);
+	*data_bytes = sl_weights_store_bytes(&c, gpu, cpu, q4, zl > 0 ? zw : 0);
 	return rc;
 }
 
@@ -250,9 +262,13 @@ static void check_entry(const char *dir, sl_wstore_entry *e)
 	const double gpu = json_number_value(json_object_get(pl, "gpu_percent"));
 	const double cpu = json_number_value(json_object_get(pl, "cpu_percent"));
 	const char *dt = json_string_value(json_object_get(k, "dtype"));
-	snprintf(e->what, sizeof e->what, "%s %s, weights %g%% device, %g%% host, %g%% disk%s",
+	const json_int_t zl = json_integer_value(json_object_get(json_object_get(k, "zstd"), "level"));
+	char zs[48] = "";
+	if (zl > 0)
+		snprintf(zs, sizeof zs, ", zstd level %lld", (long long)zl);
+	snprintf(e->what, sizeof e->what, "%s %s, weights %g%% device, %g%% host, %g%% disk%s%s",
 		 ckpt ? "checkpoint" : "dummy", ckpt ? ckpt : dummy ? dummy : "?", gpu, cpu, 100 - gpu - cpu,
-		 dt && !strcmp(dt, "q4") ? ", 4-bit" : "");
+		 dt && !strcmp(dt, "q4") ? ", 4-bit" : "", zs);
 	if (!info->complete) {
 		e->state = SL_WSTORE_INCOMPLETE;
 		snprintf(e->why, sizeof e->why, "%s", e->in_use ? "being written now" : "its writing was interrupted");
@@ -324,8 +340,51 @@ int sl_wstore_list(const char *dir, sl_wstore_entry **out, int *n)
 	return 0;
 }
 
+int sl_wstore_find_zstd(const char *offload_dir, const char *dir, const sl_st_set *st, const sl_model_config *c,
+			double gpu_percent, double cpu_percent, bool q4, char *name, size_t name_len, char *key,
+			size_t key_len, uint64_t *data_bytes, int *level)
+{
+	*level = 0;
+	/* the name does not depend on the level or the window */
+	SL_TRY(sl_wstore_ident(dir, st, c, gpu_percent, cpu_percent, q4, 1, 4096, name, name_len, key, key_len));
+	char path[PATH_MAX + 256];
+	snprintf(path, sizeof path, "%s/%s", offload_dir, name);
+	sl_disk_info *info = malloc(sizeof *info);
+	if (!info)
+		return sl_err(SL_ENOMEM, "out of memory");
+	int rc = sl_disk_peek(path, info), found = 0;
+	if (rc == SL_ENOTFOUND) {
+		rc = 0;
+	} else if (rc == 0 && info->complete) {
+		json_t *k = json_loads(info->key, 0, NULL), *z = json_object_get(k, "zstd");
+		const int zl = (int)json_integer_value(json_object_get(z, "level"));
+		const uint32_t zw = (uint32_t)json_integer_value(json_object_get(z, "window"));
+		json_decref(k);
+		if (zl > 0 && zw > 0 && zw % 4096 == 0 &&
+		    (rc = sl_wstore_ident(dir, st, c, gpu_percent, cpu_percent, q4, zl, zw, name, name_len, key,
+					  key_len)) == 0) {
+			const uint64_t bytes = sl_weights_store_bytes(c, gpu_percent, cpu_percent, q4, zw);
+			if (!strcmp(key, info->key) && bytes == info->data_bytes) {
+				*data_bytes = bytes;
+				*level = zl;
+				found = 1;
+			} else {
+				char why[256];
+				stale_reason(info->key, key, why, sizeof why);
+				fprintf(stderr, "sluice: %s is out of date (%s); not reading it (sluice convert "
+					"--zstd writes it again)\n", path, why);
+			}
+		}
+	} else {
+		rc = 0; /* incomplete, or not a store: the plain store is used */
+	}
+	free(info);
+	sl_err_clear();
+	return rc < 0 ? rc : found;
+}
+
 int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double gpu_percent,
-		      double cpu_percent, bool q4, const char *offload_dir, char *path, size_t path_len,
+		      double cpu_percent, bool q4, int zstd, const char *offload_dir, char *path, size_t path_len,
 		      bool *written)
 {
 	*written = false;
@@ -341,7 +400,8 @@ int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double
 	} else if ((rc = sl_model_config_named(dummy, &c)) < 0) {
 		return rc;
 	}
-	const uint64_t bytes = (uint64_t)c.n_layer * sl_weights_disk_bytes(&c, gpu_percent, cpu_percent, q4);
+	const uint32_t window = zstd > 0 ? sl_weights_zstd_window(&c, gpu_percent, cpu_percent, q4) : 0;
+	const uint64_t bytes = sl_weights_store_bytes(&c, gpu_percent, cpu_percent, q4, window);
 	if (bytes == 0) {
 		rc = sl_err(SL_EINVAL, "nothing to convert: the placement (weights %g%% device, %g%% host) puts no "
 			    "tensor on disk", gpu_percent, cpu_percent);
@@ -352,7 +412,7 @@ int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double
 		rc = sl_err(SL_ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = sl_wstore_ident(dir, st, &c, gpu_percent, cpu_percent, q4, name, sizeof name, key,
+	rc = sl_wstore_ident(dir, st, &c, gpu_percent, cpu_percent, q4, zstd, window, name, sizeof name, key,
 			     SL_DISK_MAX_KEY + 1);
 	if (rc == 0) {
 		snprintf(path, path_len, "%s/%s", offload_dir, name);
@@ -362,7 +422,7 @@ int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double
 		rc = sl_wstore_open(&dp, &ds, &fresh);
 		if (rc == 0 && fresh) {
 			sl_weight_place place = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent, .disk = ds,
-						  .q4 = q4 };
+						  .q4 = q4, .zstd = zstd };
 			rc = sl_weights_write_store(be, &c, st, dir, 0, &place);
 			*written = rc == 0;
 		}

@@ -4,14 +4,17 @@
  * from, and whether it still matches.
  *
  * A store is named per model, placement and dtype,
- *   <model>.<source>.w<G>-<C>[.q4].weights.sluice
+ *   <model>.<source>.w<G>-<C>[.q4][.zst].weights.sluice
  * (<model>: the checkpoint folder's name, or the --dummy name; <source>: 8
  * hex digits of the checkpoint folder's real path, or "dummy"; G and C the
  * weights' device and host percentages; .q4 for compress_weight's 4-bit
- * matrices), so one folder serves several models, placements and both
+ * matrices; .zst for a store of zstd frames, offload/zseg.h, which only
+ * sluice convert --zstd writes and every job then reads in place of the
+ * plain store), so one folder serves several models, placements and both
  * dtypes.  Its key (the header's text, JSON) records the layout version,
  * the dtype ("f16", or "q4": the layers' matrices in common/sl_q4.h's
- * layout, biases and norms fp16), the placement, the shapes and the source:
+ * layout, biases and norms fp16), for a zstd store its level and frame
+ * size ("zstd": {"level", "window"}), the placement, the shapes and the source:
  * for a checkpoint its real path, how many weight files it has and one
  * digest of every file's size, modification and change times (to the
  * nanosecond) and safetensors header; for --dummy the name and seed.  A
@@ -35,11 +38,24 @@
 /*
  * The file name and key of the store for a checkpoint (dir, with its open
  * set st) or a dummy model (dir NULL, st NULL; c->name is the dummy's name)
- * under a weight placement.  SL_ERANGE when the key would not fit a store
- * header (a checkpoint path of thousands of bytes).
+ * under a weight placement; zstd > 0: the store of zstd frames of at most
+ * window bytes written at that level.  SL_ERANGE when the key would not
+ * fit a store header (a checkpoint path of thousands of bytes).
  */
 int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config *c, double gpu_percent,
-		    double cpu_percent, bool q4, char *name, size_t name_len, char *key, size_t key_len);
+		    double cpu_percent, bool q4, int zstd, uint32_t window, char *name, size_t name_len, char *key,
+		    size_t key_len);
+
+/*
+ * The zstd store sluice convert --zstd wrote in offload_dir for this
+ * model and placement, when it is complete and current: returns 1 with its
+ * name, key, data area's size and level filled in (a job then opens it in
+ * place of the plain store); 0 when there is none (or it is incomplete, or
+ * out of date: then one line on stderr says so and why).
+ */
+int sl_wstore_find_zstd(const char *offload_dir, const char *dir, const sl_st_set *st, const sl_model_config *c,
+			double gpu_percent, double cpu_percent, bool q4, char *name, size_t name_len, char *key,
+			size_t key_len, uint64_t *data_bytes, int *level);
 
 /*
  * sl_disk_open for a weight store (dp: its folder, name, key, size).  A
@@ -83,11 +99,13 @@ const char *sl_wstore_state_name(enum sl_wstore_state s);
  * Write the store of a checkpoint (dir) or dummy model (dummy) under a
  * weight placement in offload_dir, ahead of a job: nothing else is loaded,
  * and the pinned memory used is the conversion's (sl_weights_convert_bytes,
- * within be's host budget).  *written is false when a current store was
- * there already; path (its file) is filled either way.
+ * within be's host budget).  zstd > 0: the store of zstd frames at that
+ * level (the compressor's buffers, two frames and a window, outside the
+ * budgets).  *written is false when a current store was there already;
+ * path (its file) is filled either way.
  */
 int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double gpu_percent,
-		      double cpu_percent, bool q4, const char *offload_dir, char *path, size_t path_len,
+		      double cpu_percent, bool q4, int zstd, const char *offload_dir, char *path, size_t path_len,
 		      bool *written);
 
 #endif

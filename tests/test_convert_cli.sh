@@ -107,7 +107,76 @@ wait $job || bad "the job holding the store failed"
 "$sluice" convert --offload-dir "$tmp/D3" --clean >/dev/null
 if [ -z "$(ls "$tmp/D3")" ]; then ok; else bad "--clean after the job left $(ls "$tmp/D3")"; fi
 
-# 5. Usage and folder errors: one line, exit 2 or 1.
+# 5. zstd frames: convert --zstd writes a .zst store that jobs then read
+# in place of the plain store (the tokens of the job without offloading,
+# nothing written, fewer bytes read), streamed whole and by halves; a
+# corrupt frame or frame table is refused in one line naming the store.
+cp -r "$models/opt-tiny-kjv" "$tmp/mz"
+mkdir "$tmp/DZ" "$tmp/DP"
+zgen=("${gen[@]}" --model "$tmp/mz" --percent 0 0 100 0 100 0)
+"$sluice" "${gen[@]}" --model "$tmp/mz" --out "$tmp/z0.jsonl" || bad "zstd: the job without offloading failed"
+"$sluice" "${zgen[@]}" --offload-dir "$tmp/DP" --out "$tmp/zp.jsonl" --stats "$tmp/zp.stats" || bad "zstd: plain job failed"
+if "$sluice" convert --model "$tmp/mz" --percent 0 0 100 0 100 0 --offload-dir "$tmp/DZ" --zstd >"$tmp/zc.out" &&
+	grep -q "^wrote $tmp/DZ/mz\.[0-9a-f]\{8\}\.w0-0\.zst\.weights\.sluice in " "$tmp/zc.out"; then ok
+else bad "convert --zstd: $(cat "$tmp/zc.out")"; fi
+zstore=$(ls "$tmp"/DZ/*.zst.weights.sluice)
+printf '{"gpu_batch_size": 2, "num_gpu_batches": 1, "w_gpu_percent": 0, "w_cpu_percent": 0, "sep_layer": false}\n' >"$tmp/whole.json"
+for how in halves whole; do
+	extra=()
+	[ $how = whole ] && extra=(--policy "$tmp/whole.json" --percent 0 0 100 0 100 0)
+	if "$sluice" "${zgen[@]}" "${extra[@]}" --offload-dir "$tmp/DZ" --out "$tmp/z-$how.jsonl" --stats "$tmp/z-$how.stats" &&
+		cmp -s "$tmp/z-$how.jsonl" "$tmp/z0.jsonl"; then ok; else bad "zstd store, $how: tokens differ from the job without offloading"; fi
+done
+if python3 - "$tmp/z-halves.stats" "$tmp/zp.stats" <<'PY'; then ok; else bad "zstd store: the job wrote, or read no fewer bytes than the plain store's"; fi
+import json, sys
+z, p = (json.load(open(f)) for f in sys.argv[1:3])
+assert z["disk_write_bytes"] == 0, z
+assert 0 < z["disk_read_bytes"] < p["disk_read_bytes"], (z["disk_read_bytes"], p["disk_read_bytes"])
+PY
+if [ "$(ls "$tmp/DZ" | wc -l)" -eq 1 ]; then ok; else bad "the job wrote a plain store beside the zstd one: $(ls "$tmp/DZ")"; fi
+"$sluice" convert --offload-dir "$tmp/DZ" --list >"$tmp/zlist"
+if grep -q "^current .*\.zst\.weights\.sluice  checkpoint .*/mz, weights 0% device, 0% host, 100% disk, zstd level 1$" "$tmp/zlist"; then ok
+else bad "--list of a zstd store: $(cat "$tmp/zlist")"; fi
+if "$sluice" convert --model "$tmp/mz" --percent 0 0 100 0 100 0 --offload-dir "$tmp/DZ" --zstd | grep -q "is current already$"; then ok
+else bad "convert --zstd again rewrote the store"; fi
+# corrupt_frame STORE: flip bytes inside the first compressed frame (found
+# through the frame table at the end of the data area)
+corrupt_frame() {
+	python3 - "$1" <<'PY'
+import struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+t = data.rfind(b"SLZSTD01")
+window, nf, nl, level = struct.unpack_from("<4I", data, t + 8)
+seg, split = struct.unpack_from("<2Q", data, t + 24)
+clen = struct.unpack_from(f"<{nf * nl}I", data, t + 40)
+f = next(i for i, c in enumerate(clen) if c)  # a compressed frame
+na = -(-split // window)
+off = (f % nf) * window if f % nf < na else split + (f % nf - na) * window
+at = 4096 + (f // nf) * seg + off + clen[f] // 2
+data[at:at + 8] = bytes(b ^ 0x5A for b in data[at:at + 8])
+open(path, "r+b").write(data)
+PY
+}
+cp "$zstore" "$tmp/zstore.bak"
+corrupt_frame "$zstore"
+"$sluice" "${zgen[@]}" --offload-dir "$tmp/DZ" --out "$tmp/zbad.jsonl" 2>"$tmp/zbad.err"
+rc=$?
+if [ $rc -ne 0 ] && [ "$(wc -l <"$tmp/zbad.err")" -eq 1 ] && grep -q "$zstore: layer [0-9]*, zstd frame [0-9]* is corrupt" "$tmp/zbad.err" &&
+	! [ -s "$tmp/zbad.jsonl" ]; then ok; else bad "a corrupt zstd frame: exit $rc, stderr $(cat "$tmp/zbad.err"), out $(cat "$tmp/zbad.jsonl" 2>/dev/null)"; fi
+cp "$tmp/zstore.bak" "$zstore"
+python3 - "$zstore" <<'PY'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+t = data.rfind(b"SLZSTD01")
+data[t + 44] ^= 0xFF  # a frame's length: the table's checksum no longer holds
+open(path, "r+b").write(data)
+PY
+"$sluice" "${zgen[@]}" --offload-dir "$tmp/DZ" --out "$tmp/zbad2.jsonl" 2>"$tmp/zbad2.err"
+rc=$?
+if [ $rc -ne 0 ] && [ "$(wc -l <"$tmp/zbad2.err")" -eq 1 ] && grep -qF "$zstore: its zstd frame table is corrupt" "$tmp/zbad2.err"; then ok
+else bad "a corrupt zstd frame table: exit $rc, stderr $(cat "$tmp/zbad2.err")"; fi
 expect() { # NAME RC NEEDLE -- args
 	local name=$1 want=$2 needle=$3
 	shift 4
@@ -116,6 +185,11 @@ expect() { # NAME RC NEEDLE -- args
 	if [ $rc -eq "$want" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF -- "$needle" "$tmp/err"; then ok
 	else bad "$name: exit $rc, stderr: $(cat "$tmp/err")"; fi
 }
+expect "zstd level 0" 2 "--zstd=LEVEL takes a level from 1 to 19, got '0'" -- convert --model "$tmp/mz" --percent 0 0 100 0 100 0 --offload-dir "$tmp/DZ" --zstd=0
+expect "zstd level text" 2 "got 'fast'" -- convert --model "$tmp/mz" --percent 0 0 100 0 100 0 --offload-dir "$tmp/DZ" --zstd=fast
+expect "zstd with --list" 2 "take only --offload-dir" -- convert --offload-dir "$tmp/DZ" --list --zstd
+
+# 6. Usage and folder errors: one line, exit 2 or 1.
 expect "no folder" 2 "--offload-dir DIR is required" -- convert --model "$tmp/m" --percent 0 0 100 0 100 0
 expect "no placement" 2 "give the placement" -- convert --model "$tmp/m" --offload-dir "$tmp/D2"
 expect "nothing on disk" 2 "puts no tensor on disk" -- convert --model "$tmp/m" --percent 60 40 100 0 100 0 --offload-dir "$tmp/D2"

@@ -400,17 +400,17 @@ START_TEST(test_store_per_placement)
 	ck_assert_int_eq(sl_model_config_load(cfgp, &cfg), 0);
 	sl_st_set *st = NULL;
 	ck_assert_int_eq(sl_st_open_dir(ck, &st), 0);
-	ck_assert_int_eq(sl_wstore_ident(ck, st, &cfg, 0, 40, false, name, sizeof name, key, sizeof key), 0);
+	ck_assert_int_eq(sl_wstore_ident(ck, st, &cfg, 0, 40, false, 0, 0, name, sizeof name, key, sizeof key), 0);
 	sl_st_close(st);
 	ck_assert_int_eq(sl_st_open_dir(ck2, &st), 0);
-	ck_assert_int_eq(sl_wstore_ident(ck2, st, &cfg, 0, 40, false, name2, sizeof name2, key, sizeof key), 0);
+	ck_assert_int_eq(sl_wstore_ident(ck2, st, &cfg, 0, 40, false, 0, 0, name2, sizeof name2, key, sizeof key), 0);
 	sl_st_close(st);
 	ck_assert_msg(!strncmp(name, "ck.", 3) && strstr(name, ".w0-40.weights.sluice") && strlen(name) == 3 + 8 + 21,
 		      "%s", name);
 	ck_assert_msg(!strncmp(name2, "ck2.", 4) && strcmp(name + 3, name2 + 4), "%s %s", name, name2);
 	ck_assert(file_exists(off, name) && file_exists(off, name2));
 	ck_assert_int_eq(sl_model_config_named("opt-125m", &cfg), 0);
-	ck_assert_int_eq(sl_wstore_ident(NULL, NULL, &cfg, 20, 30, false, name, sizeof name, key, sizeof key), 0);
+	ck_assert_int_eq(sl_wstore_ident(NULL, NULL, &cfg, 20, 30, false, 0, 0, name, sizeof name, key, sizeof key), 0);
 	ck_assert_str_eq(name, "opt-125m.dummy.w20-30.weights.sluice");
 	ck_assert_msg(strstr(key, "\"dummy\":\"opt-125m\"") && strstr(key, "\"gpu_percent\":20.0") &&
 			      strstr(key, "\"layers\":12"),
@@ -452,7 +452,7 @@ START_TEST(test_list)
 	ck_assert_int_eq(sl_model_config_load(cfgp, &cfg), 0);
 	sl_st_set *st = NULL;
 	ck_assert_int_eq(sl_st_open_dir(cur, &st), 0);
-	ck_assert_int_eq(sl_wstore_ident(cur, st, &cfg, 10, 0, false, name, sizeof name, key, sizeof key), 0);
+	ck_assert_int_eq(sl_wstore_ident(cur, st, &cfg, 10, 0, false, 0, 0, name, sizeof name, key, sizeof key), 0);
 	sl_st_close(st);
 	sl_disk_params dp = { .dir = off, .file_name = name, .key = key, .data_bytes = 1 << 20 };
 	sl_disk_store *ds = NULL;

@@ -16,7 +16,7 @@
 static const char convert_help[] =
 	"usage: sluice convert (--model DIR | --dummy NAME) --offload-dir DIR\n"
 	"                      (--percent WG WC CG CC AG AC | --policy FILE) [--compress-weight]\n"
-	"                      [--cpu-mem BYTES] [--threads N]\n"
+	"                      [--zstd[=LEVEL]] [--cpu-mem BYTES] [--threads N]\n"
 	"       sluice convert --offload-dir DIR --list\n"
 	"       sluice convert --offload-dir DIR --clean\n"
 	"The disk share of a model's weights is kept in the offload folder, one store per\n"
@@ -26,6 +26,10 @@ static const char convert_help[] =
 	"                       write, and nothing else (the weights' percentages matter)\n"
 	"  --compress-weight    the 4-bit store a job with --compress-weight reads (the\n"
 	"                       layers' matrices quantised; also compress_weight in --policy)\n"
+	"  --zstd[=LEVEL]       store the disk share as zstd frames (fp16 byte-shuffled, of at\n"
+	"                       most 4 MiB each; LEVEL 1 to 19, default 1): DIR/<...>.zst.weights.sluice,\n"
+	"                       which every job with this model and placement then reads in place\n"
+	"                       of the plain store, decompressing on its threads\n"
 	"  --list               each store in DIR: current, stale (its checkpoint changed\n"
 	"                       or is gone), incomplete (interrupted) or foreign (another\n"
 	"                       version's), with its size and what it holds\n"
@@ -120,7 +124,7 @@ static int list_or_clean(const char *dir, bool clean)
 int cmd_convert(int argc, char **argv)
 {
 	enum { C_MODEL = 1, C_DUMMY, C_OFFLOAD, C_PERCENT, C_POLICY, C_CPU_MEM, C_THREADS, C_LIST, C_CLEAN,
-	       C_COMPRESS };
+	       C_COMPRESS, C_ZSTD };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, C_MODEL },	{ "dummy", required_argument, 0, C_DUMMY },
 		{ "offload-dir", required_argument, 0, C_OFFLOAD }, { "percent", required_argument, 0, C_PERCENT },
@@ -128,12 +132,13 @@ int cmd_convert(int argc, char **argv)
 		{ "threads", required_argument, 0, C_THREADS }, { "list", no_argument, 0, C_LIST },
 		{ "clean", no_argument, 0, C_CLEAN },		{ "help", no_argument, 0, 'h' },
 		{ "compress-weight", no_argument, 0, C_COMPRESS },
+		{ "zstd", optional_argument, 0, C_ZSTD },
 		{ 0, 0, 0, 0 },
 	};
 	const char *model = NULL, *dummy = NULL, *dir = NULL;
 	bool list = false, clean = false, placed = false, compress = false;
 	size_t cpu_mem = 0;
-	int threads = 0;
+	int threads = 0, zstd = 0;
 	sl_policy pol;
 	sl_policy_default(&pol);
 	int c;
@@ -174,6 +179,14 @@ int cmd_convert(int argc, char **argv)
 		}
 		case C_LIST: list = true; break;
 		case C_COMPRESS: compress = true; break;
+		case C_ZSTD: {
+			char *end;
+			long z = optarg ? strtol(optarg, &end, 10) : 1;
+			if (optarg && (!*optarg || *end || z < 1 || z > 19))
+				usage("--zstd=LEVEL takes a level from 1 to 19, got '%s'", optarg);
+			zstd = (int)z;
+			break;
+		}
 		case C_CLEAN: clean = true; break;
 		case 'h': fputs(convert_help, stdout); return 0;
 		case ':': usage("%s needs a value", argv[optind - 1]); break;
@@ -187,7 +200,7 @@ int cmd_convert(int argc, char **argv)
 	if (list || clean) {
 		if (list && clean)
 			usage("%s", "give one of --list and --clean");
-		if (model || dummy || placed || compress)
+		if (model || dummy || placed || compress || zstd)
 			usage("%s", "--list and --clean take only --offload-dir");
 		return list_or_clean(dir, clean);
 	}
@@ -208,7 +221,7 @@ int cmd_convert(int argc, char **argv)
 	bool written = false;
 	const double t0 = sl_now();
 	rc = sl_wstore_convert(be, model, dummy, pol.w_gpu_percent, pol.w_cpu_percent,
-			       compress || pol.compress_weight, dir, path, sizeof path, &written);
+			       compress || pol.compress_weight, zstd, dir, path, sizeof path, &written);
 	sl_backend_free(be);
 	if (rc < 0)
 		fail(rc);
