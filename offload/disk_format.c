@@ -10,6 +10,7 @@
 #include "disk_internal.h"
 #include "sl_common.h"
 #include "sl_hash.h"
+#include "sl_le.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,34 +32,6 @@
 #define HDR_COMPLETE 0x434f4d50u /* "COMP": anything else means incomplete */
 
 _Static_assert(HDR_OFF_KEY + SL_DISK_MAX_KEY <= HDR_OFF_SUM, "key does not fit the header");
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-	uint32_t v = 0;
-	for (int i = 3; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
 
 /* "key" with non-printable bytes replaced and long keys shortened, for messages. */
 static void key_show(const char *k, size_t n, char *out, size_t outn)
@@ -90,13 +63,13 @@ int disk_header_pwrite(sl_disk_store *s, bool complete)
 		return -ENOMEM;
 	size_t kl = strlen(s->key);
 	memcpy(h, HDR_MAGIC, 8);
-	put_u32(h + HDR_OFF_VERSION, HDR_VERSION);
-	put_u32(h + HDR_OFF_HDRSIZE, SL_DISK_HEADER_BYTES);
-	put_u64(h + HDR_OFF_DATA, s->capacity);
-	put_u32(h + HDR_OFF_COMPLETE, complete ? HDR_COMPLETE : 0);
-	put_u32(h + HDR_OFF_KEYLEN, (uint32_t)kl);
+	sl_put_le32(h + HDR_OFF_VERSION, HDR_VERSION);
+	sl_put_le32(h + HDR_OFF_HDRSIZE, SL_DISK_HEADER_BYTES);
+	sl_put_le64(h + HDR_OFF_DATA, s->capacity);
+	sl_put_le32(h + HDR_OFF_COMPLETE, complete ? HDR_COMPLETE : 0);
+	sl_put_le32(h + HDR_OFF_KEYLEN, (uint32_t)kl);
 	memcpy(h + HDR_OFF_KEY, s->key, kl);
-	put_u64(h + HDR_OFF_SUM, sl_fnv1a64(SL_FNV1A64_INIT, h, HDR_OFF_SUM));
+	sl_put_le64(h + HDR_OFF_SUM, sl_fnv1a64(SL_FNV1A64_INIT, h, HDR_OFF_SUM));
 	ssize_t k;
 	do
 		k = pwrite(s->fd, h, SL_DISK_HEADER_BYTES, 0);
@@ -142,17 +115,17 @@ int disk_header_check(sl_disk_store *s, const unsigned char *h, uint64_t size, b
 	if (memcmp(h, HDR_MAGIC, 8) != 0)
 		return sl_err(SL_EFORMAT, "%s is not a sluice store (bad magic); remove it or use another --offload-dir",
 			      s->path);
-	if (get_u64(h + HDR_OFF_SUM) != sl_fnv1a64(SL_FNV1A64_INIT, h, HDR_OFF_SUM))
+	if (sl_get_le64(h + HDR_OFF_SUM) != sl_fnv1a64(SL_FNV1A64_INIT, h, HDR_OFF_SUM))
 		return sl_err(SL_EFORMAT, "%s: corrupt store header (checksum mismatch); remove it so that it is rewritten",
 			      s->path);
-	uint32_t ver = get_u32(h + HDR_OFF_VERSION);
-	if (ver != HDR_VERSION || get_u32(h + HDR_OFF_HDRSIZE) != SL_DISK_HEADER_BYTES)
+	uint32_t ver = sl_get_le32(h + HDR_OFF_VERSION);
+	if (ver != HDR_VERSION || sl_get_le32(h + HDR_OFF_HDRSIZE) != SL_DISK_HEADER_BYTES)
 		return sl_err(SL_EFORMAT, "%s: store format version %u, this sluice reads version %u; remove it so that it is rewritten",
 			      s->path, ver, HDR_VERSION);
-	uint32_t kl = get_u32(h + HDR_OFF_KEYLEN);
+	uint32_t kl = sl_get_le32(h + HDR_OFF_KEYLEN);
 	if (kl > SL_DISK_MAX_KEY)
 		return sl_err(SL_EFORMAT, "%s: corrupt store header (key of %u bytes)", s->path, kl);
-	uint64_t data = get_u64(h + HDR_OFF_DATA);
+	uint64_t data = sl_get_le64(h + HDR_OFF_DATA);
 	const char *k = (const char *)h + HDR_OFF_KEY;
 	if (kl != strlen(s->key) || memcmp(k, s->key, kl) != 0 || data != s->capacity) {
 		char have[320], want[320];
@@ -163,7 +136,7 @@ int disk_header_check(sl_disk_store *s, const unsigned char *h, uint64_t size, b
 			      "(%llu data bytes); remove it or use another --offload-dir",
 			      s->path, have, (unsigned long long)data, want, (unsigned long long)s->capacity);
 	}
-	bool complete = get_u32(h + HDR_OFF_COMPLETE) == HDR_COMPLETE;
+	bool complete = sl_get_le32(h + HDR_OFF_COMPLETE) == HDR_COMPLETE;
 	if (complete && size < s->hdr_bytes + s->capacity)
 		return sl_err(SL_EFORMAT, "%s is truncated: %llu bytes, but its header says %llu (header + data); "
 			      "remove it so that it is rewritten",
@@ -206,21 +179,21 @@ int sl_disk_peek(const char *path, sl_disk_info *info)
 			    k != (ssize_t)SL_DISK_HEADER_BYTES ? "shorter than a header" : "bad magic");
 		goto out;
 	}
-	if (get_u64(h + HDR_OFF_SUM) != sl_fnv1a64(SL_FNV1A64_INIT, h, HDR_OFF_SUM)) {
+	if (sl_get_le64(h + HDR_OFF_SUM) != sl_fnv1a64(SL_FNV1A64_INIT, h, HDR_OFF_SUM)) {
 		rc = sl_err(SL_EFORMAT, "%s: corrupt store header (checksum mismatch)", path);
 		goto out;
 	}
-	uint32_t kl = get_u32(h + HDR_OFF_KEYLEN);
-	info->version = get_u32(h + HDR_OFF_VERSION);
-	if (kl > SL_DISK_MAX_KEY || get_u32(h + HDR_OFF_HDRSIZE) != SL_DISK_HEADER_BYTES) {
+	uint32_t kl = sl_get_le32(h + HDR_OFF_KEYLEN);
+	info->version = sl_get_le32(h + HDR_OFF_VERSION);
+	if (kl > SL_DISK_MAX_KEY || sl_get_le32(h + HDR_OFF_HDRSIZE) != SL_DISK_HEADER_BYTES) {
 		rc = sl_err(SL_EFORMAT, "%s: store format version %u, this sluice reads version %u", path,
 			    info->version, HDR_VERSION);
 		goto out;
 	}
 	memcpy(info->key, h + HDR_OFF_KEY, kl);
 	info->key[kl] = 0;
-	info->data_bytes = get_u64(h + HDR_OFF_DATA);
-	info->complete = get_u32(h + HDR_OFF_COMPLETE) == HDR_COMPLETE &&
+	info->data_bytes = sl_get_le64(h + HDR_OFF_DATA);
+	info->complete = sl_get_le32(h + HDR_OFF_COMPLETE) == HDR_COMPLETE &&
 			 info->file_bytes >= SL_DISK_HEADER_BYTES + info->data_bytes;
 out:
 	free(h);

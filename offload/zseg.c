@@ -4,6 +4,7 @@
 #include "zseg.h"
 #include "sl_common.h"
 #include "sl_hash.h"
+#include "sl_le.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -87,42 +88,20 @@ void sl_zseg_table_free(sl_zseg_table *t)
 	t->clen = NULL;
 }
 
-static void put_u32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-	return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
-
 void sl_zseg_table_encode(const sl_zseg_table *t, void *buf)
 {
 	unsigned char *p = buf;
 	memcpy(p, TAB_MAGIC, 8);
-	put_u32(p + 8, t->window);
-	put_u32(p + 12, (uint32_t)t->nframes);
-	put_u32(p + 16, (uint32_t)t->n_layer);
-	put_u32(p + 20, (uint32_t)t->level);
-	put_u64(p + 24, t->seg);
-	put_u64(p + 32, t->split);
+	sl_put_le32(p + 8, t->window);
+	sl_put_le32(p + 12, (uint32_t)t->nframes);
+	sl_put_le32(p + 16, (uint32_t)t->n_layer);
+	sl_put_le32(p + 20, (uint32_t)t->level);
+	sl_put_le64(p + 24, t->seg);
+	sl_put_le64(p + 32, t->split);
 	const size_t n = (size_t)t->n_layer * (size_t)t->nframes;
 	for (size_t i = 0; i < n; i++)
-		put_u32(p + TAB_HEAD + 4 * i, t->clen[i]);
-	put_u64(p + TAB_HEAD + 4 * n, sl_fnv1a64(SL_FNV1A64_INIT, p, TAB_HEAD + 4 * n));
+		sl_put_le32(p + TAB_HEAD + 4 * i, t->clen[i]);
+	sl_put_le64(p + TAB_HEAD + 4 * n, sl_fnv1a64(SL_FNV1A64_INIT, p, TAB_HEAD + 4 * n));
 }
 
 int sl_zseg_table_decode(const void *buf, size_t n, uint64_t seg, uint64_t split, int n_layer,
@@ -133,8 +112,8 @@ int sl_zseg_table_decode(const void *buf, size_t n, uint64_t seg, uint64_t split
 	if (n < TAB_HEAD + 8 || memcmp(p, TAB_MAGIC, 8))
 		return sl_err(SL_EFORMAT, "%s: its zstd frame table is missing or corrupt (bad magic); "
 			      "remove it so that it is rewritten", what);
-	const uint32_t window = get_u32(p + 8), nf = get_u32(p + 12), nl = get_u32(p + 16);
-	const uint64_t s = get_u64(p + 24), sp = get_u64(p + 32);
+	const uint32_t window = sl_get_le32(p + 8), nf = sl_get_le32(p + 12), nl = sl_get_le32(p + 16);
+	const uint64_t s = sl_get_le64(p + 24), sp = sl_get_le64(p + 32);
 	if (nl != (uint32_t)n_layer || s != seg || sp != split || !window || window % PAGE ||
 	    nf != (uint32_t)sl_zseg_frames(seg, split, window))
 		return sl_err(SL_EFORMAT, "%s: its zstd frame table describes another layout (%u layers of "
@@ -144,19 +123,19 @@ int sl_zseg_table_decode(const void *buf, size_t n, uint64_t seg, uint64_t split
 			      (unsigned long long)split);
 	const size_t cnt = (size_t)nl * nf;
 	if (TAB_HEAD + 4 * cnt + 8 > n ||
-	    get_u64(p + TAB_HEAD + 4 * cnt) != sl_fnv1a64(SL_FNV1A64_INIT, p, TAB_HEAD + 4 * cnt))
+	    sl_get_le64(p + TAB_HEAD + 4 * cnt) != sl_fnv1a64(SL_FNV1A64_INIT, p, TAB_HEAD + 4 * cnt))
 		return sl_err(SL_EFORMAT, "%s: its zstd frame table is corrupt (checksum mismatch); remove it "
 			      "so that it is rewritten", what);
-	SL_TRY(sl_zseg_table_init(t, seg, split, window, n_layer, (int)get_u32(p + 20)));
+	SL_TRY(sl_zseg_table_init(t, seg, split, window, n_layer, (int)sl_get_le32(p + 20)));
 	for (size_t i = 0; i < cnt; i++) {
-		t->clen[i] = get_u32(p + TAB_HEAD + 4 * i);
+		t->clen[i] = sl_get_le32(p + TAB_HEAD + 4 * i);
 		uint64_t o;
 		size_t len;
 		sl_zseg_frame(seg, split, window, (int)(i % nf), &o, &len);
 		if (t->clen[i] > len) {
 			sl_zseg_table_free(t);
 			return sl_err(SL_EFORMAT, "%s: its zstd frame table is corrupt (layer %zu frame %zu of "
-				      "%u bytes in a window of %zu)", what, i / nf, i % nf, get_u32(p + TAB_HEAD + 4 * i),
+				      "%u bytes in a window of %zu)", what, i / nf, i % nf, sl_get_le32(p + TAB_HEAD + 4 * i),
 				      len);
 		}
 	}

@@ -735,6 +735,27 @@ static int conv_device(conv *v, const tdesc *d, const char *name, uint64_t id, b
 	return 0;
 }
 
+/* Bytes [off, off + len) of layer l's disk segment into buf: its disk
+ * tensors where they fall in the window, zeros between them. */
+static int fill_window(conv *v, const sl_model_weights *w, int l, size_t off, size_t len, unsigned char *buf)
+{
+	memset(buf, 0, len);
+	for (int i = 0; i < w->ntensors; i++) {
+		if (w->tier[i] != SL_TIER_DISK)
+			continue;
+		const tdesc *d = &((const tdesc *)w->tensors)[i];
+		const size_t a = w->home_off[i], e = a + tensor_bytes(v->c, d, v->q4);
+		const size_t lo = SL_MAX(a, off), hi = SL_MIN(e, off + len);
+		if (lo >= hi)
+			continue;
+		char name[160];
+		snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
+		SL_TRY(fill_bytes(v->c, v->src, d, name, (uint64_t)l * 64 + (uint64_t)i, v->q4, lo - a, hi - a,
+				  buf + (lo - off)));
+	}
+	return 0;
+}
+
 /* The layer tensors of layer l that live on disk, at their offsets in the
  * layer's segment of bytes, written a window of one piece at a time. */
 static int conv_disk_segment(conv *v, const sl_model_weights *w, int l, uint64_t seg_off)
@@ -743,20 +764,7 @@ static int conv_disk_segment(conv *v, const sl_model_weights *w, int l, uint64_t
 		const size_t len = SL_MIN(v->piece, w->disk_bytes - off);
 		unsigned char *buf;
 		SL_TRY(conv_take(v, &buf));
-		memset(buf, 0, len);
-		for (int i = 0; i < w->ntensors; i++) {
-			if (w->tier[i] != SL_TIER_DISK)
-				continue;
-			const tdesc *d = &((const tdesc *)w->tensors)[i];
-			const size_t a = w->home_off[i], e = a + tensor_bytes(v->c, d, v->q4);
-			const size_t lo = SL_MAX(a, off), hi = SL_MIN(e, off + len);
-			if (lo >= hi)
-				continue;
-			char name[160];
-			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
-			SL_TRY(fill_bytes(v->c, v->src, d, name, (uint64_t)l * 64 + (uint64_t)i, v->q4, lo - a,
-					  hi - a, buf + (lo - off)));
-		}
+		SL_TRY(fill_window(v, w, l, off, len, buf));
 		const int k = v->next ^ 1; /* the buffer conv_take handed out */
 		SL_TRY(sl_disk_write(v->disk, seg_off + off, buf, len, &v->ticket[k]));
 		v->pending[k] = true;
@@ -778,20 +786,7 @@ static int conv_disk_frames(conv *v, const sl_model_weights *w, int l, uint64_t 
 		unsigned char *buf;
 		SL_TRY(conv_take(v, &buf));
 		const int k = v->next ^ 1; /* the buffer conv_take handed out */
-		memset(buf, 0, len);
-		for (int i = 0; i < w->ntensors; i++) {
-			if (w->tier[i] != SL_TIER_DISK)
-				continue;
-			const tdesc *d = &((const tdesc *)w->tensors)[i];
-			const size_t a = w->home_off[i], e = a + tensor_bytes(v->c, d, v->q4);
-			const size_t lo = SL_MAX(a, (size_t)off), hi = SL_MIN(e, (size_t)off + len);
-			if (lo >= hi)
-				continue;
-			char name[160];
-			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
-			SL_TRY(fill_bytes(v->c, v->src, d, name, (uint64_t)l * 64 + (uint64_t)i, v->q4, lo - a,
-					  hi - a, buf + (lo - off)));
-		}
+		SL_TRY(fill_window(v, w, l, (size_t)off, len, buf));
 		size_t clen;
 		SL_TRY(sl_zseg_compress(v->cctx, v->zlevel, buf, len, v->zscratch, v->zbuf[k], v->zcap, &clen));
 		v->zt->clen[(size_t)l * (size_t)t->nframes + (size_t)f] = (uint32_t)clen;
