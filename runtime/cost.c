@@ -242,10 +242,12 @@ typedef struct shape {
 	int heavy_recent;      /* H2O: tokens the cache keeps after a step */
 } shape;
 
-/* The weights layer l streams in one forward. */
+/* The weights layer l streams in one forward.  Where the device is host
+ * memory the host tier is read in place (sl_weight_place.host_in_place):
+ * no copy, its bytes are the GEMMs' own reads. */
 static void layer_weights(acc *a, const shape *s, const rates *r)
 {
-	if (s->w_host > 0)
+	if (s->w_host > 0 && !r->host)
 		copy(a, r, true, s->w_host, s->units);
 	if (s->w_disk > 0) {
 		disk(a, r, SEG_READ, s->w_disk, s->units);
@@ -500,7 +502,7 @@ int sl_cost_eval(const sl_model_config *c, const sl_plan *pl, const sl_profile *
 	sl_weights_layer_split(c, p->w_gpu, p->w_cpu, p->w_q4, &wd, &wh, &wk);
 	s.w_host = (double)wh;
 	s.w_disk = (double)wk;
-	s.units = p->sep_layer && (wh + wk) > 0 ? 2 : 1;
+	s.units = p->sep_layer && (wk + (pl->dev_is_host ? 0 : wh)) > 0 ? 2 : 1;
 	s.ccc = p->cpu_cache_compute;
 	s.heavy_recent = pl->h2o ? pl->cap - 1 : prompt_len + gen_len;
 

@@ -132,7 +132,8 @@ static void weight_bytes(const sl_model_config *c, const sl_plan_params *p, bool
 			 sl_plan *pl)
 {
 	const sl_weight_place wp = { .gpu_percent = p->w_gpu, .cpu_percent = p->w_cpu,
-				     .halves = p->sep_layer, .q4 = p->w_q4 };
+				     .halves = p->sep_layer, .q4 = p->w_q4,
+				     .host_in_place = dev_is_host };
 	size_t resident, loading;
 	sl_weights_host_bytes(c, &wp, dev_is_host, &resident, &loading);
 	pl->weights.device = sl_weights_device_bytes(c, &wp);
@@ -180,14 +181,14 @@ int sl_plan_make(const sl_model_config *c, const sl_plan_params *p, bool dev_is_
 	return 0;
 }
 
-size_t sl_plan_min_device_bytes(const sl_model_config *c, const sl_plan_params *p)
+size_t sl_plan_min_device_bytes(const sl_model_config *c, const sl_plan_params *p, bool dev_is_host)
 {
 	const size_t es = sl_plan_kv_slot_bytes(c, p);
 	/* the globals and two staging slots (of half layers with sep_layer),
 	 * every layer's weights streamed from the host or from the disk,
 	 * whichever stages in less */
 	sl_weight_place wp = { .gpu_percent = 0, .cpu_percent = 100, .halves = p->sep_layer,
-			       .q4 = p->w_q4 };
+			       .q4 = p->w_q4, .host_in_place = dev_is_host };
 	const size_t from_host = sl_weights_device_bytes(c, &wp);
 	wp.cpu_percent = 0;
 	const size_t weights = SL_MIN(from_host, sl_weights_device_bytes(c, &wp));

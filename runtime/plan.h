@@ -104,9 +104,10 @@ int sl_plan_check_job(const sl_plan *pl, int nseq, int max_prompt, int max_len);
 /* The least device memory the workload of p runs in under any placement
  * of weights and cache: every decoder layer's weights off the device (two
  * staging slots of a whole layer, of half a layer with sep_layer, from the
- * host or the disk, whichever is less), the cache off it (its staging), the
- * activations where p puts them.  For saying what budget would work. */
-size_t sl_plan_min_device_bytes(const sl_model_config *c, const sl_plan_params *p);
+ * host or the disk, whichever is less; dev_is_host: the host tier read in
+ * place, so no slot), the cache off it (its staging), the activations
+ * where p puts them.  For saying what budget would work. */
+size_t sl_plan_min_device_bytes(const sl_model_config *c, const sl_plan_params *p, bool dev_is_host);
 
 /* Workspace layout: the floats of each of its eight device buffers (h, x,
  * q, k, v, attention output, fc1 output, logits) for blocks of max_seq

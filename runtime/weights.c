@@ -507,9 +507,16 @@ static void place_layer(const sl_model_config *c, const sl_weight_place *p, sl_m
 	w->disk_bytes = align4k(w->disk_bytes);
 	un[SL_UNIT_ATTN].host_off = un[SL_UNIT_ATTN].disk_off = 0;
 	un[SL_UNIT_LAYER].host_off = un[SL_UNIT_LAYER].disk_off = 0;
-	un[SL_UNIT_ATTN].host_len = un[SL_UNIT_MLP].host_off;
-	un[SL_UNIT_MLP].host_len = w->host_bytes - un[SL_UNIT_MLP].host_off;
-	un[SL_UNIT_LAYER].host_len = w->host_bytes;
+	/* host_in_place: the host tensors are read in their home, so a unit
+	 * stages its disk part alone */
+	w->host_in_place = p && p->host_in_place;
+	if (!w->host_in_place) {
+		un[SL_UNIT_ATTN].host_len = un[SL_UNIT_MLP].host_off;
+		un[SL_UNIT_MLP].host_len = w->host_bytes - un[SL_UNIT_MLP].host_off;
+		un[SL_UNIT_LAYER].host_len = w->host_bytes;
+	} else {
+		un[SL_UNIT_MLP].host_off = 0;
+	}
 	un[SL_UNIT_ATTN].disk_len = attn_disk;
 	un[SL_UNIT_MLP].disk_len = w->disk_bytes - attn_disk;
 	un[SL_UNIT_LAYER].disk_len = w->disk_bytes;
@@ -518,7 +525,7 @@ static void place_layer(const sl_model_config *c, const sl_weight_place *p, sl_m
 	w->halves = p && p->halves;
 	for (int u = 0; u < 3; u++)
 		un[u].stage_disk = align4k(un[u].host_len);
-	w->streamed = w->host_bytes + w->disk_bytes > 0;
+	w->streamed = (w->host_in_place ? 0 : w->host_bytes) + w->disk_bytes > 0;
 }
 
 size_t sl_weights_global_bytes(const sl_model_config *c)
@@ -565,8 +572,9 @@ size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, doubl
 	return tmp.disk_bytes;
 }
 
-/* Pointers of layer l's tensors: home for device ones, the slot holding
- * unit u for the unit's other ones (NULL: none), NULL for the rest. */
+/* Pointers of layer l's tensors: home for device ones (and host ones read
+ * in place), the slot holding unit u for the unit's other ones (NULL:
+ * none), NULL for the rest. */
 static void layer_view(const sl_model_weights *w, const sl_layer_w *lw, void *slot, int u,
 		       sl_layer_w *view)
 {
@@ -579,6 +587,8 @@ static void layer_view(const sl_model_weights *w, const sl_layer_w *lw, void *sl
 		const bool in = slot && i >= first && i < end;
 		const sl_wstage_unit *x = &w->unit[u];
 		char *base = w->tier[i] == SL_TIER_DEVICE ? (char *)lw->block.p + w->home_off[i]
+			     : w->tier[i] == SL_TIER_HOST && w->host_in_place
+				     ? (char *)lw->host.p + w->home_off[i]
 			     : !in ? NULL
 			     : w->tier[i] == SL_TIER_HOST ? (char *)slot + (w->home_off[i] - x->host_off)
 			     : (char *)slot + x->stage_disk + (w->home_off[i] - x->disk_off);

@@ -59,6 +59,10 @@ typedef struct sl_weight_place {
 	bool q4;                         /* compress_weight: the layers' matrices in 4 bits */
 	int zstd;                        /* the store holds zstd frames (sluice convert
 					    --zstd) written at this level; 0: plain */
+	bool host_in_place;              /* the backend's device memory is host memory
+					    (the CPU backend): the host tier's tensors
+					    are read where they live, never copied into
+					    a staging slot; only disk parts are staged */
 } sl_weight_place;
 
 #define SL_LAYER_TENSORS 16
@@ -89,7 +93,9 @@ typedef struct sl_model_weights {
 	sl_wstage_unit unit[3];
 
 	bool q4;                /* the layers' matrices quantised (sl_layer_w.q4) */
-	bool streamed;          /* some tensors live off the device */
+	bool host_in_place;     /* host tensors read in their home (sl_weight_place) */
+	bool streamed;          /* some tensors are staged (off the device; with
+				   host_in_place, on the disk) */
 	bool halves;            /* streamed by half layers */
 	sl_disk_store *disk;
 	sl_zseg_table zt;       /* the store's zstd frames (zt.clen NULL: a plain store) */
@@ -115,7 +121,8 @@ size_t sl_weights_layer_bytes(const sl_model_config *c, bool q4);
 size_t sl_weights_global_bytes(const sl_model_config *c);
 /* The device bytes of the weights under a placement: the globals (the
  * head tied, as every OPT checkpoint has it), the device tier of every
- * layer, and the two staging slots when some tensors are streamed. */
+ * layer, and the two staging slots when some tensors are streamed (with
+ * p->host_in_place, sized for the disk parts alone). */
 size_t sl_weights_device_bytes(const sl_model_config *c, const sl_weight_place *p);
 /* The pinned host bytes of the weights under a placement: *resident the
  * host tier and the disk bounce buffers (a backend whose device is not

@@ -859,25 +859,33 @@ PY
 	rm -f "$tmp/hm.jsonl"
 done
 
-# ---- --policy FILE and --no-overlap change what runs (the same tokens)
+# ---- --policy FILE and --no-overlap change what runs (the same tokens);
+# the CPU backend reads host-tier weights in place (no copy, no staging
+# slot in the device arena)
 printf '{"w_gpu_percent": 0, "w_cpu_percent": 100, "gpu_batch_size": 1, "num_gpu_batches": 2}\n' >"$tmp/pol.json"
+printf '{"w_gpu_percent": 0, "w_cpu_percent": 0, "gpu_batch_size": 1, "num_gpu_batches": 2}\n' >"$tmp/pold.json"
+mkdir -p "$tmp/pold"
 "$sluice" "${job[@]}" --policy "$tmp/pol.json" --out "$tmp/pol.jsonl" --stats "$tmp/pol.st" || bad "--policy job failed"
 "$sluice" "${job[@]}" --policy "$tmp/pol.json" --percent 100 0 100 0 100 0 --out "$tmp/pol2.jsonl" --stats "$tmp/pol2.st" ||
 	bad "--policy with a flag after it failed"
-"$sluice" "${job[@]}" --policy "$tmp/pol.json" --no-overlap --out "$tmp/pol3.jsonl" --stats "$tmp/pol3.st" ||
+"$sluice" "${job[@]}" --policy "$tmp/pold.json" --offload-dir "$tmp/pold" --out "$tmp/pol4.jsonl" --stats "$tmp/pol4.st" ||
+	bad "--policy with the weights on disk failed"
+"$sluice" "${job[@]}" --policy "$tmp/pold.json" --offload-dir "$tmp/pold" --no-overlap --out "$tmp/pol3.jsonl" --stats "$tmp/pol3.st" ||
 	bad "--policy --no-overlap failed"
-if python3 - "$tmp/pol.st" "$tmp/pol2.st" "$tmp/pol3.st" <<'PY'; then ok; else bad "--policy FILE / --no-overlap statistics"; fi
+if python3 - "$tmp/pol.st" "$tmp/pol2.st" "$tmp/pol3.st" "$tmp/pol4.st" <<'PY'; then ok; else bad "--policy FILE / --no-overlap statistics"; fi
 import json, sys
-p, flag, noov = (json.load(open(f)) for f in sys.argv[1:4])
-# the policy's weights live in host memory and stream to the device
-assert p["h2d_bytes"] > 0 and p["peak_bytes"]["host"] > 0, p
+p, flag, noov, disk = (json.load(open(f)) for f in sys.argv[1:5])
+# the policy's weights live in host memory, read where they are: the
+# device holds less than with them on it, and nothing is copied
+assert p["h2d_bytes"] == 0 and p["peak_bytes"]["host"] > flag["peak_bytes"]["host"], (p, flag)
+assert p["peak_bytes"]["device"] < flag["peak_bytes"]["device"], (p, flag)
 # a flag after the file overrides it: the weights on the device again
-assert flag["h2d_bytes"] == 0, flag
-# with overlap each unit's load starts while the one before computes, one
-# more ahead of the last; without it, each loads when needed, no more
-assert 0 < noov["h2d_bytes"] < p["h2d_bytes"], (noov["h2d_bytes"], p["h2d_bytes"])
+assert flag["h2d_bytes"] == 0 and flag["disk_read_bytes"] == 0, flag
+# on disk, with overlap each unit's read starts while the one before
+# computes, one more ahead of the last; without it, each when needed
+assert 0 < noov["disk_read_bytes"] < disk["disk_read_bytes"], (noov["disk_read_bytes"], disk["disk_read_bytes"])
 PY
-for f in pol pol2 pol3; do
+for f in pol pol2 pol3 pol4; do
 	if cmp -s "$tmp/$f.jsonl" "$tmp/ref.jsonl"; then ok; else bad "--policy run $f changed the tokens"; fi
 done
 

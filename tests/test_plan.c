@@ -135,7 +135,8 @@ START_TEST(test_min_device)
 			p.overlap = sw & 2;
 			p.cpu_cache_compute = sw & 4;
 			p.hh = p.rr = sw & 8 ? 0.0125 : 0;
-			const size_t least = sl_plan_min_device_bytes(&c, &p);
+			for (int host = 0; host < 2; host++) {
+			const size_t least = sl_plan_min_device_bytes(&c, &p, host);
 			for (size_t wi = 0; wi < SL_ARRAY_LEN(w); wi++)
 				for (size_t ki = 0; ki < SL_ARRAY_LEN(kv); ki++) {
 					p.w_gpu = w[wi][0];
@@ -143,12 +144,13 @@ START_TEST(test_min_device)
 					p.cache_gpu = kv[ki][0];
 					p.cache_cpu = kv[ki][1];
 					sl_plan pl;
-					ck_assert_int_eq(sl_plan_make(&c, &p, false, &pl), 0);
+					ck_assert_int_eq(sl_plan_make(&c, &p, host, &pl), 0);
 					ck_assert_msg(least <= pl.total.device,
-						      "%s switches %d weights %g/%g cache %g/%g: least %zu > plan %zu",
-						      models[mi], sw, w[wi][0], w[wi][1], kv[ki][0], kv[ki][1],
+						      "%s host %d switches %d weights %g/%g cache %g/%g: least %zu > plan %zu",
+						      models[mi], host, sw, w[wi][0], w[wi][1], kv[ki][0], kv[ki][1],
 						      least, pl.total.device);
 				}
+			}
 		}
 	}
 }
@@ -243,8 +245,17 @@ START_TEST(test_compressed_weights)
 			ck_assert_uint_eq(a.weights.device - b.weights.device, saved);
 		if (i == 1) {
 			ck_assert_uint_eq(a.weights.host - b.weights.host, saved);
-			/* the staging slots hold one layer's streamed bytes each */
-			ck_assert_uint_lt(b.weights.device, a.weights.device);
+			/* the CPU backend reads the host tier in place: no
+			 * staging slot, the globals alone on the device */
+			ck_assert_uint_eq(a.weights.device, sl_weights_global_bytes(&c));
+			ck_assert_uint_eq(b.weights.device, a.weights.device);
+			/* a GPU's staging slots hold one layer's streamed bytes each */
+			sl_plan ga, gb;
+			ck_assert_int_eq(sl_plan_make(&c, &p, false, &gb), 0);
+			p.w_q4 = false;
+			ck_assert_int_eq(sl_plan_make(&c, &p, false, &ga), 0);
+			ck_assert_uint_lt(gb.weights.device, ga.weights.device);
+			ck_assert_uint_ge(ga.weights.device - gb.weights.device, 2 * (f16 - q4) - 2 * 4096);
 		}
 		if (i == 2) {
 			const size_t seg16 = a.weights.disk / L, seg4 = b.weights.disk / L;

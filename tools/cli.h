@@ -138,7 +138,7 @@ int model_config(const common_opts *o, sl_model_config *cfg);
 int make_backend(const common_opts *o, sl_backend **be);
 int open_model(const common_opts *o, const sl_model_config *cfg, const sl_plan_params *pp,
 	       sl_backend **be, sl_model **m);
-int check_budget(const common_opts *o, const sl_model_config *cfg, const sl_plan_params *pp);
+int check_budget(const common_opts *o, const sl_model_config *cfg, const sl_plan_params *pp, bool dev_is_host);
 void budget_hint(int rc, const common_opts *o, const sl_model_config *cfg, const sl_backend *be,
 		 const sl_plan_params *pp);
 void fmt_bytes(size_t n, char *buf, size_t len);

@@ -354,9 +354,9 @@ void fmt_bytes(size_t n, char *buf, size_t len)
 
 /* A device budget no schedule fits is refused before anything is loaded,
  * with the smallest budget that would work. */
-int check_budget(const common_opts *o, const sl_model_config *cfg, const sl_plan_params *pp)
+int check_budget(const common_opts *o, const sl_model_config *cfg, const sl_plan_params *pp, bool dev_is_host)
 {
-	return budget_short("--gpu-mem", o->gpu_mem, sl_plan_min_device_bytes(cfg, pp),
+	return budget_short("--gpu-mem", o->gpu_mem, sl_plan_min_device_bytes(cfg, pp, dev_is_host),
 			    "is too small for any schedule of this job",
 			    "every layer's weights and the KV cache off the device, e.g. --percent 0 100 0 100 100 0), or a smaller --batch-size");
 }
@@ -372,7 +372,7 @@ void budget_hint(int rc, const common_opts *o, const sl_model_config *cfg, const
 		return; /* check_host_budget named the smallest --cpu-mem */
 	char want[32], msg[1024];
 	snprintf(msg, sizeof msg, "%s", sl_errmsg());
-	fmt_bytes(sl_plan_min_device_bytes(cfg, pp), want, sizeof want);
+	fmt_bytes(sl_plan_min_device_bytes(cfg, pp, be && be->ops->dev_is_host), want, sizeof want);
 	sl_err(rc, "%s; the smallest device budget for this job is --gpu-mem %s with every layer's weights and the KV cache off the device (--percent 0 100 0 100 100 0, or on disk with --offload-dir)",
 	       msg, want);
 }

@@ -245,7 +245,7 @@ int run_job(const char *cmd, job_cli *j, bool score)
 	}
 	const int nseq = SL_MIN(j->jo.batch, ps.n);
 	const sl_plan_params pp = job_plan(&j->co, nseq, nseq * max_len, max_len, max_prompt);
-	if ((rc = check_budget(&j->co, &cfg, &pp)) < 0)
+	if ((rc = check_budget(&j->co, &cfg, &pp, be->ops->dev_is_host)) < 0)
 		goto fail;
 	sl_cost pc; /* the largest block's shape, before compute */
 	if (have_prof && (rc = block_cost(j, &cfg, be->ops->dev_is_host, &prof, nseq, max_prompt,

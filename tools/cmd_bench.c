@@ -188,7 +188,7 @@ static void bench_open(bench_opts *o, sl_model_config *bcfg, sl_plan_params *pp,
 			*pp = bench_plan(o, 1);
 			/* the message first: budget_hint appends the smallest budget */
 			sl_err(SL_EBUDGET, "--batch max: not even one sequence fits");
-			budget_hint(SL_EBUDGET, co, bcfg, NULL, pp);
+			budget_hint(SL_EBUDGET, co, bcfg, *be, pp);
 			die(SL_EBUDGET);
 		}
 		if (!o->json) {
@@ -197,7 +197,7 @@ static void bench_open(bench_opts *o, sl_model_config *bcfg, sl_plan_params *pp,
 		}
 	}
 	*pp = bench_plan(o, o->batch);
-	if (!o->batch_max && (rc = check_budget(co, bcfg, pp)) < 0)
+	if (!o->batch_max && (rc = check_budget(co, bcfg, pp, (*be)->ops->dev_is_host)) < 0)
 		die(rc);
 	/* the prediction first: it is arithmetic, and a profile that does not
 	 * suit is found before anything loads */
