@@ -188,6 +188,8 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	set_rate(j, "disk_page_write_gbps", p->disk_page_write_gbps, e);
 	sl_jset(j, "disk_overlap", p->have_disk_overlap ? json_real(p->disk_overlap) : json_null(), e);
 	sl_jset(j, "load_average", p->load_average >= 0 ? json_real(p->load_average) : json_null(), e);
+	set_rate(j, "zstd_gbps", p->zstd_gbps, e);
+	sl_jset(j, "zstd_ratio", p->zstd_ratio > 0 ? json_real(p->zstd_ratio) : json_null(), e);
 	sl_jset(j, "dev_reserve_bytes", json_integer((json_int_t)p->dev_reserve_bytes), e);
 	sl_jset_real(j, "seconds", p->seconds, e);
 	return j;
@@ -672,6 +674,9 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 		p->have_disk_overlap = dov && !json_is_null(dov);
 		p->disk_overlap = get_share(r, root, "disk_overlap");
 		p->load_average = get_nonneg(r, root, "load_average");
+		/* zstd frames, later: absent is not measured */
+		p->zstd_gbps = get_opt_rate(r, root, "zstd_gbps");
+		p->zstd_ratio = get_share(r, root, "zstd_ratio");
 		p->dev_reserve_bytes = (uint64_t)get_int(r, root, "", "dev_reserve_bytes", 0, INT64_MAX);
 	}
 	json_t *s = field(r, root, "", "seconds");

@@ -79,6 +79,16 @@
  *                     copy_overlap is, the reads 16 MiB, 2 outstanding,
  *                     on a thread of their own beside the GEMMs);
  *                     absent (have_disk_overlap false): all of it, as before
+ *   zstd_gbps, zstd_ratio  frames as sluice convert --zstd writes them
+ *                     (zseg.h: 4 MiB of byte-shuffled fp16, level 1; quick:
+ *                     1 MiB) of normal values (sd 0.02, a trained layer's
+ *                     spread), 4 per thread, decompressed as the weight
+ *                     streamer does (a frame per OpenMP thread at a time):
+ *                     raw bytes out per second, median of 3; and the
+ *                     frames' bytes on disk (each rounded up to a page)
+ *                     over the raw ones, the ratio the cost model takes
+ *                     where no store says.  Optional (absent: 0, not
+ *                     measured)
  *   load_average      the machine's 1-minute load average as the profile
  *                     began (/proc/loadavg): a profile measured while other
  *                     work held the cores under-rates the machine; optional
@@ -211,6 +221,10 @@ typedef struct sl_profile {
 	double load_average;        /* 1-minute load average as it began; -1: unknown */
 	double copy_overlap;        /* CPU backend: the share of copies hidden
 				     * under GEMMs on the shared cores, [0, 1] */
+	double zstd_gbps;           /* a zstd store's frames decompressed, raw
+				     * bytes out; 0: not measured */
+	double zstd_ratio;          /* such frames' disk bytes over the raw ones,
+				     * (0, 1]; 0: not measured */
 	uint64_t dev_reserve_bytes; /* the backend's own device workspace (cuBLAS's,
 				     * its scratch), outside the run plan */
 	char build[64];             /* the sluice that measured (SL_VERSION+sl_build_id) */

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const sl_res_name[SL_NRES] = { "compute", "cpu_attention", "h2d",
-					   "d2h",     "disk_read",     "disk_write" };
+const char *const sl_res_name[SL_NRES] = { "compute",   "cpu_attention", "h2d", "d2h",
+					   "disk_read", "disk_write",    "zstd" };
 
 #define PAGE 4096.0
 #define DECODE_SAMPLES 64
@@ -24,6 +24,10 @@ const char *const sl_res_name[SL_NRES] = { "compute", "cpu_attention", "h2d",
 #define FALLBACK_COPY_LAT_US 5.0
 #define FALLBACK_OP_LAT_US 5.0
 #define FALLBACK_DISK_WRITE_SHARE 0.7
+#define FALLBACK_ZSTD_GBPS 1.0
+/* the frames a zstd store's segments are cut into (sluice convert --zstd):
+ * each read and decompressed on its own */
+#define ZSTD_FRAME_BYTES (4.0 * 1048576)
 
 /* The rates of the profiled machine, in units per second. */
 typedef struct rates {
@@ -43,6 +47,7 @@ typedef struct rates {
 	double overlap;            /* CPU backend: the share of copies hidden under compute */
 	double disk_overlap;       /* CPU backend: the share of the disk hidden under
 				    * compute and copies (1 where not measured) */
+	double zstd;               /* a zstd store's frames decompressed, raw bytes/s */
 } rates;
 
 static double pos_or(double v, double fallback)
@@ -80,6 +85,7 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	r->disk_page = p->disk_page_write_gbps * 1e9;
 	r->overlap = host ? p->copy_overlap : 0;
 	r->disk_overlap = host && p->have_disk_overlap ? p->disk_overlap : 1;
+	r->zstd = pos_or(p->zstd_gbps, FALLBACK_ZSTD_GBPS) * 1e9;
 }
 
 /* GB/s of the disk's reads in requests of req bytes: the profile's segment
@@ -216,14 +222,15 @@ static double wall(const acc *a, const rates *r, bool overlap)
 		return s;
 	}
 	if (r->host) {
-		const double comp = b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN], copies = b[SL_RES_H2D] + b[SL_RES_D2H];
+		const double comp = b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN] + b[SL_RES_ZSTD],
+			     copies = b[SL_RES_H2D] + b[SL_RES_D2H];
 		const double x = comp + copies - r->overlap * fmin(comp, copies);
 		/* the disk beside them, less the share of the shorter that
 		 * hides (all of it where not measured: max(x, disk)) */
 		return x + disk - r->disk_overlap * fmin(x, disk);
 	}
-	return fmax(fmax(b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN], disk),
-		    fmax(b[SL_RES_H2D], b[SL_RES_D2H]));
+	return fmax(fmax(fmax(b[SL_RES_COMPUTE] + b[SL_RES_CPU_ATTN], disk), fmax(b[SL_RES_H2D], b[SL_RES_D2H])),
+		    b[SL_RES_ZSTD]);
 }
 
 /* The model's shapes and the plan's split, as the cost model reads them. */
@@ -237,6 +244,7 @@ typedef struct shape {
 				* its 4-bit form (sl_plan_kv_slot_bytes) */
 	double ss;             /* H2O: a sequence's scores (or positions) of one layer */
 	double w_host, w_disk; /* one layer's streamed weight bytes */
+	double w_zstd;         /* the disk share's zstd ratio; 0: a plain store */
 	int units;             /* weight units a layer loads in (2 with sep_layer halves) */
 	bool ccc;              /* cpu_cache_compute in effect */
 	int heavy_recent;      /* H2O: tokens the cache keeps after a step */
@@ -249,11 +257,17 @@ static void layer_weights(acc *a, const shape *s, const rates *r)
 {
 	if (s->w_host > 0 && !r->host)
 		copy(a, r, true, s->w_host, s->units);
-	if (s->w_disk > 0) {
+	if (s->w_disk > 0 && s->w_zstd > 0) {
+		/* a zstd store: the frames' pages, a read each, then the
+		 * host's threads decompress them */
+		const double frames = fmax(s->units, ceil(s->w_disk / ZSTD_FRAME_BYTES));
+		disk(a, r, SEG_READ, s->w_disk * s->w_zstd, frames);
+		add(a, SL_RES_ZSTD, s->w_disk, s->w_disk / r->zstd);
+	} else if (s->w_disk > 0) {
 		disk(a, r, SEG_READ, s->w_disk, s->units);
-		if (!r->host)
-			copy(a, r, true, s->w_disk, s->units);
 	}
+	if (s->w_disk > 0 && !r->host)
+		copy(a, r, true, s->w_disk, s->units);
 }
 
 static double pages(double bytes)
@@ -502,6 +516,7 @@ int sl_cost_eval(const sl_model_config *c, const sl_plan *pl, const sl_profile *
 	sl_weights_layer_split(c, p->w_gpu, p->w_cpu, p->w_q4, &wd, &wh, &wk);
 	s.w_host = (double)wh;
 	s.w_disk = (double)wk;
+	s.w_zstd = p->w_zstd;
 	s.units = p->sep_layer && (wk + (pl->dev_is_host ? 0 : wh)) > 0 ? 2 : 1;
 	s.ccc = p->cpu_cache_compute;
 	s.heavy_recent = pl->h2o ? pl->cap - 1 : prompt_len + gen_len;

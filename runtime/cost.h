@@ -35,17 +35,19 @@ enum {
 	SL_RES_D2H,
 	SL_RES_DISK_READ,
 	SL_RES_DISK_WRITE,
+	SL_RES_ZSTD, /* the host's threads decompressing a zstd weight store's frames */
 	SL_NRES
 };
 
-/* "compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write" */
+/* "compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write", "zstd" */
 extern const char *const sl_res_name[SL_NRES];
 
 /* One phase: the prefill, or every decode step together. */
 typedef struct sl_cost_phase {
 	double seconds;       /* predicted wall time */
 	double busy[SL_NRES]; /* each resource's busy seconds */
-	double work[SL_NRES]; /* compute: FLOPs; cpu_attention: cache bytes read; links: bytes */
+	double work[SL_NRES]; /* compute: FLOPs; cpu_attention: cache bytes read; links: bytes;
+			       * zstd: raw bytes out */
 	int bottleneck;       /* the resource with the most busy time */
 } sl_cost_phase;
 

@@ -98,6 +98,9 @@ static int check_params(const sl_model_config *c, const sl_plan_params *p)
 	if (!pct_ok(p->cache_gpu, p->cache_cpu))
 		return sl_err(SL_EINVAL, "run plan: cache placement %g%% device, %g%% host is not a split of 100%%",
 			      p->cache_gpu, p->cache_cpu);
+	if (!(p->w_zstd >= 0 && p->w_zstd <= 1))
+		return sl_err(SL_EINVAL, "run plan: a zstd store's ratio %g is not in (0, 1] (0: a plain store)",
+			      p->w_zstd);
 	if (p->micro < 0 || p->max_seq < 0 || p->max_prompt < 0 || p->max_len < 0 || p->max_rows < 0)
 		return sl_err(SL_EINVAL, "run plan: a negative size (micro %d, sequences %d, prompt %d, length %d, rows %d)",
 			      p->micro, p->max_seq, p->max_prompt, p->max_len, p->max_rows);

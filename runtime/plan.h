@@ -40,6 +40,12 @@ typedef struct sl_plan_params {
 	bool kv_f32;                /* fp32 cache (accuracy mode); fp16 otherwise */
 	bool kv_q4;                 /* 4-bit compressed cache (compress_cache, backend.h) */
 	bool w_q4;                  /* 4-bit decoder-layer matrices (compress_weight, weights.h) */
+	double w_zstd;              /* the weights' disk share read from a zstd store
+				       (sluice convert --zstd): its frames' bytes over the
+				       plain ones, in (0, 1]; 0: a plain store.  Read by
+				       the cost model only: the budgets do not count the
+				       streamer's frame buffers yet (wstage.c: the two
+				       slots' disk parts and a window per thread, host) */
 	int micro;                  /* sequences per micro-batch; 0: the whole block */
 	double hh, rr;              /* H2O: heavy-hitter and recent ratios; 0, 0: dense */
 	int fixed_heavy, fixed_recent; /* >= 0: H2O with these counts (tests); -1: the ratios */

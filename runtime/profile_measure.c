@@ -8,8 +8,12 @@
 #include "sl_common.h"
 #include "sl_config.h"
 #include "topology.h"
+#include "zseg.h"
+#include "sl_hash.h"
 
 #include <errno.h>
+#include <math.h>
+#include <zstd.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -995,6 +999,87 @@ out:
 	return rc;
 }
 
+/* ---- zstd frames ------------------------------------------------------------------------ */
+
+/* Frames as sluice convert --zstd writes them (zseg.h: byte-shuffled
+ * fp16, level 1) of values drawn as a trained layer's are (normal, sd
+ * 0.02: OPT's initialisation), decompressed as the weight streamer does
+ * (wstage.c: a frame per OpenMP thread at a time, each its own context):
+ * the raw bytes out per second, median of 3, and the frames' bytes on disk
+ * (each rounded up to a page, as a read moves them) over the raw ones: the
+ * ratio the cost model assumes where no store says. */
+static int measure_zstd(bool quick, double target_s, double *gbps, double *ratio)
+{
+	const int nthr = SL_MAX(1, omp_get_max_threads());
+	const size_t win = (quick ? 1 : 4) * MIB;
+	const int nf = quick ? 2 : 4 * nthr;
+	const size_t cap = sl_zseg_bound(win), raw_bytes = (size_t)nf * win;
+	unsigned char *raw = malloc(raw_bytes), *comp = malloc((size_t)nf * cap), *out = malloc(raw_bytes);
+	unsigned char *scratch = malloc((size_t)nthr * win);
+	size_t *clen = calloc((size_t)nf, sizeof *clen);
+	ZSTD_DCtx **dctx = calloc((size_t)nthr, sizeof *dctx);
+	int rc = 0;
+	if (!raw || !comp || !out || !scratch || !clen || !dctx) {
+		rc = sl_err(SL_ENOMEM, "profile: out of memory for the zstd frames (%zu bytes)", 3 * raw_bytes);
+		goto out;
+	}
+	sl_half *h = (sl_half *)raw;
+	for (size_t i = 0; i < raw_bytes / 2; i += 2) { /* Box-Muller, two values a draw */
+		const uint64_t r = sl_splitmix64(0x5eed ^ i);
+		const double u1 = ((r >> 11) + 1.0) / 9007199254740993.0, u2 = (double)(r & 0xffffffff) / 4294967296.0;
+		const double m = 0.02 * sqrt(-2.0 * log(u1));
+		h[i] = sl_float_to_half((float)(m * cos(2 * M_PI * u2)));
+		h[i + 1] = sl_float_to_half((float)(m * sin(2 * M_PI * u2)));
+	}
+	double disk = 0;
+	for (int f = 0; f < nf && !rc; f++) {
+		rc = sl_zseg_compress(NULL, 1, raw + (size_t)f * win, win, scratch, comp + (size_t)f * cap, cap,
+				      &clen[f]);
+		disk += clen[f] ? (double)((clen[f] + 4095) & ~(size_t)4095) : (double)win;
+	}
+	for (int t = 0; t < nthr && !rc; t++)
+		if (!(dctx[t] = ZSTD_createDCtx()))
+			rc = sl_err(SL_ENOMEM, "profile: out of memory for a zstd context");
+	if (rc < 0)
+		goto out;
+	*ratio = disk / (double)raw_bytes;
+	double sec[3];
+	for (int s = 0; s < 3 && !rc; s++) {
+		int passes = 0, failed = 0;
+		const double t0 = sl_now();
+		do {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr)
+			for (int f = 0; f < nf; f++) {
+				const int id = omp_get_thread_num();
+				if (clen[f] && sl_zseg_decompress(dctx[id], comp + (size_t)f * cap, clen[f],
+								  scratch + (size_t)id * win, out + (size_t)f * win,
+								  win, "profile", 0, f) < 0) {
+#pragma omp atomic write
+					failed = 1;
+				}
+			}
+			passes++;
+		} while (!failed && sl_now() - t0 < target_s / 3);
+		for (int f = 0; f < nf && !failed; f++)
+			failed = clen[f] && memcmp(out + (size_t)f * win, raw + (size_t)f * win, win) != 0;
+		if (failed)
+			rc = sl_err(SL_EFORMAT, "profile: zstd frames did not decompress to what was compressed");
+		sec[s] = (sl_now() - t0) / passes;
+	}
+	if (!rc)
+		*gbps = (double)raw_bytes / median3(sec) / 1e9;
+out:
+	for (int t = 0; t < nthr && dctx; t++)
+		ZSTD_freeDCtx(dctx[t]);
+	free(dctx);
+	free(clen);
+	free(scratch);
+	free(out);
+	free(comp);
+	free(raw);
+	return rc;
+}
+
 /* The 1-minute load average (/proc/loadavg), or -1. */
 static double load_now(void)
 {
@@ -1089,6 +1174,11 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 		say(o, "overlap     %8.2f          (the share of the copy queue's memcpy hidden under GEMMs, m=%d n=k=%d)\n",
 		    out->copy_overlap, OVL_M, OVL_NK);
 	}
+
+	if ((rc = measure_zstd(o->quick, target, &out->zstd_gbps, &out->zstd_ratio)) < 0)
+		goto out;
+	say(o, "zstd        %8.2f GB/s     (decompressing fp16 frames as a --zstd store's, %d threads, median of 3; ratio %.3f)\n",
+	    out->zstd_gbps, SL_MAX(1, omp_get_max_threads()), out->zstd_ratio);
 
 	if (out->have_gpu) {
 		double r;

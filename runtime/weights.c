@@ -1028,6 +1028,23 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 	return 0;
 }
 
+double sl_weights_zstd_ratio(const sl_model_weights *w)
+{
+	const sl_zseg_table *t = &w->zt;
+	if (!t->clen || !t->seg || !t->n_layer)
+		return 0;
+	double bytes = 0;
+	for (int l = 0; l < t->n_layer; l++)
+		for (int f = 0; f < t->nframes; f++) {
+			uint64_t off;
+			size_t n;
+			sl_zseg_frame(t->seg, t->split, t->window, f, &off, &n);
+			const uint32_t c = t->clen[(size_t)l * t->nframes + f];
+			bytes += c ? (double)align4k(c) : (double)n;
+		}
+	return SL_MIN(1.0, bytes / ((double)t->seg * t->n_layer));
+}
+
 int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_model_weights *w, int l, int u,
 		       sl_layer_w *view)
 {

@@ -103,6 +103,12 @@ typedef struct sl_model_weights {
 	sl_weight_stats stats;  /* the engine's loads and the store's writes */
 } sl_model_weights;
 
+/* The zstd store's ratio (sluice convert --zstd) these weights read their
+ * disk share from: every frame's bytes as a read moves them (a page
+ * multiple; a raw frame whole) over the plain segments'.  0: a plain store,
+ * or nothing on disk. */
+double sl_weights_zstd_ratio(const sl_model_weights *w);
+
 /* Load from an open checkpoint; dir names it in messages.  place may be
  * NULL: everything on the device. */
 int sl_weights_load(sl_backend *b, sl_queue *q, const sl_model_config *c, const sl_st_set *st,

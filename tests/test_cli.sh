@@ -1013,7 +1013,7 @@ pred = f["predicted"]
 assert f["gpu_batch_size"] == 2 and f["num_gpu_batches"] == 1, f
 assert set(pred) == {"throughput_tok_s", "prefill_s", "decode_s", "prefill_bottleneck",
                      "decode_bottleneck", "peak_bytes", "prompt_len", "gen_len", "profile"}, pred
-res = {"compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write"}
+res = {"compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write", "zstd"}
 assert pred["prefill_bottleneck"] in res and pred["decode_bottleneck"] in res, pred
 assert pred["throughput_tok_s"] > 0 and pred["prefill_s"] > 0 and pred["decode_s"] > 0, pred
 # FlexGen's metric: sequences x gen_len over prefill + decode
@@ -1065,7 +1065,7 @@ txt = open(sys.argv[4]).read()
 assert e["fits"] is True and e["over"] is None, e
 assert abs(e["throughput_tok_s"] / pred["throughput_tok_s"] - 1) < 1e-9, (e, pred)
 assert e["peak_bytes"] == pred["peak_bytes"], (e, pred)
-res = {"compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write"}
+res = {"compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write", "zstd"}
 for ph in ("prefill", "decode"):
     p = e["phases"][ph]
     assert set(p["busy_s"]) == res and p["bottleneck"] == pred[ph + "_bottleneck"], p
@@ -1540,7 +1540,7 @@ cab=(bench "${ca[@]}" --prompt-len 16 --gen-len 4 --batch 2)
 if python3 - "$tmp/ca-b1.json" "$tmp/ca-b0.json" "$tmp/ca-prof.json" <<'PY'; then ok; else bad "bench predicted_*: $(cat "$tmp/ca-b1.json" "$tmp/ca-b0.json")"; fi
 import json, sys
 p, n = (json.load(open(f)) for f in sys.argv[1:3])
-res = ("compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write")
+res = ("compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write", "zstd")
 for k in ("predicted_throughput_tok_s", "predicted_prefill_s", "predicted_decode_s"):
     assert isinstance(p[k], float) and p[k] > 0, (k, p[k])
     assert n[k] is None, (k, n[k])

@@ -226,6 +226,82 @@ START_TEST(test_hand_worked_streamed)
 }
 END_TEST
 
+/* A zstd store (sluice convert --zstd): the disk reads the frames' pages
+ * (the ratio of the layer's bytes), a request per frame of at most 4 MiB,
+ * and the host's threads decompress the layer at the profile's zstd_gbps;
+ * on the CPU backend that is compute's chain, beside the disk; on a GPU a
+ * chain of its own.  A ratio outside (0, 1] is refused. */
+START_TEST(test_hand_worked_zstd)
+{
+	const sl_model_config c = tiny_config();
+	const double h = 64, f = 256, L = 2;
+	const int B = 2, P = 4, G = 2;
+	sl_profile prof = round_profile(true);
+	prof.zstd_gbps = 2;
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = pp.w_cpu = 0;
+	pp.sep_layer = false;
+	pp.overlap = true;
+	pp.max_seq = B;
+	pp.max_prompt = P;
+	pp.max_len = P + G;
+	pp.max_rows = B * P;
+	sl_plan plain, z, dev;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &plain), 0);
+	pp.w_zstd = 0.5;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &z), 0);
+	pp.w_gpu = 100;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &dev), 0);
+	sl_cost kp, kz, kd;
+	ck_assert_int_eq(sl_cost_eval(&c, &plain, &prof, P, G, &kp), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &z, &prof, P, G, &kz), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &dev, &prof, P, G, &kd), 0);
+	const double lw = kp.prefill.work[SL_RES_DISK_READ] / L;
+	ck_assert(lw > 90000 && lw < 110000); /* one frame */
+	ck_assert_double_eq_tol(kp.prefill.work[SL_RES_ZSTD], 0, 1e-12);
+	ck_assert_double_eq_tol(kz.prefill.work[SL_RES_DISK_READ], L * 0.5 * lw, 1e-6);
+	ck_assert_double_eq_tol(kz.decode.work[SL_RES_DISK_READ], (G - 1) * L * 0.5 * lw, 1e-6);
+	const double D = 0.5 * lw / 1e9 + 1e-6, Z = lw / 2e9;
+	ck_assert_double_eq_tol(kz.prefill.busy[SL_RES_DISK_READ], L * D, 1e-12);
+	ck_assert_double_eq_tol(kz.prefill.work[SL_RES_ZSTD], L * lw, 1e-6);
+	ck_assert_double_eq_tol(kz.prefill.busy[SL_RES_ZSTD], L * Z, 1e-12);
+	/* the CPU backend: a layer's compute and decompression, beside its
+	 * read (the disk hidden wholly where not measured), the first
+	 * layer's read and decompression waited for */
+	const double g_hh = 2 * h * h / 1e9, g_fh = 2 * f * h / 1e9;
+	const double C = 4 * g_hh + 2 * g_fh + 4.0 * B * h * P * (P + 1) / 2 / 8e9 + 9e-6;
+	ck_assert_double_eq_tol(kz.prefill.seconds, kd.prefill.seconds + L * (fmax(C + Z, D) - C) + D + Z, 1e-12);
+	/* where the disk is slow the frames pay: at 0.1 GB/s the plain read
+	 * takes longer than half of it and the decompression */
+	prof.disk_read_gbps = 0.1;
+	ck_assert_int_eq(sl_cost_eval(&c, &plain, &prof, P, G, &kp), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &z, &prof, P, G, &kz), 0);
+	ck_assert_double_lt(kz.seconds, kp.seconds);
+	/* where it is fast and decompression slow they do not */
+	prof.disk_read_gbps = 10;
+	prof.zstd_gbps = 0.05;
+	ck_assert_int_eq(sl_cost_eval(&c, &plain, &prof, P, G, &kp), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &z, &prof, P, G, &kz), 0);
+	ck_assert_double_gt(kz.seconds, kp.seconds);
+	/* a GPU: decompression is a chain of its own */
+	sl_profile gpu = round_profile(false);
+	gpu.zstd_gbps = 0.01;
+	pp.w_gpu = 0;
+	sl_plan zg;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &zg), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &zg, &gpu, P, G, &kz), 0);
+	ck_assert_double_eq_tol(kz.prefill.busy[SL_RES_ZSTD], L * lw / 0.01e9, 1e-12);
+	ck_assert_int_eq(kz.prefill.bottleneck, SL_RES_ZSTD);
+	ck_assert_double_ge(kz.prefill.seconds, kz.prefill.busy[SL_RES_ZSTD]);
+	/* the ratio is a share */
+	pp.w_zstd = 1.5;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &zg), SL_EINVAL);
+	ck_assert_msg(strstr(sl_errmsg(), "zstd"), "%s", sl_errmsg());
+	pp.w_zstd = -0.5;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &zg), SL_EINVAL);
+}
+END_TEST
+
 /* The disk as the profile measures it: weights on the disk read at the
  * segment curve's rate at a unit's size, the cache's decode pages written
  * at the page rate, and on the CPU backend the measured share of the disk
@@ -716,6 +792,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_hand_worked);
 	tcase_add_test(tc, test_hand_worked_streamed);
 	tcase_add_test(tc, test_hand_worked_disk);
+	tcase_add_test(tc, test_hand_worked_zstd);
 	suite_add_tcase(s, tc);
 	TCase *tt = tcase_create("traffic");
 	tcase_add_checked_fixture(tt, make_offdir, rm_offdir);

@@ -108,6 +108,8 @@ static void full_profile(sl_profile *p)
 	p->cpu_attn_gbps = 12.3456789;
 	p->disk_write_gbps = 2.0 / 3.0;
 	p->copy_overlap = 1.0 / 3.0;
+	p->zstd_gbps = 1.0 / 7.0;
+	p->zstd_ratio = 0.8125 + 1e-9;
 	p->disk_passes = 3;
 	p->disk_read_spread = 0.1 + 0.025;
 	p->disk_seg.npoints = 5;
@@ -222,6 +224,8 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 	SAME_BITS(cpu_attn_gbps);
 	SAME_BITS(disk_write_gbps);
 	SAME_BITS(copy_overlap);
+	SAME_BITS(zstd_gbps);
+	SAME_BITS(zstd_ratio);
 	SAME(disk_passes);
 	SAME_BITS(disk_read_spread);
 	SAME(disk_seg.npoints);
@@ -293,6 +297,13 @@ START_TEST(test_round_trip)
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	ck_assert(q->load_average == -1);
 	p->load_average = -1;
+	check_same(p, q);
+	/* the zstd frames' rate and ratio, later again: absent is 0 */
+	ck_assert_int_eq(json_object_del(root, "zstd_gbps"), 0);
+	ck_assert_int_eq(json_object_del(root, "zstd_ratio"), 0);
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	p->zstd_gbps = p->zstd_ratio = 0;
 	check_same(p, q);
 	json_object_set_new(root, "copy_overlap", json_null());
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
@@ -427,6 +438,8 @@ static const bad_case bad_cases[] = {
 	{ "copy_overlap", "1.5", SL_ERANGE, "copy_overlap = 1.5, must be in [0, 1]" },
 	{ "copy_overlap", "-0.25", SL_ERANGE, "copy_overlap = -0.25, must be in [0, 1]" },
 	{ "copy_overlap", "\"all\"", SL_EFORMAT, "copy_overlap must be a number in [0, 1] or null, got a string" },
+	{ "zstd_gbps", "0", SL_ERANGE, "zstd_gbps = 0, must be a positive number or null" },
+	{ "zstd_ratio", "1.25", SL_ERANGE, "zstd_ratio = 1.25, must be in [0, 1]" },
 	/* the disk's patterns */
 	{ "disk_passes", "0", SL_ERANGE, "disk_passes = 0, must be in [1, 1000]" },
 	{ "disk_passes", "2.5", SL_EFORMAT, "disk_passes must be an integer or null, got a number" },
@@ -582,6 +595,7 @@ START_TEST(test_format_1)
 	want->attn_decode_gbps = want->attn_prefill_gflops = want->cpu_attn_gbps = want->disk_write_gbps = 0;
 	want->dev_reserve_bytes = 0;
 	want->copy_overlap = 0;
+	want->zstd_gbps = want->zstd_ratio = 0;
 	want->disk_passes = 0;
 	want->disk_read_spread = 0;
 	memset(&want->disk_seg, 0, sizeof want->disk_seg);

@@ -121,6 +121,10 @@ START_TEST(test_measure)
 	snprintf(build, sizeof build, "%s+%s", SL_VERSION, sl_build_id);
 	ck_assert_str_eq(p->build, build);
 	ck_assert(sl_build_id[0] != 0);
+	/* zstd frames of normal fp16 values: decompressed, and smaller (the
+	 * sign and exponent bytes, shuffled together, compress) */
+	ck_assert_msg(p->zstd_gbps > 0, "zstd %g GB/s", p->zstd_gbps);
+	ck_assert_msg(p->zstd_ratio > 0.5 && p->zstd_ratio < 0.95, "zstd ratio %g", p->zstd_ratio);
 	/* the load it was measured at, from /proc/loadavg */
 	ck_assert_msg(p->load_average >= 0, "load %g", p->load_average);
 	snprintf(want_key, sizeof want_key, "backend=cpu; threads=2; build=%s; cpu=", build);

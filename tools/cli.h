@@ -64,6 +64,8 @@ typedef struct common_opts {
 	int nfix;
 	char fix[SL_SEARCH_MAX_FIX][48];
 	bool hh_given; /* --hh-ratio: the search keeps it (SL_H2O_FIXED) */
+	double w_zstd; /* the open model reads a zstd weight store of this ratio
+			  (0: plain; job_plan passes it to the cost model) */
 } common_opts;
 
 enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,

@@ -258,6 +258,7 @@ sl_plan_params job_plan(const common_opts *o, int nseq, int rows, int max_len, i
 	pp.max_rows = rows;
 	pp.max_len = max_len;
 	pp.max_prompt = max_prompt;
+	pp.w_zstd = o->w_zstd;
 	return pp;
 }
 

@@ -263,7 +263,9 @@ int run_job(const char *cmd, job_cli *j, bool score)
 		goto fail;
 	}
 	/* the shapes were predicted before compute: a failure here leaves
-	 * the prediction out (null), never the job's output */
+	 * the prediction out (null), never the job's output.  A zstd store,
+	 * found as the model opened, is predicted as read. */
+	j->co.w_zstd = sl_weights_zstd_ratio(&m->w);
 	if (have_prof && predict_job(j, &cfg, be->ops->dev_is_host, &prof, &ps, score, &st) < 0)
 		st.predicted = false;
 	sl_output_close(out, false);

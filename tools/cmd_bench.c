@@ -210,6 +210,14 @@ static void bench_open(bench_opts *o, sl_model_config *bcfg, sl_plan_params *pp,
 		budget_hint(rc, co, bcfg, *be, pp);
 		die(rc);
 	}
+	/* a zstd store, found as the model opened: predicted as read */
+	co->w_zstd = sl_weights_zstd_ratio(&(*m)->w);
+	if (co->w_zstd > 0) {
+		*pp = bench_plan(o, o->batch);
+		if (pr->have && (rc = predict_run(bcfg, pp, (*be)->ops->dev_is_host, &pr->prof, plen, glen,
+						  &pr->cost)) < 0)
+			die(rc);
+	}
 }
 
 /* What one run measured, and what ran it. */
