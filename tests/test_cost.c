@@ -77,6 +77,15 @@ static sl_model_config tiny_config(void)
 	return c;
 }
 
+/* A block of B sequences of P-token prompts and G new tokens each. */
+static void workload(sl_plan_params *pp, int B, int P, int G)
+{
+	pp->max_seq = B;
+	pp->max_prompt = P;
+	pp->max_len = P + G;
+	pp->max_rows = B * P;
+}
+
 /* Everything on the device, dense, one micro-batch: the FLOPs of each
  * phase and its time from the round rates, worked by hand. */
 START_TEST(test_hand_worked)
@@ -87,10 +96,7 @@ START_TEST(test_hand_worked)
 	const int B = 4, P = 8, G = 5;
 	sl_profile prof = round_profile(true);
 	sl_plan_params pp = sl_plan_defaults();
-	pp.max_seq = B;
-	pp.max_prompt = P;
-	pp.max_len = P + G;
-	pp.max_rows = B * P;
+	workload(&pp, B, P, G);
 	sl_plan pl;
 	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
 	sl_cost k;
@@ -148,10 +154,7 @@ START_TEST(test_hand_worked_streamed)
 	pp.w_cpu = 100;
 	pp.sep_layer = false;
 	pp.overlap = true;
-	pp.max_seq = B;
-	pp.max_prompt = P;
-	pp.max_len = P + G;
-	pp.max_rows = B * P;
+	workload(&pp, B, P, G);
 	sl_plan pl, dev;
 	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
 	sl_cost k, kd;
@@ -242,10 +245,7 @@ START_TEST(test_hand_worked_zstd)
 	pp.w_gpu = pp.w_cpu = 0;
 	pp.sep_layer = false;
 	pp.overlap = true;
-	pp.max_seq = B;
-	pp.max_prompt = P;
-	pp.max_len = P + G;
-	pp.max_rows = B * P;
+	workload(&pp, B, P, G);
 	sl_plan plain, z, dev;
 	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &plain), 0);
 	pp.w_zstd = 0.5;
@@ -316,10 +316,7 @@ START_TEST(test_hand_worked_disk)
 	pp.w_gpu = pp.w_cpu = 0; /* every weight on the disk */
 	pp.sep_layer = false;    /* one unit a layer */
 	pp.overlap = true;
-	pp.max_seq = B;
-	pp.max_prompt = P;
-	pp.max_len = P + G;
-	pp.max_rows = B * P;
+	workload(&pp, B, P, G);
 	sl_plan pl, dev;
 	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
 	pp.w_gpu = 100;
@@ -409,10 +406,7 @@ START_TEST(test_hand_worked_disk)
 	prof = round_profile(true);
 	pp = sl_plan_defaults();
 	pp.cache_gpu = pp.cache_cpu = 0;
-	pp.max_seq = B;
-	pp.max_prompt = P;
-	pp.max_len = P + G;
-	pp.max_rows = B * P;
+	workload(&pp, B, P, G);
 	sl_plan pc;
 	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pc), 0);
 	sl_cost c0, c1;
@@ -513,10 +507,7 @@ static void run_counted(const tpol *t, int B, int P, int G, sl_offload_stats *pf
 	pp.w_q4 = t->wq4;
 	if (t->h2o)
 		pp.hh = pp.rr = 0.25;
-	pp.max_seq = B;
-	pp.max_prompt = P;
-	pp.max_len = P + G;
-	pp.max_rows = B * P;
+	workload(&pp, B, P, G);
 	const sl_model_params mp = { .dir = dir, .offload_dir = store, .plan = &pp };
 	sl_model *m = NULL;
 	ck_assert_msg(sl_model_open_ex(be, &mp, &m) == 0, "%s", sl_errmsg());
