@@ -837,6 +837,7 @@ void sl_policy_doc_markdown(FILE *f)
 	      "| `prefill_bottleneck`, `decode_bottleneck` | the resource busiest in each phase: `compute`, `cpu_attention`, `h2d`, `d2h`, `disk_read` or `disk_write` |\n"
 	      "| `peak_bytes` | `{\"device\", \"host\", \"disk\"}`: the run plan's peak bytes in each tier (the device's with the backend's own workspace) |\n"
 	      "| `prompt_len`, `gen_len` | the workload it was predicted for: tokens of the longest prompt, new tokens per sequence |\n"
+	      "| `zstd_ratio` | null: the weights' disk share predicted as read from a plain store; a number (with `--zstd-store`): read from a zstd store (`sluice convert --zstd`) whose frames hold this share of the plain bytes, the profile's `zstd_ratio` |\n"
 	      "| `profile` | `{\"source\", \"backend\", \"build\", \"load_average\"}`: the hardware profile's file (`\"measured\"`: measured for this run; `\"cached\"`: the cached one), the backend it measured, the sluice build that measured it, the machine's 1-minute load average as it was measured (null: unknown; at half the CPUs or more the machine was busy and its rates may be low) |\n\n"
 	      "How the prediction is made (the cost model's formulas with their terms), how the\n"
 	      "search chooses, and how close the predictions come to measured runs:\n"

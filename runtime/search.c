@@ -44,6 +44,7 @@ sl_plan_params sl_search_plan_params(const sl_policy *pol, const sl_search_param
 	pp.max_prompt = sp->prompt_len;
 	pp.max_len = sp->prompt_len + sp->gen_len;
 	pp.max_rows = batch * (sp->rows_per_seq > 0 ? sp->rows_per_seq : sp->prompt_len);
+	pp.w_zstd = sp->w_zstd;
 	return pp;
 }
 

@@ -40,6 +40,9 @@ typedef struct sl_search_params {
 	int nfix;
 	const char *fix[SL_SEARCH_MAX_FIX];
 	int max_batch;           /* the most sequences in a block (0: 4096) */
+	double w_zstd;           /* the weights' disk share read from a zstd store
+				  * (sluice convert --zstd) of this ratio, disk
+				  * bytes over raw; 0: a plain store */
 	int rows_per_seq;        /* rows of one forward per sequence, as the command
 				  * that runs the policy reserves them: the prompt
 				  * (bench; 0 means this) or prompt + gen (generate,

@@ -1012,7 +1012,9 @@ pred = f["predicted"]
 # --fix pins the fields; the rest are the search's
 assert f["gpu_batch_size"] == 2 and f["num_gpu_batches"] == 1, f
 assert set(pred) == {"throughput_tok_s", "prefill_s", "decode_s", "prefill_bottleneck",
-                     "decode_bottleneck", "peak_bytes", "prompt_len", "gen_len", "profile"}, pred
+                     "decode_bottleneck", "peak_bytes", "prompt_len", "gen_len", "zstd_ratio",
+                     "profile"}, pred
+assert pred["zstd_ratio"] is None and j["zstd_store"] is None, (pred, j)  # no weights on disk
 res = {"compute", "cpu_attention", "h2d", "d2h", "disk_read", "disk_write", "zstd"}
 assert pred["prefill_bottleneck"] in res and pred["decode_bottleneck"] in res, pred
 assert pred["throughput_tok_s"] > 0 and pred["prefill_s"] > 0 and pred["decode_s"] > 0, pred
@@ -1178,6 +1180,50 @@ pexp "calibration without its bound" "go together" -- "${pw[@]}" --out "$tmp/pba
 	--calibration "$tmp/calbad.jsonl"
 pexp "--disk-mem without --offload-dir" "--disk-mem needs --offload-dir" -- "${pw[@]}" --out "$tmp/pbad.json" \
 	--disk-mem 1G
+# --zstd-store: a zstd weight store's prediction (the profile's frame ratio
+# and decompression rate, sluice convert --zstd); without it a plain
+# store's, beside what zstd would give: the two modes agree on one policy
+mkdir -p "$tmp/pzoff"
+zev=("${pol[@]}" --prompt-len 16 --gen-len 4 --offload-dir "$tmp/pzoff")
+if "$sluice" "${zev[@]}" --fix w_gpu_percent=0 --fix w_cpu_percent=0 --fix gpu_batch_size=2 \
+	--out "$tmp/pzpol.json" 2>"$tmp/pzpol.err" &&
+	"$sluice" "${zev[@]}" --evaluate "$tmp/pzpol.json" --json >"$tmp/pz-plain.json" &&
+	"$sluice" "${zev[@]}" --evaluate "$tmp/pzpol.json" --json --zstd-store >"$tmp/pz-zstd.json" &&
+	"$sluice" "${zev[@]}" --fix w_gpu_percent=0 --fix w_cpu_percent=0 --fix gpu_batch_size=2 \
+		--zstd-store --out "$tmp/pzpol2.json" 2>"$tmp/pzpol2.err" &&
+	python3 - "$tmp/pprof.json" "$tmp/pzpol.json" "$tmp/pzpol.err" "$tmp/pz-plain.json" "$tmp/pz-zstd.json" \
+		"$tmp/pzpol2.json" "$tmp/pzpol2.err" <<'PY'; then ok; else bad "policy --zstd-store"; fi
+import json, sys
+prof, pol, err, pl, zs, pol2, err2 = (json.load(open(a)) if a.endswith(".json") else open(a).read()
+                                     for a in sys.argv[1:])
+r = prof["zstd_ratio"]
+assert 0 < r < 1 and prof["zstd_gbps"] > 0, prof
+near = lambda x, y: abs(x / y - 1) < 1e-9
+assert pol["predicted"]["zstd_ratio"] is None and near(pol2["predicted"]["zstd_ratio"], r), (pol, pol2)
+a, b = pl["zstd_store"], zs["zstd_store"]
+assert a["assumed"] is False and b["assumed"] is True and near(a["ratio"], r) and near(b["ratio"], r), (a, b)
+# each mode's own prediction is the other's alternative, and zstd changes it
+assert abs(a["plain_throughput_tok_s"] / pl["throughput_tok_s"] - 1) < 1e-9, (a, pl)
+assert abs(b["zstd_throughput_tok_s"] / zs["throughput_tok_s"] - 1) < 1e-9, (b, zs)
+assert abs(a["zstd_throughput_tok_s"] / zs["throughput_tok_s"] - 1) < 1e-9, (a, zs)
+assert abs(b["plain_throughput_tok_s"] / pl["throughput_tok_s"] - 1) < 1e-9, (b, pl)
+assert zs["throughput_tok_s"] != pl["throughput_tok_s"], (zs, pl)
+assert zs["phases"]["decode"]["busy_s"]["zstd"] > 0 == pl["phases"]["decode"]["busy_s"]["zstd"], (zs, pl)
+assert zs["peak_bytes"] == pl["peak_bytes"], (zs, pl)
+# the summaries say which, and what the other store would give
+assert "zstd     a zstd store of the weights on disk" in err and "%.3f" % r in err, err
+assert ("it pays" in err) == (a["zstd_throughput_tok_s"] > a["plain_throughput_tok_s"]), err
+assert "write it with sluice convert --zstd" in err2, err2
+PY
+# weights off the disk: no comparison
+if "$sluice" "${zev[@]}" --evaluate "$tmp/pol.json" --json >"$tmp/pz-none.json" &&
+	python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['zstd_store'] is None" "$tmp/pz-none.json"; then ok; else bad "policy: zstd_store null without weights on disk"; fi
+python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p.pop('zstd_ratio'); p.pop('zstd_gbps'); json.dump(p, open(sys.argv[2],'w'))" \
+	"$tmp/pprof.json" "$tmp/pprof-nozstd.json"
+pexp "--zstd-store, a profile without zstd rates" "--zstd-store: the profile ($tmp/pprof-nozstd.json) has no zstd rates" -- \
+	"${zev[@]}" --profile "$tmp/pprof-nozstd.json" --zstd-store --out "$tmp/pbad.json"
+pexp "--zstd-store without --offload-dir" "--zstd-store needs --offload-dir" -- "${pw[@]}" --zstd-store \
+	--out "$tmp/pbad.json"
 pexp "--evaluate with --out" "drop --out" -- "${pw[@]}" --evaluate "$tmp/pol.json" --out "$tmp/pbad.json"
 pexp "--evaluate a missing policy" "$tmp/nopol.json: no such policy file" -- "${pw[@]}" --evaluate "$tmp/nopol.json"
 pexp "profile of another backend" "measured the cpu backend, and --backend asks for cuda" -- \

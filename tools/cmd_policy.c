@@ -15,6 +15,7 @@
 #include "score.h"
 #include "search.h"
 #include "sl_json.h"
+#include "weights.h"
 
 #include <errno.h>
 #include <math.h>
@@ -28,7 +29,7 @@
 static const char policy_help[] =
 	"usage: sluice policy (--model DIR | --dummy NAME) (--prompt-len P --gen-len G | --prompts FILE)\n"
 	"          [--gpu-mem B] [--cpu-mem B] [--disk-mem B] [--offload-dir DIR] [--backend B] [--threads N] [--kv-dtype T] [--profile FILE]\n"
-	"          [--hh-ratio H | --min-kv-budget F | --calibration FILE --max-ppl-increase X] [--fix FIELD=VALUE]... [--allow-compress] [--top N] [--json] (--out POLICY.json | --evaluate POLICY.json)\n"
+	"          [--hh-ratio H | --min-kv-budget F | --calibration FILE --max-ppl-increase X] [--fix FIELD=VALUE]... [--allow-compress] [--zstd-store] [--top N] [--json] (--out POLICY.json | --evaluate POLICY.json)\n"
 "The policy with the most predicted tokens/s for a workload under the budgets:\n"
 	"batching, placement of weights, KV cache and activations, overlap, sep_layer,\n"
 	"cpu_cache_compute and (where allowed) the H2O budget.  Written to --out as a\n"
@@ -66,6 +67,11 @@ static const char policy_help[] =
 	"  --allow-compress     the search may also choose a 4-bit compressed KV cache\n"
 	"                       (compress_cache; not with --kv-dtype f32) and 4-bit\n"
 	"                       weights (compress_weight)\n"
+	"  --zstd-store         predict the weights' disk share read from a zstd store\n"
+	"                       (sluice convert --zstd) at the profile's measured frame\n"
+	"                       ratio and decompression rate; without it a plain store,\n"
+	"                       and where the choice puts weights on disk the summary\n"
+	"                       says what a zstd store would predict\n"
 	"  --top N              also print the N best candidates as a table (1 to 100)\n"
 	"  --json               one JSON object on stdout (the choice, its prediction, the\n"
 	"                       top list and the calibration ladder where asked)\n"
@@ -77,7 +83,7 @@ static const char policy_help[] =
 	"                       (exit 0, \"fits\": false), not an error\n" EXIT_HELP;
 
 enum { P_PROMPTS = 1200, P_DISK_MEM, P_PROFILE, P_HH, P_MIN_KV, P_CALIB, P_MAX_PPL, P_FIX, P_TOP,
-       P_EVALUATE, P_ALLOW_COMPRESS };
+       P_EVALUATE, P_ALLOW_COMPRESS, P_ZSTD_STORE };
 
 /* The H2O budgets the calibration tries, as a share of the prompt (0: dense). */
 static const double ladder_budget[] = { 0, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05 };
@@ -92,6 +98,7 @@ typedef struct policy_cli {
 	int top;
 	bool json;
 	bool allow_compress;
+	bool zstd_store;
 	int nfix;
 	const char *fix[SL_SEARCH_MAX_FIX];
 } policy_cli;
@@ -144,6 +151,7 @@ static void parse_args(int argc, char **argv, policy_cli *o)
 		{ "out", required_argument, 0, 'o' },
 		{ "evaluate", required_argument, 0, P_EVALUATE },
 		{ "allow-compress", no_argument, 0, P_ALLOW_COMPRESS },
+		{ "zstd-store", no_argument, 0, P_ZSTD_STORE },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -196,6 +204,7 @@ static void parse_args(int argc, char **argv, policy_cli *o)
 		case 'o': o->out = optarg; break;
 		case P_EVALUATE: o->evaluate = optarg; break;
 		case P_ALLOW_COMPRESS: o->allow_compress = true; break;
+		case P_ZSTD_STORE: o->zstd_store = true; break;
 		case 'h': fputs(policy_help, stdout); exit(0);
 		default: bad_option(cmd, c, argv);
 		}
@@ -221,6 +230,8 @@ static void check_args(const policy_cli *o)
 		usage_error(cmd, "%s--calibration FILE and --max-ppl-increase X go together", "");
 	if (o->disk_mem && !o->co.offload_dir)
 		usage_error(cmd, "%s--disk-mem needs --offload-dir (without it nothing goes to disk)", "");
+	if (o->zstd_store && !o->co.offload_dir)
+		usage_error(cmd, "%s--zstd-store needs --offload-dir (without it no weights go to disk)", "");
 	if (o->evaluate) {
 		if (o->out)
 			usage_error(cmd, "%s--evaluate predicts a policy and writes none: drop --out", "");
@@ -656,7 +667,7 @@ static json_t *profile_json(const profile_src *ps, sl_jerr *e)
 }
 
 /* The "predicted" object of the policy file (docs/policy.md). */
-static json_t *predicted_json(const sl_cost *c, const profile_src *ps, sl_jerr *e)
+static json_t *predicted_json(const sl_cost *c, const profile_src *ps, double w_zstd, sl_jerr *e)
 {
 	json_t *j = json_object();
 	sl_jset_real(j, "throughput_tok_s", c->tok_s, e);
@@ -667,6 +678,7 @@ static json_t *predicted_json(const sl_cost *c, const profile_src *ps, sl_jerr *
 	sl_jset(j, "peak_bytes", tiers_json(&c->peak, e), e);
 	sl_jset(j, "prompt_len", json_integer(c->prompt_len), e);
 	sl_jset(j, "gen_len", json_integer(c->gen_len), e);
+	sl_jset(j, "zstd_ratio", w_zstd > 0 ? json_real(w_zstd) : json_null(), e);
 	sl_jset(j, "profile", profile_json(ps, e), e);
 	return j;
 }
@@ -714,6 +726,66 @@ static void print_phases(const sl_cost *c, FILE *f)
 		sl_res_name[c->decode.bottleneck]);
 }
 
+/* A policy's prediction with its weights' disk share read from the other
+ * kind of store: a zstd store where the search assumed a plain one, a
+ * plain one where it assumed zstd (--zstd-store).  False where that makes
+ * no difference: no decoder weights on disk, or a profile without the
+ * zstd rates. */
+typedef struct zstd_cmp {
+	bool on;                   /* the comparison applies */
+	double ratio;              /* the zstd store's frame ratio */
+	double zstd_tok_s, plain_tok_s;
+} zstd_cmp;
+
+static zstd_cmp zstd_compare(const ctx *x, const sl_policy *pol, const sl_cost *cost)
+{
+	zstd_cmp z = { .ratio = x->prof.p.zstd_ratio };
+	if (!(x->prof.p.zstd_ratio > 0 && x->prof.p.zstd_gbps > 0))
+		return z;
+	const sl_plan_params pp = sl_search_plan_params(pol, &x->sp);
+	size_t wd, wh, wk;
+	sl_weights_layer_split(&x->cfg, pp.w_gpu, pp.w_cpu, pp.w_q4, &wd, &wh, &wk);
+	if (wk == 0)
+		return z;
+	sl_search_params sp = x->sp;
+	sp.w_zstd = x->sp.w_zstd > 0 ? 0 : x->prof.p.zstd_ratio;
+	sl_choice other;
+	int fit;
+	if (sl_search_evaluate(&x->cfg, &x->prof.p, &sp, pol, &other, &fit) < 0)
+		return z; /* the same plan as the one predicted: not reached */
+	z.on = true;
+	z.zstd_tok_s = x->sp.w_zstd > 0 ? cost->tok_s : other.cost.tok_s;
+	z.plain_tok_s = x->sp.w_zstd > 0 ? other.cost.tok_s : cost->tok_s;
+	return z;
+}
+
+static void print_zstd(const ctx *x, const zstd_cmp *z, FILE *f)
+{
+	if (!z->on)
+		return;
+	const double gain = z->zstd_tok_s / z->plain_tok_s;
+	if (x->sp.w_zstd > 0)
+		fprintf(f, "zstd     predicted with the weights' disk share in a zstd store (frames at %.3f of the plain bytes, decompressed at %.2f GB/s): write it with sluice convert --zstd and this placement before the job; a plain store would give %.2f tok/s (zstd %.2fx)\n",
+			z->ratio, x->prof.p.zstd_gbps, z->plain_tok_s, gain);
+	else
+		fprintf(f, "zstd     a zstd store of the weights on disk (sluice convert --zstd; frames at %.3f of the plain bytes, decompressed at %.2f GB/s) would give %.2f tok/s, %.2fx: %s\n",
+			z->ratio, x->prof.p.zstd_gbps, z->zstd_tok_s, gain,
+			gain > 1 ? "it pays (--zstd-store searches with it)" : "it does not pay here");
+}
+
+static json_t *zstd_json(const ctx *x, const zstd_cmp *z, sl_jerr *e)
+{
+	if (!z->on)
+		return json_null();
+	json_t *j = json_object();
+	sl_jset(j, "assumed", json_boolean(x->sp.w_zstd > 0), e);
+	sl_jset_real(j, "ratio", z->ratio, e);
+	sl_jset_real(j, "zstd_gbps", x->prof.p.zstd_gbps, e);
+	sl_jset_real(j, "zstd_throughput_tok_s", z->zstd_tok_s, e);
+	sl_jset_real(j, "plain_throughput_tok_s", z->plain_tok_s, e);
+	return j;
+}
+
 static int evaluate(ctx *x)
 {
 	const policy_cli *o = x->o;
@@ -738,6 +810,7 @@ static int evaluate(ctx *x)
 	const sl_budgets *bud = &x->sp.budget;
 	const size_t cap = tier == 0 ? bud->device : tier == 1 ? bud->host : tier == 2 ? bud->disk : 0;
 	const size_t need = tier >= 0 ? tier_of(&ch.cost.peak, tier) : 0;
+	const zstd_cmp z = zstd_compare(x, &pol, &ch.cost);
 	if (o->json) {
 		sl_jerr e = { 0 };
 		json_t *j = json_object();
@@ -766,6 +839,7 @@ static int evaluate(ctx *x)
 			sl_jset(ov, "message", json_string(why), &e);
 			sl_jset(j, "over", ov, &e);
 		}
+		sl_jset(j, "zstd_store", zstd_json(x, &z, &e), &e);
 		sl_jset(j, "profile", profile_json(&x->prof, &e), &e);
 		int rc = print_json(j, &e);
 		json_decref(j);
@@ -781,6 +855,7 @@ static int evaluate(ctx *x)
 		fprintf(f, "  %-12s %12.4f %12.4f\n", sl_res_name[r], ch.cost.prefill.busy[r],
 			ch.cost.decode.busy[r]);
 	print_peaks(&ch.cost.peak, bud, x->sp.disk, f);
+	print_zstd(x, &z, f);
 	if (fit == 0)
 		fputs("fits     yes: every tier within its budget\n", f);
 	else
@@ -803,7 +878,7 @@ static int search(ctx *x, const ladder *ld)
 	if (rc == 0 && nbest < 1)
 		rc = sl_err(SL_EBUDGET, "no policy fits the budgets");
 	sl_jerr e = { 0 };
-	json_t *pred = rc == 0 ? predicted_json(&best[0].cost, &x->prof, &e) : NULL;
+	json_t *pred = rc == 0 ? predicted_json(&best[0].cost, &x->prof, x->sp.w_zstd, &e) : NULL;
 	char *pred_text = NULL;
 	if (rc == 0 && (rc = sl_jcheck(&e, "the prediction")) == 0) {
 		pred_text = json_dumps(pred, JSON_REAL_PRECISION(10));
@@ -822,6 +897,8 @@ static int search(ctx *x, const ladder *ld)
 	policy_line(&best[0].pol, f);
 	print_phases(&best[0].cost, f);
 	print_peaks(&best[0].cost.peak, &x->sp.budget, x->sp.disk, f);
+	const zstd_cmp z = zstd_compare(x, &best[0].pol, &best[0].cost);
+	print_zstd(x, &z, f);
 	if (o->top) {
 		fprintf(f, "the %d best of %ld candidates:\n", nbest, evaluated);
 		print_top(best, nbest, f);
@@ -833,6 +910,7 @@ static int search(ctx *x, const ladder *ld)
 		sl_jset(j, "policy", policy_json(&best[0].pol), &e);
 		sl_jset(j, "predicted", json_incref(pred), &e);
 		sl_jset(j, "budget_bytes", budgets_json(&x->sp.budget, x->sp.disk, &e), &e);
+		sl_jset(j, "zstd_store", zstd_json(x, &z, &e), &e);
 		sl_jset(j, "evaluated", json_integer(evaluated), &e);
 		sl_jset_real(j, "search_s", secs, &e);
 		sl_jset(j, "out", json_string(o->out), &e);
@@ -935,6 +1013,13 @@ int cmd_policy(int argc, char **argv)
 	sp->rows_per_seq = plen + glen;
 	sp->kv_f32 = o.co.kv_f32;
 	sp->allow_compress = o.allow_compress;
+	if (o.zstd_store) {
+		if (!(x.prof.p.zstd_ratio > 0 && x.prof.p.zstd_gbps > 0))
+			die(sl_err(SL_EINVAL,
+				   "--zstd-store: the profile (%s) has no zstd rates (zstd_gbps, zstd_ratio): measure one with this build's sluice profile",
+				   x.prof.source));
+		sp->w_zstd = x.prof.p.zstd_ratio;
+	}
 	const bool cuda = !strcmp(x.prof.p.backend, "cuda");
 	sp->budget.device = o.co.gpu_mem ? o.co.gpu_mem
 			    : cuda ? (size_t)x.prof.p.gpu.memory_bytes : default_mem_budget();
