@@ -23,7 +23,11 @@
  * about 20 ms, after a warm-up call; median of 3):
  *   gemm              sl_gemm as the model calls it (fp32 x, fp16 w) at
  *                     m = 1, 2, 4, ..., 1024 with n = k = 2048 on the CPU
- *                     backend, 8192 on CUDA (quick: m up to 64, n = k = 256)
+ *                     backend, 8192 on CUDA (quick: m up to 64, n = k = 256);
+ *                     each call reads the next of copies of the weights
+ *                     that together fill 1 GiB (quick: one copy), so that
+ *                     they come from memory, as a decode step's do, not
+ *                     from a cache a single matrix stays in
  *   gemm_q4           the same with 4-bit weights (sl_gemm_args.wq, the
  *                     dequantising GEMM of compress_weight) at the same m, n
  *                     and k; optional (absent or null in files before it: the
@@ -37,7 +41,9 @@
  *                     queue, then one sync: the time per op
  *   attn_decode_gbps  sl_attn_decode of 16 sequences x 12 heads x 64 head
  *                     dim over 1024 cached fp16 tokens: K and V bytes read
- *                     per second (quick: 4 sequences, 128 tokens)
+ *                     per second (quick: 4 sequences, 128 tokens); each
+ *                     call over the next of copies of the caches that
+ *                     together fill 1 GiB, as the GEMM's weights
  *   attn_prefill_gflops  sl_attn_prefill of 4 sequences x 12 heads x 64
  *                     over a 512-token prompt (quick: 64), counting
  *                     4 * nseq * nh * hd * t * (t + 1) / 2 FLOPs

@@ -138,11 +138,6 @@ static int time_calls(sl_backend *b, sl_queue *q, issue_fn issue, const void *ar
 	return 0;
 }
 
-static int issue_gemm(sl_backend *b, sl_queue *q, const void *arg)
-{
-	return sl_gemm(b, q, arg);
-}
-
 /* Fill n floats of a device buffer with small values in [-1, 1] (through
  * a host buffer: device memory may not be host memory). */
 static int fill_floats(sl_backend *b, sl_queue *q, float *d, size_t n, float scale)
@@ -168,12 +163,51 @@ static int fill_floats(sl_backend *b, sl_queue *q, float *d, size_t n, float sca
  * q4: the same weights quantised (sl_gemm_args.wq, compress_weight's
  * dequantising GEMM).
  */
+/*
+ * Copies of the operand a timed call reads, used in turn, so that their
+ * bytes together exceed the last-level cache: a model's decode reads each
+ * layer's weights (and its KV cache) once a step from memory, not from a
+ * cache that a benchmark reading one matrix over and over keeps hot (on
+ * this 2-core VM one hot 2048 x 2048 matrix gave 1.5x the GEMM rate at 8
+ * rows that opt-125m's decode reached).  The quick profile (tests) keeps
+ * one copy.
+ */
+#define COLD_BYTES (1024 * MIB)
+
+static int ring_copies(size_t bytes, size_t ring)
+{
+	return bytes >= ring ? 1 : (int)SL_MIN((ring + bytes - 1) / bytes, 1 << 16);
+}
+
+/* A GEMM whose weights are the next of ncopies copies, stride bytes apart. */
+typedef struct gemm_ring {
+	sl_gemm_args a;
+	char *w;
+	size_t stride;
+	int ncopies, next;
+} gemm_ring;
+
+static int issue_gemm_ring(sl_backend *b, sl_queue *q, const void *arg)
+{
+	gemm_ring *r = (gemm_ring *)arg;
+	sl_gemm_args a = r->a;
+	void *w = r->w + r->stride * (size_t)r->next;
+	r->next = (r->next + 1) % r->ncopies;
+	if (a.wq)
+		a.wq = w;
+	else
+		a.w = w;
+	return sl_gemm(b, q, &a);
+}
+
 static int measure_gemms(sl_backend *b, sl_queue *q, const int *ms, int nm, int n, int k, bool q4,
-			 double target_s, double *rate)
+			 size_t ring, double target_s, double *rate)
 {
 	const int mmax = ms[nm - 1];
 	const size_t xb = (size_t)mmax * k * sizeof(float), hb = (size_t)n * k * sizeof(sl_half),
 		     wb = q4 ? sl_q4_bytes((size_t)n, (size_t)k) : hb, yb = (size_t)mmax * n * sizeof(float);
+	const size_t stride = (wb + 4095) & ~(size_t)4095;
+	const int ncopies = ring_copies(stride, ring);
 	sl_half *hw = malloc(SL_MAX(hb, wb));
 	sl_buf x = { 0 }, w = { 0 }, y = { 0 }, bias = { 0 };
 	int rc = 0;
@@ -197,18 +231,24 @@ static int measure_gemms(sl_backend *b, sl_queue *q, const int *ms, int nm, int 
 		free(qb);
 	}
 	if ((rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile GEMM x", &x)) < 0 ||
-	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, wb, "profile GEMM w", &w)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, stride * (size_t)ncopies, "profile GEMM w", &w)) < 0 ||
 	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, yb, "profile GEMM y", &y)) < 0 ||
 	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, (size_t)n * sizeof(sl_half), "profile GEMM bias", &bias)) < 0 ||
 	    (rc = fill_floats(b, q, x.p, (size_t)mmax * k, 1.f)) < 0 ||
 	    (rc = sl_memset_dev(b, q, bias.p, 0x1c, (size_t)n * sizeof(sl_half))) < 0 ||
-	    (rc = sl_copy_h2d(b, q, w.p, hw, wb)) < 0 || (rc = sl_queue_sync(b, q)) < 0)
+	    (rc = sl_queue_sync(b, q)) < 0)
+		goto out;
+	for (int i = 0; i < ncopies; i++)
+		if ((rc = sl_copy_h2d(b, q, (char *)w.p + stride * (size_t)i, hw, wb)) < 0)
+			goto out;
+	if ((rc = sl_queue_sync(b, q)) < 0)
 		goto out;
 	for (int i = 0; i < nm; i++) {
-		const sl_gemm_args a = { .m = ms[i], .n = n, .k = k, .x = x.p, .ldx = k, .w = q4 ? NULL : w.p,
-					 .wq = q4 ? w.p : NULL, .bias = bias.p, .y = y.p, .ldy = n, .alpha = 1.f };
+		gemm_ring r = { .a = { .m = ms[i], .n = n, .k = k, .x = x.p, .ldx = k, .w = q4 ? NULL : w.p,
+				       .wq = q4 ? w.p : NULL, .bias = bias.p, .y = y.p, .ldy = n, .alpha = 1.f },
+				.w = w.p, .stride = stride, .ncopies = ncopies };
 		double t;
-		if ((rc = time_calls(b, q, issue_gemm, &a, target_s, 1 << 16, &t)) < 0)
+		if ((rc = time_calls(b, q, issue_gemm_ring, &r, target_s, 1 << 16, &t)) < 0)
 			goto out;
 		rate[i] = t > 0 ? 2.0 * ms[i] * n * k / t : 0;
 	}
@@ -228,7 +268,7 @@ static int measure_gemm(sl_backend *b, int m, int n, int k, double target_s, dou
 	sl_queue *q = NULL;
 	int rc = sl_queue_create(b, &q);
 	if (rc == 0)
-		rc = measure_gemms(b, q, &m, 1, n, k, false, target_s, rate);
+		rc = measure_gemms(b, q, &m, 1, n, k, false, 0, target_s, rate);
 	if (q)
 		sl_queue_free(b, q);
 	return rc;
@@ -427,9 +467,22 @@ out:
 #define ATTN_NH 12
 #define ATTN_HD 64
 
-static int issue_decode(sl_backend *b, sl_queue *q, const void *arg)
+/* A decode attention over the next of ncopies K and V caches. */
+typedef struct attn_ring {
+	sl_attn_args a;
+	char *k, *v;
+	size_t stride;
+	int ncopies, next;
+} attn_ring;
+
+static int issue_decode_ring(sl_backend *b, sl_queue *q, const void *arg)
 {
-	return sl_attn_decode(b, q, arg);
+	attn_ring *r = (attn_ring *)arg;
+	sl_attn_args a = r->a;
+	a.k_cache = r->k + r->stride * (size_t)r->next;
+	a.v_cache = r->v + r->stride * (size_t)r->next;
+	r->next = (r->next + 1) % r->ncopies;
+	return sl_attn_decode(b, q, &a);
 }
 
 static int issue_prefill(sl_backend *b, sl_queue *q, const void *arg)
@@ -443,11 +496,15 @@ static int issue_prefill(sl_backend *b, sl_queue *q, const void *arg)
  * of a t = cap token causal prompt, 4 * nseq * nh * hd * t * (t + 1) / 2)
  * on b for nseq sequences of ATTN_NH heads of ATTN_HD.
  */
-static int measure_attn(sl_backend *b, sl_queue *q, bool prefill, int nseq, int cap, double target_s, double *rate)
+static int measure_attn(sl_backend *b, sl_queue *q, bool prefill, int nseq, int cap, size_t ring, double target_s,
+			double *rate)
 {
 	*rate = 0;
 	const int hidden = ATTN_NH * ATTN_HD, t = prefill ? cap : 1;
 	const size_t act = (size_t)nseq * t * hidden, cache = (size_t)nseq * cap * hidden;
+	/* decode: copies of the caches (K and V together past ring bytes) */
+	const size_t stride = (cache * sizeof(sl_half) + 4095) & ~(size_t)4095;
+	const int ncopies = prefill ? 1 : ring_copies(2 * stride, ring);
 	int *host = calloc((size_t)nseq, sizeof(int));
 	sl_buf qb = { 0 }, kn = { 0 }, vn = { 0 }, out = { 0 }, kc = { 0 }, vc = { 0 };
 	int rc = 0;
@@ -459,13 +516,13 @@ static int measure_attn(sl_backend *b, sl_queue *q, bool prefill, int nseq, int 
 	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, act * sizeof(float), "profile attention k", &kn)) < 0 ||
 	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, act * sizeof(float), "profile attention v", &vn)) < 0 ||
 	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, act * sizeof(float), "profile attention out", &out)) < 0 ||
-	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, cache * sizeof(sl_half), "profile K cache", &kc)) < 0 ||
-	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, cache * sizeof(sl_half), "profile V cache", &vc)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, stride * (size_t)ncopies, "profile K cache", &kc)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, stride * (size_t)ncopies, "profile V cache", &vc)) < 0 ||
 	    (rc = fill_floats(b, q, qb.p, act, 0.125f)) < 0 || (rc = fill_floats(b, q, kn.p, act, 1.f)) < 0 ||
 	    (rc = fill_floats(b, q, vn.p, act, 1.f)) < 0 ||
 	    /* fp16 0x3a3a (about 0.78) everywhere: finite, not subnormal */
-	    (rc = sl_memset_dev(b, q, kc.p, 0x3a, cache * sizeof(sl_half))) < 0 ||
-	    (rc = sl_memset_dev(b, q, vc.p, 0x3a, cache * sizeof(sl_half))) < 0 || (rc = sl_queue_sync(b, q)) < 0)
+	    (rc = sl_memset_dev(b, q, kc.p, 0x3a, stride * (size_t)ncopies)) < 0 ||
+	    (rc = sl_memset_dev(b, q, vc.p, 0x3a, stride * (size_t)ncopies)) < 0 || (rc = sl_queue_sync(b, q)) < 0)
 		goto done;
 	for (int i = 0; i < nseq; i++)
 		host[i] = prefill ? 0 : cap - 1; /* prefill: no padding; decode: the new token in the last slot */
@@ -475,8 +532,11 @@ static int measure_attn(sl_backend *b, sl_queue *q, bool prefill, int nseq, int 
 		a.npad = host;
 	else
 		a.len = host;
+	attn_ring r = { .a = a, .k = kc.p, .v = vc.p, .stride = stride, .ncopies = ncopies };
 	double s;
-	if ((rc = time_calls(b, q, prefill ? issue_prefill : issue_decode, &a, target_s, 1 << 16, &s)) < 0 || !(s > 0))
+	if ((rc = prefill ? time_calls(b, q, issue_prefill, &a, target_s, 1 << 16, &s)
+			  : time_calls(b, q, issue_decode_ring, &r, target_s, 1 << 16, &s)) < 0 ||
+	    !(s > 0))
 		goto done;
 	if (prefill)
 		*rate = 4.0 * nseq * hidden * ((double)t * (t + 1) / 2) / s / 1e9;
@@ -926,7 +986,8 @@ static int measure_compute(const sl_profile_opts *o, sl_profile *out, sl_backend
 	c->npoints = o->quick ? QUICK_GEMM_POINTS : (int)SL_ARRAY_LEN(gemm_ms);
 	c->n = c->k = o->quick ? (out->have_gpu ? 1024 : 256) : (out->have_gpu ? 8192 : 2048);
 	memcpy(c->m, gemm_ms, (size_t)c->npoints * sizeof(int));
-	if ((rc = measure_gemms(be, q, c->m, c->npoints, c->n, c->k, false, target, c->gflops)) < 0)
+	const size_t ring = o->quick ? 0 : COLD_BYTES;
+	if ((rc = measure_gemms(be, q, c->m, c->npoints, c->n, c->k, false, ring, target, c->gflops)) < 0)
 		goto out;
 	for (int i = 0; i < c->npoints; i++)
 		c->gflops[i] /= 1e9;
@@ -934,7 +995,7 @@ static int measure_compute(const sl_profile_opts *o, sl_profile *out, sl_backend
 	/* the same shapes with 4-bit weights (compress_weight's GEMM) */
 	sl_profile_curve *c4 = &out->gemm_q4;
 	*c4 = *c;
-	if ((rc = measure_gemms(be, q, c4->m, c4->npoints, c4->n, c4->k, true, target, c4->gflops)) < 0)
+	if ((rc = measure_gemms(be, q, c4->m, c4->npoints, c4->n, c4->k, true, ring, target, c4->gflops)) < 0)
 		goto out;
 	for (int i = 0; i < c4->npoints; i++)
 		c4->gflops[i] /= 1e9;
@@ -961,18 +1022,18 @@ static int measure_compute(const sl_profile_opts *o, sl_profile *out, sl_backend
 	/* attention: decode over 16 sequences' 1024 cached tokens, prefill of
 	 * 4 sequences' 512-token prompts */
 	const int dseq = o->quick ? 4 : 16, dcap = o->quick ? 128 : 1024, pseq = 4, pt = o->quick ? 64 : 512;
-	if ((rc = measure_attn(be, q, false, dseq, dcap, target, &out->attn_decode_gbps)) < 0)
+	if ((rc = measure_attn(be, q, false, dseq, dcap, ring, target, &out->attn_decode_gbps)) < 0)
 		goto out;
 	say(o, "attn decode %8.2f GB/s     (sl_attn_decode on %s, K and V read: %d seqs x %d heads x %d over %d fp16 tokens)\n",
 	    out->attn_decode_gbps, out->backend, dseq, ATTN_NH, ATTN_HD, dcap);
-	if ((rc = measure_attn(be, q, true, pseq, pt, target, &out->attn_prefill_gflops)) < 0)
+	if ((rc = measure_attn(be, q, true, pseq, pt, 0, target, &out->attn_prefill_gflops)) < 0)
 		goto out;
 	say(o, "attn prefill %7.1f GFLOP/s  (sl_attn_prefill on %s: %d seqs x %d heads x %d, a %d-token prompt)\n",
 	    out->attn_prefill_gflops, out->backend, pseq, ATTN_NH, ATTN_HD, pt);
 	if (out->have_gpu) { /* cpu_cache_compute's attention: the CPU backend's */
 		sl_queue *cq = NULL;
 		if ((rc = sl_queue_create(cpu, &cq)) == 0)
-			rc = measure_attn(cpu, cq, false, dseq, dcap, target, &out->cpu_attn_gbps);
+			rc = measure_attn(cpu, cq, false, dseq, dcap, ring, target, &out->cpu_attn_gbps);
 		if (cq)
 			sl_queue_free(cpu, cq);
 		if (rc < 0)
