@@ -27,24 +27,19 @@ static const char main_help[] =
 	"'sluice <command> --help' describes each command.\n" EXIT_HELP;
 
 /*
- * libgomp reads OMP_WAIT_POLICY once, when it loads.  Its default spinning
- * workers slow the thread doing serial work wherever cores are shared (SMT
- * siblings, VMs): measured on a 2-vCPU VM, opt-125m ran 50 tokens/s with
- * passive waiting and 12 with spinning.  So when the user has not chosen a
- * policy, sluice chooses passive and re-executes itself once.
+ * OpenMP's idle workers wait as libgomp does by default (OMP_WAIT_POLICY
+ * unset: they spin a while, then sleep; hardly at all where threads
+ * outnumber the CPUs).  A decode step is hundreds of short parallel
+ * regions, and waking a sleeping worker for each made opt-125m 1.07x to
+ * 1.23x slower in six of seven placements on a 2-vCPU VM
+ * (bench/results/ab-20261206-001648.md).  sluice used to force
+ * OMP_WAIT_POLICY=passive, when its copy thread copied the host tier's
+ * weights every step beside spinning workers; the user's OMP_WAIT_POLICY
+ * and GOMP_SPINCOUNT apply as to any OpenMP program.
  */
-static void prefer_passive_wait(char **argv)
-{
-	if (getenv("OMP_WAIT_POLICY"))
-		return;
-	setenv("OMP_WAIT_POLICY", "passive", 1);
-	execv("/proc/self/exe", argv);
-	/* if that fails, run on with the default policy */
-}
 
 int main(int argc, char **argv)
 {
-	prefer_passive_wait(argv);
 	/* past a file-size limit a write fails with EFBIG and a message that
 	 * names the file, rather than killing the process mid-write */
 	signal(SIGXFSZ, SIG_IGN);
