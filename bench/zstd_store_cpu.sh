@@ -97,7 +97,7 @@ done
 python3 - "$out.jsonl" "$out.md" "$(lscpu | sed -n 's/^Model name: *//p')" "$(nproc)" "$(cat /proc/loadavg)" "$DIR/profile.json" "$WHATIF_CORES" "$WHATIF_DISK" <<'PY'
 import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
-stores = {r["store"]: r for r in recs if "store" in r}
+stores = {r["store"]: r for r in recs if "store" in r and "whatif" not in r}
 runs = [r for r in recs if "kind" in r]
 med = lambda xs: statistics.median(xs)
 L = ["# zstd weight store against the plain store, CPU backend", "",
