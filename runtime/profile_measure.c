@@ -179,20 +179,32 @@ static int ring_copies(size_t bytes, size_t ring)
 	return bytes >= ring ? 1 : (int)SL_MIN((ring + bytes - 1) / bytes, 1 << 16);
 }
 
-/* A GEMM whose weights are the next of ncopies copies, stride bytes apart. */
+/* ncopies copies stride bytes apart, used in turn: ring_next gives the
+ * offset of the next. */
+typedef struct cold_ring {
+	size_t stride;
+	int ncopies, next;
+} cold_ring;
+
+static size_t ring_next(cold_ring *r)
+{
+	const size_t off = r->stride * (size_t)r->next;
+	r->next = (r->next + 1) % r->ncopies;
+	return off;
+}
+
+/* A GEMM over the next copy of its weights. */
 typedef struct gemm_ring {
 	sl_gemm_args a;
 	char *w;
-	size_t stride;
-	int ncopies, next;
+	cold_ring ring;
 } gemm_ring;
 
 static int issue_gemm_ring(sl_backend *b, sl_queue *q, const void *arg)
 {
 	gemm_ring *r = (gemm_ring *)arg;
 	sl_gemm_args a = r->a;
-	void *w = r->w + r->stride * (size_t)r->next;
-	r->next = (r->next + 1) % r->ncopies;
+	void *w = r->w + ring_next(&r->ring);
 	if (a.wq)
 		a.wq = w;
 	else
@@ -246,7 +258,7 @@ static int measure_gemms(sl_backend *b, sl_queue *q, const int *ms, int nm, int 
 	for (int i = 0; i < nm; i++) {
 		gemm_ring r = { .a = { .m = ms[i], .n = n, .k = k, .x = x.p, .ldx = k, .w = q4 ? NULL : w.p,
 				       .wq = q4 ? w.p : NULL, .bias = bias.p, .y = y.p, .ldy = n, .alpha = 1.f },
-				.w = w.p, .stride = stride, .ncopies = ncopies };
+				.w = w.p, .ring = { .stride = stride, .ncopies = ncopies } };
 		double t;
 		if ((rc = time_calls(b, q, issue_gemm_ring, &r, target_s, 1 << 16, &t)) < 0)
 			goto out;
@@ -467,21 +479,20 @@ out:
 #define ATTN_NH 12
 #define ATTN_HD 64
 
-/* A decode attention over the next of ncopies K and V caches. */
+/* A decode attention over the next copy of its K and V caches. */
 typedef struct attn_ring {
 	sl_attn_args a;
 	char *k, *v;
-	size_t stride;
-	int ncopies, next;
+	cold_ring ring;
 } attn_ring;
 
 static int issue_decode_ring(sl_backend *b, sl_queue *q, const void *arg)
 {
 	attn_ring *r = (attn_ring *)arg;
 	sl_attn_args a = r->a;
-	a.k_cache = r->k + r->stride * (size_t)r->next;
-	a.v_cache = r->v + r->stride * (size_t)r->next;
-	r->next = (r->next + 1) % r->ncopies;
+	const size_t off = ring_next(&r->ring);
+	a.k_cache = r->k + off;
+	a.v_cache = r->v + off;
 	return sl_attn_decode(b, q, &a);
 }
 
@@ -532,7 +543,7 @@ static int measure_attn(sl_backend *b, sl_queue *q, bool prefill, int nseq, int 
 		a.npad = host;
 	else
 		a.len = host;
-	attn_ring r = { .a = a, .k = kc.p, .v = vc.p, .stride = stride, .ncopies = ncopies };
+	attn_ring r = { .a = a, .k = kc.p, .v = vc.p, .ring = { .stride = stride, .ncopies = ncopies } };
 	double s;
 	if ((rc = prefill ? time_calls(b, q, issue_prefill, &a, target_s, 1 << 16, &s)
 			  : time_calls(b, q, issue_decode_ring, &r, target_s, 1 << 16, &s)) < 0 ||
