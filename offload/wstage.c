@@ -3,14 +3,23 @@
  * them from the host tier, the disk reads (through pinned bounce buffers
  * where device memory is not host memory), and the events that order the
  * copies after the compute that reads a slot and before the compute that
- * reads it next.  From a store of zstd frames (zseg.h) a unit's disk part
- * is read frame by frame, the compressed ones into a buffer of their own,
- * and decompressed in parallel by the acquiring thread's OpenMP team once
- * they have landed.
+ * reads it next.
+ *
+ * From a store of zstd frames (zseg.h) a unit's disk part is read frame by
+ * frame, the compressed ones into a buffer of their own, and the engine's
+ * decompression threads take the frames in the order they were issued:
+ * each waits for its frame's read and decompresses it into place as soon
+ * as it has landed, while the next frames read and the compute goes on.
+ * Acquiring the unit waits only for what is still undone (usually the
+ * last frames).  The threads are the engine's own (one per OpenMP thread,
+ * each with a zstd context and a window of scratch), asleep while no
+ * frame is pending.
  */
 #include "wstage.h"
 
 #include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -25,11 +34,27 @@ typedef struct wslot {
 	uint64_t ticket;
 	sl_event *free_ev, *ready_ev;
 	/* zstd frames: one read per frame, the compressed frames into zbuf
-	 * at their windows' offsets in the unit */
-	int nticket;
-	uint64_t *tickets;
+	 * at their windows' offsets in the unit; each frame a job of the
+	 * decompression threads */
+	int njob;
+	struct zjob *jobs;
 	unsigned char *zbuf;
+	int zpending;     /* jobs not yet done (z_mu) */
+	int zrc;          /* the first failure among them (z_mu) */
+	char zmsg[512];   /* its message */
 } wslot;
+
+/* One frame of a unit's load: wait for its read, then (clen > 0)
+ * decompress it from src into dst. */
+typedef struct zjob {
+	wslot *w;
+	uint64_t ticket;
+	const unsigned char *src;
+	uint32_t clen;
+	void *dst;
+	size_t n;
+	int layer, frame;
+} zjob;
 
 struct sl_wstage {
 	sl_backend *b;
@@ -48,7 +73,21 @@ struct sl_wstage {
 				    window of scratch each */
 	ZSTD_DCtx **dctx;
 	unsigned char *zscratch;
+	pthread_t *zthreads;
+	int zstarted;            /* threads running */
+	/* the jobs waiting for a thread, in issue order: a ring of
+	 * pointers into the slots' job arrays */
+	pthread_mutex_t z_mu;
+	pthread_cond_t z_work, z_done;
+	bool z_sync, z_stop;
+	zjob **zq;
+	int zq_cap, zq_head, zq_len;
 };
+
+typedef struct zarg {
+	sl_wstage *s;
+	int id;
+} zarg;
 
 static size_t page_up(size_t n)
 {
@@ -95,6 +134,8 @@ static int check_params(const sl_wstage_params *p)
 	return 0;
 }
 
+static int zpool_start(sl_wstage *s);
+
 int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out)
 {
 	*out = NULL;
@@ -129,10 +170,12 @@ int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out)
 			int f0, f1;
 			const sl_wstage_unit *x = &s->unit[s->halves ? k : SL_UNIT_LAYER];
 			sl_zseg_frames_in(s->zt, x->disk_off, x->disk_len, &f0, &f1);
-			w->tickets = malloc((size_t)(f1 > f0 ? f1 - f0 : 1) * sizeof *w->tickets);
+			const int nf = f1 > f0 ? f1 - f0 : 1;
+			w->jobs = calloc((size_t)nf, sizeof *w->jobs);
+			s->zq_cap += nf;
 			if (posix_memalign((void **)&w->zbuf, SL_DISK_ALIGN, bounce_bytes) != 0)
 				w->zbuf = NULL;
-			if (!w->tickets || !w->zbuf)
+			if (!w->jobs || !w->zbuf)
 				rc = sl_err(SL_ENOMEM, "out of memory for the zstd frames' buffer (%zu bytes)",
 					    bounce_bytes);
 		}
@@ -143,16 +186,8 @@ int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out)
 	}
 	if (!rc)
 		rc = sl_queue_create(b, &s->copy_q);
-	if (!rc && s->zt) {
-		s->nthreads = SL_MAX(1, omp_get_max_threads());
-		s->dctx = calloc((size_t)s->nthreads, sizeof *s->dctx);
-		s->zscratch = malloc((size_t)s->nthreads * s->zt->window);
-		for (int t = 0; t < s->nthreads && s->dctx; t++)
-			if (!(s->dctx[t] = ZSTD_createDCtx()))
-				break;
-		if (!s->dctx || !s->zscratch || !s->dctx[s->nthreads - 1])
-			rc = sl_err(SL_ENOMEM, "out of memory for %d zstd decompression contexts", s->nthreads);
-	}
+	if (!rc && s->zt)
+		rc = zpool_start(s);
 	if (rc) {
 		sl_wstage_free(s);
 		return rc;
@@ -161,7 +196,108 @@ int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out)
 	return 0;
 }
 
-/* Wait for slot w's disk reads (the first failure is returned). */
+/* A decompression thread: takes the jobs in issue order, waits for each
+ * one's read and decompresses it into place; the first failure of a
+ * slot's jobs is kept for its wait, and the slot's later jobs are only
+ * waited for (their reads must land before the slot is reused). */
+static void *zworker(void *arg)
+{
+	sl_wstage *s = ((zarg *)arg)->s;
+	const int id = ((zarg *)arg)->id;
+	free(arg);
+	unsigned char *scratch = s->zscratch + (size_t)id * s->zt->window;
+	pthread_mutex_lock(&s->z_mu);
+	for (;;) {
+		while (!s->zq_len && !s->z_stop)
+			pthread_cond_wait(&s->z_work, &s->z_mu);
+		if (!s->zq_len)
+			break; /* stopping, nothing left */
+		zjob *j = s->zq[s->zq_head];
+		s->zq_head = (s->zq_head + 1) % s->zq_cap;
+		s->zq_len--;
+		const bool skip = j->w->zrc < 0;
+		pthread_mutex_unlock(&s->z_mu);
+		int r = sl_disk_wait(s->disk, j->ticket);
+		if (r == 0 && j->clen && !skip)
+			r = sl_zseg_decompress(s->dctx[id], j->src, j->clen, scratch, j->dst, j->n,
+					       sl_disk_path(s->disk), j->layer, j->frame);
+		char msg[512] = "";
+		if (r < 0)
+			snprintf(msg, sizeof msg, "%s", sl_errmsg()); /* the message is per thread */
+		pthread_mutex_lock(&s->z_mu);
+		wslot *w = j->w;
+		if (r < 0 && w->zrc == 0) {
+			w->zrc = r;
+			memcpy(w->zmsg, msg, sizeof msg);
+		}
+		if (--w->zpending == 0)
+			pthread_cond_broadcast(&s->z_done);
+	}
+	pthread_mutex_unlock(&s->z_mu);
+	return NULL;
+}
+
+/* The decompression threads, their contexts and scratch, and the queue
+ * (zq_cap: every slot's frames). */
+static int zpool_start(sl_wstage *s)
+{
+	s->nthreads = SL_MAX(1, omp_get_max_threads());
+	s->dctx = calloc((size_t)s->nthreads, sizeof *s->dctx);
+	s->zscratch = malloc((size_t)s->nthreads * s->zt->window);
+	s->zthreads = calloc((size_t)s->nthreads, sizeof *s->zthreads);
+	s->zq = calloc((size_t)SL_MAX(1, s->zq_cap), sizeof *s->zq);
+	for (int t = 0; t < s->nthreads && s->dctx; t++)
+		if (!(s->dctx[t] = ZSTD_createDCtx()))
+			break;
+	if (!s->dctx || !s->zscratch || !s->zthreads || !s->zq || !s->dctx[s->nthreads - 1])
+		return sl_err(SL_ENOMEM, "out of memory for %d zstd decompression contexts", s->nthreads);
+	if (pthread_mutex_init(&s->z_mu, NULL) != 0)
+		return sl_err(SL_ENOMEM, "weight staging: cannot create a mutex");
+	if (pthread_cond_init(&s->z_work, NULL) != 0) {
+		pthread_mutex_destroy(&s->z_mu);
+		return sl_err(SL_ENOMEM, "weight staging: cannot create a condition variable");
+	}
+	if (pthread_cond_init(&s->z_done, NULL) != 0) {
+		pthread_cond_destroy(&s->z_work);
+		pthread_mutex_destroy(&s->z_mu);
+		return sl_err(SL_ENOMEM, "weight staging: cannot create a condition variable");
+	}
+	s->z_sync = true;
+	for (int t = 0; t < s->nthreads; t++) {
+		zarg *a = malloc(sizeof *a);
+		if (!a)
+			return sl_err(SL_ENOMEM, "out of memory");
+		*a = (zarg){ s, t };
+		int e = pthread_create(&s->zthreads[t], NULL, zworker, a);
+		if (e) {
+			free(a);
+			return sl_err(SL_ENOMEM, "weight staging: cannot start a zstd decompression thread "
+				      "(%s)", strerror(e));
+		}
+		s->zstarted++;
+	}
+	return 0;
+}
+
+/* Stop the decompression threads once their queue is empty. */
+static void zpool_stop(sl_wstage *s)
+{
+	if (!s->z_sync)
+		return;
+	pthread_mutex_lock(&s->z_mu);
+	s->z_stop = true;
+	pthread_cond_broadcast(&s->z_work);
+	pthread_mutex_unlock(&s->z_mu);
+	for (int t = 0; t < s->zstarted; t++)
+		pthread_join(s->zthreads[t], NULL);
+	pthread_cond_destroy(&s->z_done);
+	pthread_cond_destroy(&s->z_work);
+	pthread_mutex_destroy(&s->z_mu);
+	s->z_sync = false;
+}
+
+/* Wait for slot w's disk reads and, from a zstd store, their frames'
+ * decompression (the first failure is returned). */
 static int wait_disk(sl_wstage *s, wslot *w)
 {
 	if (!w->disk_pending)
@@ -169,18 +305,20 @@ static int wait_disk(sl_wstage *s, wslot *w)
 	w->disk_pending = false;
 	if (!s->zt)
 		return sl_disk_wait(s->disk, w->ticket);
-	int rc = 0;
-	for (int i = 0; i < w->nticket; i++) {
-		int r = sl_disk_wait(s->disk, w->tickets[i]);
-		rc = rc < 0 ? rc : r;
-	}
-	w->nticket = 0;
-	return rc;
+	pthread_mutex_lock(&s->z_mu);
+	while (w->zpending > 0)
+		pthread_cond_wait(&s->z_done, &s->z_mu);
+	const int rc = w->zrc;
+	w->zrc = 0;
+	pthread_mutex_unlock(&s->z_mu);
+	w->njob = 0;
+	return rc < 0 ? sl_err(rc, "%s", w->zmsg) : 0;
 }
 
 /* The reads of unit x's frames of layer l (home h): the raw ones straight
  * into dst, the compressed ones into the slot's zbuf, each at its
- * window's offset in the unit. */
+ * window's offset in the unit; each frame then goes to the decompression
+ * threads (a raw one only to be waited for). */
 static int read_frames(sl_wstage *s, wslot *w, const sl_wstage_unit *x, const sl_wstage_home *h, int l,
 		       void *dst)
 {
@@ -189,58 +327,30 @@ static int read_frames(sl_wstage *s, wslot *w, const sl_wstage_unit *x, const sl
 	int f0, f1;
 	sl_zseg_frames_in(t, x->disk_off, x->disk_len, &f0, &f1);
 	w->disk_pending = true;
-	w->nticket = 0;
-	for (int f = f0; f < f1; f++) {
+	w->njob = 0;
+	int rc = 0;
+	for (int f = f0; f < f1 && !rc; f++) {
 		uint64_t off;
 		size_t n;
 		sl_zseg_frame(t->seg, t->split, t->window, f, &off, &n);
 		const size_t pos = (size_t)(off - x->disk_off);
-		void *into = cl[f] ? (void *)(w->zbuf + pos) : (void *)((char *)dst + pos);
+		zjob *j = &w->jobs[w->njob];
+		*j = (zjob){ .w = w, .src = w->zbuf + pos, .clen = cl[f], .dst = (char *)dst + pos, .n = n,
+			     .layer = l, .frame = f };
+		void *into = cl[f] ? (void *)(w->zbuf + pos) : j->dst;
 		const size_t len = cl[f] ? page_up(cl[f]) : n;
-		SL_TRY(sl_disk_read(s->disk, h->disk_off + off, into, len, &w->tickets[w->nticket]));
-		w->nticket++;
+		rc = sl_disk_read(s->disk, h->disk_off + off, into, len, &j->ticket);
+		if (rc)
+			break;
+		w->njob++;
 		s->stats->disk_read_bytes += len;
+		pthread_mutex_lock(&s->z_mu);
+		w->zpending++;
+		s->zq[(s->zq_head + s->zq_len++) % s->zq_cap] = j;
+		pthread_cond_signal(&s->z_work);
+		pthread_mutex_unlock(&s->z_mu);
 	}
-	return 0;
-}
-
-/* Decompress the compressed frames slot w's reads brought into zbuf, into
- * dst (the unit's disk part), on the calling thread's OpenMP team. */
-static int inflate_frames(sl_wstage *s, wslot *w, void *dst)
-{
-	const sl_zseg_table *t = s->zt;
-	const sl_wstage_unit *x = &s->unit[w->unit];
-	const uint32_t *cl = t->clen + (size_t)w->layer * (size_t)t->nframes;
-	int f0, f1;
-	sl_zseg_frames_in(t, x->disk_off, x->disk_len, &f0, &f1);
-	int rc = 0, failed = 0;
-	char msg[512] = "";
-#pragma omp parallel for schedule(dynamic, 1) num_threads(s->nthreads)
-	for (int f = f0; f < f1; f++) {
-		const int id = omp_get_thread_num();
-		int stop;
-#pragma omp atomic read
-		stop = failed;
-		if (!cl[f] || stop)
-			continue;
-		uint64_t off;
-		size_t n;
-		sl_zseg_frame(t->seg, t->split, t->window, f, &off, &n);
-		const size_t pos = (size_t)(off - x->disk_off);
-		const int r = sl_zseg_decompress(s->dctx[id], w->zbuf + pos, cl[f],
-						 s->zscratch + (size_t)id * t->window, (char *)dst + pos, n,
-						 sl_disk_path(s->disk), w->layer, f);
-		if (r < 0) {
-#pragma omp critical(sl_wstage_inflate)
-			if (rc == 0) {
-				snprintf(msg, sizeof msg, "%s", sl_errmsg()); /* the message is per thread */
-				rc = r;
-			}
-#pragma omp atomic write
-			failed = 1;
-		}
-	}
-	return rc < 0 ? sl_err(rc, "%s", msg) : 0;
+	return rc;
 }
 
 /* Issue the loads of unit u of layer l into slot k: the host part by copy
@@ -294,10 +404,6 @@ static int finish_load(sl_wstage *s, sl_queue *compute, int k)
 	if (w->disk_pending) {
 		double t0 = sl_now();
 		int rc = wait_disk(s, w);
-		if (rc == 0 && s->zt)
-			rc = inflate_frames(s, w, b->ops->dev_is_host
-						  ? (char *)w->buf.p + s->unit[w->unit].stage_disk
-						  : w->bounce.p);
 		s->stats->stall_s += sl_now() - t0;
 		SL_TRY(rc);
 		if (!b->ops->dev_is_host) {
@@ -384,10 +490,12 @@ void sl_wstage_free(sl_wstage *s)
 	sl_backend *b = s->b;
 	if (s->copy_q)
 		sl_queue_sync(b, s->copy_q);
+	for (int k = 0; k < 2; k++)
+		wait_disk(s, &s->slot[k]);
+	zpool_stop(s);
 	for (int k = 0; k < 2; k++) {
 		wslot *w = &s->slot[k];
-		wait_disk(s, w);
-		free(w->tickets);
+		free(w->jobs);
 		free(w->zbuf);
 		sl_buf_free(b, &w->buf);
 		sl_buf_free(b, &w->bounce);
@@ -402,6 +510,8 @@ void sl_wstage_free(sl_wstage *s)
 		ZSTD_freeDCtx(s->dctx[t]);
 	free(s->dctx);
 	free(s->zscratch);
+	free(s->zthreads);
+	free(s->zq);
 	free(s->home);
 	free(s);
 }

@@ -16,6 +16,11 @@
  * arrive whole; and the refusals (a unit of the wrong kind, a release of a
  * unit not held, a layout the engine cannot stream).
  *
+ * A store of zstd frames (zseg.h): layers of compressed and raw frames
+ * streamed as above arrive whole (the decompression threads' work), and
+ * a corrupt frame fails the acquire of its unit with the store, layer and
+ * frame named, after which the engine still frees without hanging.
+ *
  * argv[1]: the backend ("cpu" by default; the CUDA emulation's build runs
  * it with "cuda", where device memory is not host memory and the disk
  * parts go through the bounce buffers).  meson also runs it with the CPU
@@ -26,6 +31,7 @@
 #include "backend.h"
 #include "disk_store.h"
 #include "wstage.h"
+#include "zseg.h"
 
 #include <check.h>
 #include <ftw.h>
@@ -37,7 +43,10 @@
 #define NL 3                /* layers: odd, so whole layers wrap onto the other slot */
 #define HOST_BYTES 4096     /* a layer's host home */
 #define SEG_BYTES 12288     /* a layer's disk segment */
-#define SLOT_MAX (4096 + SEG_BYTES) /* the largest unit in a slot */
+#define Z_SEG 65536         /* a layer's disk segment in the zstd store */
+#define Z_SPLIT 32768       /* its MLP half's start */
+#define Z_WINDOW 16384      /* its frames' raw bytes: two per half */
+#define SLOT_MAX (4096 + Z_SEG) /* the largest unit in a slot */
 #define USES 16             /* read-backs in flight at once */
 
 static const char *backend_name = "cpu";
@@ -53,6 +62,11 @@ static unsigned char pattern(int tier, int l, size_t off)
 	x ^= x >> 15;
 	x *= 0x2c1b3c6du;
 	x ^= x >> 12;
+	/* on disk the high bytes are two values, so that a zstd frame of
+	 * them compresses, except in one window of each layer's (its
+	 * frame stays raw) */
+	if (tier == 1 && off % 2 && (off / Z_WINDOW) % 4 != (size_t)l % 4)
+		return (unsigned char)(0x38 | (x & 1));
 	return (unsigned char)(off % 2 ? x & 0xbf : x);
 }
 
@@ -82,6 +96,8 @@ static const sl_wstage_unit disk_units[3] = {
 };
 
 typedef struct fixture {
+	size_t seg_bytes;    /* a layer's disk segment */
+	sl_zseg_table *zt;   /* the store's zstd frames, or NULL */
 	sl_backend *be;
 	sl_queue *q;  /* compute */
 	sl_disk_store *disk;
@@ -96,29 +112,62 @@ typedef struct fixture {
 	sl_wstage *s;
 } fixture;
 
-static void setup(fixture *f)
+/* Write layer l's disk segment at its place: its plain bytes, or with a
+ * table, each window as the zstd frame a convert --zstd writes (its
+ * length recorded in the table; corrupt: one byte of frame 1 flipped). */
+static void write_segment(fixture *f, int l, sl_zseg_table *zt, bool corrupt)
+{
+	const size_t n = f->seg_bytes;
+	unsigned char *seg, *img;
+	ck_assert_int_eq(posix_memalign((void **)&seg, SL_DISK_ALIGN, n), 0);
+	ck_assert_int_eq(posix_memalign((void **)&img, SL_DISK_ALIGN, n), 0);
+	for (size_t i = 0; i < n; i++)
+		seg[i] = pattern(1, l, i);
+	memcpy(img, seg, n);
+	for (int fr = 0; zt && fr < zt->nframes; fr++) {
+		uint64_t off;
+		size_t len, clen;
+		sl_zseg_frame(zt->seg, zt->split, zt->window, fr, &off, &len);
+		const size_t cap = sl_zseg_bound(len);
+		unsigned char *scratch = malloc(len), *z = malloc(cap);
+		ck_assert_int_eq(sl_zseg_compress(NULL, 1, seg + off, len, scratch, z, cap, &clen), 0);
+		zt->clen[(size_t)l * (size_t)zt->nframes + (size_t)fr] = (uint32_t)clen;
+		if (clen) {
+			memset(img + off, 0, len);
+			memcpy(img + off, z, clen);
+			if (corrupt && fr == 0)
+				img[off + clen / 2] ^= 0x5a;
+		}
+		free(scratch);
+		free(z);
+	}
+	uint64_t t;
+	ck_assert_int_eq(sl_disk_write(f->disk, (uint64_t)l * n, img, n, &t), 0);
+	ck_assert_msg(sl_disk_wait(f->disk, t) == 0, "%s", sl_errmsg());
+	free(seg);
+	free(img);
+}
+
+static void setup_seg(fixture *f, size_t seg_bytes, sl_zseg_table *zt)
 {
 	memset(f, 0, sizeof *f);
+	f->seg_bytes = seg_bytes;
 	ck_assert_msg(sl_backend_create(backend_name, 1, &f->be) == 0, "%s", sl_errmsg());
 	ck_assert_int_eq(sl_queue_create(f->be, &f->q), 0);
-	sl_disk_params dp = { .dir = dir, .file_name = "wstage.sluice", .key = "test_wstage",
-			      .data_bytes = (uint64_t)NL * SEG_BYTES };
+	char name[64];
+	snprintf(name, sizeof name, "wstage-%zu.sluice", seg_bytes);
+	sl_disk_params dp = { .dir = dir, .file_name = name, .key = "test_wstage",
+			      .data_bytes = (uint64_t)NL * seg_bytes };
 	bool fresh;
 	ck_assert_msg(sl_disk_open(&dp, &f->disk, &fresh) == 0, "%s", sl_errmsg());
-	void *seg;
-	ck_assert_int_eq(posix_memalign(&seg, SL_DISK_ALIGN, SEG_BYTES), 0);
 	for (int l = 0; l < NL; l++) {
 		ck_assert_int_eq(sl_host_alloc(f->be, HOST_BYTES, "host home", &f->host[l]), 0);
 		for (size_t i = 0; i < HOST_BYTES; i++)
 			((unsigned char *)f->host[l])[i] = pattern(0, l, i);
-		for (size_t i = 0; i < SEG_BYTES; i++)
-			((unsigned char *)seg)[i] = pattern(1, l, i);
-		uint64_t t;
-		ck_assert_int_eq(sl_disk_write(f->disk, (uint64_t)l * SEG_BYTES, seg, SEG_BYTES, &t), 0);
-		ck_assert_msg(sl_disk_wait(f->disk, t) == 0, "%s", sl_errmsg());
-		f->home[l] = (sl_wstage_home){ .host = f->host[l], .disk_off = (uint64_t)l * SEG_BYTES };
+		write_segment(f, l, zt, false);
+		f->home[l] = (sl_wstage_home){ .host = f->host[l], .disk_off = (uint64_t)l * seg_bytes };
 	}
-	free(seg);
+	f->zt = zt;
 	ck_assert_int_eq(sl_dev_alloc(f->be, USES * SLOT_MAX * 2, "read", (void **)&f->read), 0);
 	ck_assert_int_eq(sl_host_alloc(f->be, USES * SLOT_MAX * 2, "read back", (void **)&f->seen), 0);
 }
@@ -127,9 +176,14 @@ static void create_units(fixture *f, const sl_wstage_unit *un, bool halves, bool
 {
 	f->units = un;
 	sl_wstage_params p = { .n_layer = NL, .halves = halves, .overlap = overlap, .home = f->home,
-			       .disk = f->disk, .stats = &f->stats };
+			       .disk = f->disk, .zt = f->zt, .stats = &f->stats };
 	memcpy(p.unit, un, sizeof p.unit);
 	ck_assert_msg(sl_wstage_create(f->be, &p, &f->s) == 0, "%s", sl_errmsg());
+}
+
+static void setup(fixture *f)
+{
+	setup_seg(f, SEG_BYTES, NULL);
 }
 
 static void create(fixture *f, bool halves, bool overlap)
@@ -193,11 +247,32 @@ static void use_unit(fixture *f, int l, int u)
 	ck_assert_int_eq(sl_copy_d2h(b, f->q, f->seen + at, f->read + at, (size_t)n * 4), 0);
 }
 
-/* Two passes over the units of a layout in schedule order. */
-static void stream(const sl_wstage_unit *un, bool halves, bool overlap)
+/* The bytes unit u of layer l reads from disk: its disk part, or from a
+ * zstd store its frames' (a compressed one's pages). */
+static uint64_t unit_disk_bytes(const fixture *f, int l, int u)
+{
+	const sl_wstage_unit *x = &f->units[u];
+	if (!f->zt)
+		return x->disk_len;
+	int f0, f1;
+	uint64_t n = 0;
+	sl_zseg_frames_in(f->zt, x->disk_off, x->disk_len, &f0, &f1);
+	for (int fr = f0; fr < f1; fr++) {
+		uint64_t off;
+		size_t len;
+		sl_zseg_frame(f->zt->seg, f->zt->split, f->zt->window, fr, &off, &len);
+		const uint32_t c = f->zt->clen[(size_t)l * (size_t)f->zt->nframes + (size_t)fr];
+		n += c ? (c + SL_DISK_ALIGN - 1) / SL_DISK_ALIGN * SL_DISK_ALIGN : len;
+	}
+	return n;
+}
+
+/* Two passes over the units of a layout in schedule order (from a store
+ * of zstd frames where zt is given: its lengths are filled in). */
+static void stream_store(const sl_wstage_unit *un, bool halves, bool overlap, sl_zseg_table *zt)
 {
 	fixture f;
-	setup(&f);
+	setup_seg(&f, zt ? Z_SEG : SEG_BYTES, zt);
 	create_units(&f, un, halves, overlap);
 	const int per = halves ? 2 : 1, units_n = NL * per;
 	uint64_t disk = 0, h2d = 0;
@@ -212,11 +287,11 @@ static void stream(const sl_wstage_unit *un, bool halves, bool overlap)
 		if (!f.be->ops->dev_is_host)
 			h2d += un[u].disk_len;
 		if (i == 0 || !overlap) {
-			disk += un[u].disk_len;
+			disk += unit_disk_bytes(&f, l, u);
 			h2d += un[u].host_len;
 		}
 		if (overlap) {
-			disk += un[nu].disk_len;
+			disk += unit_disk_bytes(&f, halves ? next / 2 : next, nu);
 			h2d += un[nu].host_len;
 		}
 		ck_assert_msg(f.stats.loads == (overlap ? i + 2 : i + 1),
@@ -228,6 +303,11 @@ static void stream(const sl_wstage_unit *un, bool halves, bool overlap)
 	check_used(&f);
 	ck_assert_uint_eq(f.stats.disk_write_bytes, 0);
 	teardown(&f);
+}
+
+static void stream(const sl_wstage_unit *un, bool halves, bool overlap)
+{
+	stream_store(un, halves, overlap, NULL);
 }
 
 START_TEST(halves_prefetch)
@@ -309,6 +389,81 @@ END_TEST
 
 /* The slot sizes the byte arithmetic (the run plan) counts: by halves each
  * slot its half's, else both the whole layer's. */
+/* The zstd store's units: both parts, and disk only. */
+static const sl_wstage_unit z_units[3] = {
+	[SL_UNIT_ATTN] = { .host_off = 0, .host_len = 1000, .disk_off = 0, .disk_len = Z_SPLIT,
+			   .stage_disk = 4096 },
+	[SL_UNIT_MLP] = { .host_off = 1024, .host_len = 3000, .disk_off = Z_SPLIT,
+			  .disk_len = Z_SEG - Z_SPLIT, .stage_disk = 4096 },
+	[SL_UNIT_LAYER] = { .host_off = 0, .host_len = 4024, .disk_off = 0, .disk_len = Z_SEG,
+			    .stage_disk = 4096 },
+};
+static const sl_wstage_unit z_disk_units[3] = {
+	[SL_UNIT_ATTN] = { .disk_off = 0, .disk_len = Z_SPLIT },
+	[SL_UNIT_MLP] = { .disk_off = Z_SPLIT, .disk_len = Z_SEG - Z_SPLIT },
+	[SL_UNIT_LAYER] = { .disk_off = 0, .disk_len = Z_SEG },
+};
+
+/* Stream a zstd store's units; every layer holds compressed frames and
+ * one raw frame. */
+static void stream_zstd(const sl_wstage_unit *un, bool halves, bool overlap)
+{
+	sl_zseg_table t;
+	ck_assert_int_eq(sl_zseg_table_init(&t, Z_SEG, Z_SPLIT, Z_WINDOW, NL, 1), 0);
+	ck_assert_int_eq(t.nframes, 4);
+	stream_store(un, halves, overlap, &t);
+	for (int l = 0; l < NL; l++)
+		for (int fr = 0; fr < t.nframes; fr++)
+			ck_assert_msg((t.clen[l * t.nframes + fr] == 0) == (fr == l % 4),
+				      "layer %d frame %d: compressed to %u bytes", l, fr,
+				      t.clen[l * t.nframes + fr]);
+	sl_zseg_table_free(&t);
+}
+
+START_TEST(zstd_halves_prefetch)
+{
+	stream_zstd(z_units, true, true);
+}
+END_TEST
+
+START_TEST(zstd_whole_no_prefetch)
+{
+	stream_zstd(z_disk_units, false, false);
+}
+END_TEST
+
+START_TEST(zstd_disk_halves_prefetch)
+{
+	stream_zstd(z_disk_units, true, true);
+}
+END_TEST
+
+/* A corrupt frame in layer 1's attention half: the units before it
+ * arrive, its acquire fails naming the store, the layer and the frame
+ * (its prefetch, issued by the acquire before, did not), and the engine
+ * frees with nothing left hanging. */
+START_TEST(zstd_corrupt_frame)
+{
+	sl_zseg_table t;
+	ck_assert_int_eq(sl_zseg_table_init(&t, Z_SEG, Z_SPLIT, Z_WINDOW, NL, 1), 0);
+	fixture f;
+	setup_seg(&f, Z_SEG, &t);
+	write_segment(&f, 1, &t, true);
+	ck_assert_uint_ne(t.clen[1 * t.nframes + 0], 0);
+	create_units(&f, z_disk_units, true, true);
+	use_unit(&f, 0, SL_UNIT_ATTN);
+	use_unit(&f, 0, SL_UNIT_MLP);
+	check_used(&f);
+	void *slot;
+	ck_assert_int_eq(sl_wstage_acquire(f.s, f.q, 1, SL_UNIT_ATTN, &slot), SL_EFORMAT);
+	char want[128];
+	snprintf(want, sizeof want, "wstage-%d.sluice: layer 1, zstd frame 0 is corrupt", Z_SEG);
+	ck_assert_msg(strstr(sl_errmsg(), want), "message: %s", sl_errmsg());
+	teardown(&f);
+	sl_zseg_table_free(&t);
+}
+END_TEST
+
 START_TEST(slot_bytes)
 {
 	size_t dev, bounce;
@@ -356,6 +511,10 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, out_of_order);
 	tcase_add_test(tc, refusals);
 	tcase_add_test(tc, slot_bytes);
+	tcase_add_test(tc, zstd_halves_prefetch);
+	tcase_add_test(tc, zstd_whole_no_prefetch);
+	tcase_add_test(tc, zstd_disk_halves_prefetch);
+	tcase_add_test(tc, zstd_corrupt_frame);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
