@@ -2,8 +2,9 @@
 # The cost model against measurement, and the policy search against the
 # policies a person would pick (issue 13's validation), on the CPU backend.
 #
-# 1. One profile of this machine (`sluice profile --offload-dir`), used for
-#    every run.
+# 1. One profile of this machine (`sluice profile --offload-dir`, with
+#    `--dummy` of every model measured, so that its GEMM rates include
+#    each model's own shapes), used for every run.
 # 2. A grid of policies spanning every placement (weights on the device,
 #    the host, the disk and split; the KV cache on the device, the host,
 #    the disk and split; cpu_cache_compute; activations on the host; H2O at
@@ -152,9 +153,12 @@ print(json.dumps(med, separators=(",", ":")))' "$work"/rep.*.json >"$work/run.js
 	return $rc
 }
 
-# The profile every prediction uses.
-echo "+ sluice profile --offload-dir $OFFLOAD/pv-store" >&2
-"${common[@]}" profile --backend cpu "${thr[@]}" --offload-dir "$OFFLOAD/pv-store" --json "$work/profile.json" >&2
+# The profile every prediction uses, with the models' own GEMM shapes.
+shapes=()
+for model in $MODELS; do shapes+=(--dummy "$model"); done
+echo "+ sluice profile --offload-dir $OFFLOAD/pv-store ${shapes[*]}" >&2
+"${common[@]}" profile --backend cpu "${thr[@]}" --offload-dir "$OFFLOAD/pv-store" "${shapes[@]}" \
+	--json "$work/profile.json" >&2
 "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["kind"] = "profile"; print(json.dumps(d))' \
 	"$work/profile.json" >>"$out.jsonl"
 

@@ -174,6 +174,10 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	sl_jset(j, "machine", p->machine[0] ? json_string(p->machine) : json_null(), e);
 	sl_jset(j, "gemm", curve(&p->gemm, e), e);
 	sl_jset(j, "gemm_q4", curve(&p->gemm_q4, e), e);
+	json_t *shapes = json_array();
+	for (int i = 0; i < SL_MIN(p->n_gemm_shapes, SL_PROFILE_SHAPES_MAX); i++)
+		sl_jappend(shapes, curve(&p->gemm_shapes[i], e), "gemm_shapes", e);
+	sl_jset(j, "gemm_shapes", shapes, e);
 	set_rate(j, "copy_gbps", p->copy_gbps, e);
 	set_rate(j, "copy_latency_us", p->copy_latency_us, e);
 	set_rate(j, "op_latency_us", p->op_latency_us, e);
@@ -443,6 +447,8 @@ static void get_shape(reader *r, const json_t *obj, const char *key, int *m, int
 
 /* The GEMM curve {n, k, m: [...], gflops: [...]}, or null (no points):
  * 1 to SL_PROFILE_CURVE_MAX points, m increasing, every rate positive. */
+static void get_curve_of(reader *r, const json_t *o, const char *w, sl_profile_curve *c);
+
 static void get_curve(reader *r, const json_t *root, const char *key, sl_profile_curve *c)
 {
 	memset(c, 0, sizeof *c);
@@ -451,6 +457,46 @@ static void get_curve(reader *r, const json_t *root, const char *key, sl_profile
 		return;
 	char w[64];
 	snprintf(w, sizeof w, "%s.", key);
+	get_curve_of(r, o, w, c);
+}
+
+/* gemm_shapes: optional; absent, null or [] is none; each a curve. */
+static void get_shape_curves(reader *r, const json_t *root, sl_profile *p)
+{
+	p->n_gemm_shapes = 0;
+	const json_t *a = json_object_get(root, "gemm_shapes");
+	if (!a || json_is_null(a))
+		return;
+	if (!json_is_array(a)) {
+		wrong_type(r, "", "gemm_shapes", "an array", a);
+		return;
+	}
+	if (json_array_size(a) > SL_PROFILE_SHAPES_MAX) {
+		r->rc = sl_err(SL_EFORMAT, "%s: gemm_shapes lists %zu curves, at most %d", r->path,
+			       json_array_size(a), SL_PROFILE_SHAPES_MAX);
+		return;
+	}
+	for (size_t i = 0; i < json_array_size(a) && r->rc == 0; i++) {
+		char w[64];
+		snprintf(w, sizeof w, "gemm_shapes[%zu].", i);
+		const json_t *o = json_array_get(a, i);
+		if (!json_is_object(o)) {
+			r->rc = sl_err(SL_EFORMAT, "%s: gemm_shapes[%zu] must be an object, got %s", r->path, i,
+				       type_of(o));
+			return;
+		}
+		memset(&p->gemm_shapes[i], 0, sizeof p->gemm_shapes[i]);
+		get_curve_of(r, o, w, &p->gemm_shapes[i]);
+		if (r->rc == 0)
+			p->n_gemm_shapes = (int)i + 1;
+	}
+	if (r->rc < 0)
+		p->n_gemm_shapes = 0;
+}
+
+/* A curve's fields in o (w: its name and a dot, for messages). */
+static void get_curve_of(reader *r, const json_t *o, const char *w, sl_profile_curve *c)
+{
 	c->n = (int)get_int(r, o, w, "n", 1, INT32_MAX);
 	c->k = (int)get_int(r, o, w, "k", 1, INT32_MAX);
 	json_t *m = field(r, o, w, "m"), *g = field(r, o, w, "gflops");
@@ -648,6 +694,7 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 	p->gpu_gemm_tflops = get_rate(r, root, "gpu_gemm_tflops");
 	get_shape(r, root, "gpu_gemm_shape", &p->gpu_gemm_m, &p->gpu_gemm_n, &p->gpu_gemm_k);
 	memset(&p->gemm_q4, 0, sizeof p->gemm_q4);
+	p->n_gemm_shapes = 0;
 	if (version >= 2) {
 		get_str(r, root, "", "build", p->build, sizeof p->build, true);
 		get_str(r, root, "", "machine", p->machine, sizeof p->machine, true);
@@ -655,6 +702,8 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 		/* optional (files before it lack it): absent or null, not measured */
 		if (r->rc == 0 && json_object_get(root, "gemm_q4"))
 			get_curve(r, root, "gemm_q4", &p->gemm_q4);
+		if (r->rc == 0)
+			get_shape_curves(r, root, p);
 		p->copy_gbps = get_rate(r, root, "copy_gbps");
 		p->copy_latency_us = get_rate(r, root, "copy_latency_us");
 		p->op_latency_us = get_rate(r, root, "op_latency_us");

@@ -33,6 +33,14 @@
  *                     and k; optional (absent or null in files before it: the
  *                     cost model then uses the gemm curve for it, i.e. takes
  *                     the dequantisation as free)
+ *   gemm_shapes       the same at a model's own GEMM shapes (n x k: its
+ *                     decoder's matrices and its head; `sluice profile
+ *                     --model DIR` or `--dummy NAME`, repeatable) at m = 1,
+ *                     8, 64, 512 (quick: 1, 8), cold as above: a list of
+ *                     curves, the cost model's rate at such a shape is the
+ *                     gemm curve's scaled by their ratio at the nearest of
+ *                     these m (interpolated between them); optional (absent,
+ *                     null or empty: the gemm curve for every shape)
  *   copy_gbps         sl_copy_h2d of 64 MiB on a queue (CPU backend: its
  *                     copy queue's memcpy, = h2d_gbps; CUDA: = h2d_gbps)
  *   copy_latency_us   4 KiB sl_copy_h2d calls issued back to back on one
@@ -155,6 +163,7 @@ typedef struct sl_profile_gpu {
 /* A rate against the rows M of a GEMM (n x k fixed): points in increasing
  * M, GFLOP/s at each. */
 #define SL_PROFILE_CURVE_MAX 16
+#define SL_PROFILE_SHAPES_MAX 24 /* gemm_shapes: a few models' distinct n x k */
 typedef struct sl_profile_curve {
 	int npoints; /* 0: not measured */
 	int n, k;
@@ -205,6 +214,9 @@ typedef struct sl_profile {
 	sl_profile_curve gemm;      /* the profiled backend's sl_gemm against M */
 	sl_profile_curve gemm_q4;   /* the same with 4-bit weights (wq); npoints 0:
 				     * not measured (optional in a file) */
+	int n_gemm_shapes;          /* curves in gemm_shapes; 0: none measured */
+	sl_profile_curve gemm_shapes[SL_PROFILE_SHAPES_MAX]; /* at a model's own
+				     * n x k (optional in a file) */
 	double copy_gbps;           /* the backend's h2d copy on a queue (CPU
 				     * backend: a memory copy of 64 MiB; CUDA:
 				     * h2d_gbps) */

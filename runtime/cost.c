@@ -48,6 +48,8 @@ typedef struct rates {
 	double disk_overlap;       /* CPU backend: the share of the disk hidden under
 				    * compute and copies (1 where not measured) */
 	double zstd;               /* a zstd store's frames decompressed, raw bytes/s */
+	const sl_profile_curve *shapes; /* the gemm curve at other n x k */
+	int nshapes;
 } rates;
 
 static double pos_or(double v, double fallback)
@@ -63,6 +65,8 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	/* a profile without the 4-bit curve (older files): the fp16 one, i.e.
 	 * the dequantisation taken as free */
 	r->gemm_q4 = p->gemm_q4.npoints > 0 ? &p->gemm_q4 : r->gemm;
+	r->shapes = p->gemm_shapes;
+	r->nshapes = r->gemm ? p->n_gemm_shapes : 0;
 	const double mem = pos_or(p->mem_read_gbps, 10.0) * 1e9;
 	if (host) {
 		r->peak_flops = pos_or(p->cpu_gemm_gflops, 10.0) * 1e9;
@@ -113,6 +117,38 @@ static double disk_seg_gbps(const sl_profile_disk_curve *c, double req)
  * the memory bandwidth over the weight, input and output bytes.  q4: 4-bit
  * weights (compress_weight), the gemm_q4 curve (rates_of's fallback), the
  * roofline over their 36 bytes per 64 values. */
+/* A curve's GFLOP/s at m (see gemm_seconds_w). */
+static double curve_gflops(const sl_profile_curve *c, double m)
+{
+	const int np = c->npoints;
+	if (m <= c->m[0])
+		return c->gflops[0] * m / c->m[0];
+	if (m >= c->m[np - 1])
+		return c->gflops[np - 1];
+	int i = 0;
+	while (i + 1 < np && c->m[i + 1] < m)
+		i++;
+	const double x0 = log(c->m[i]), x1 = log(c->m[i + 1]);
+	const double y0 = log(c->gflops[i]), y1 = log(c->gflops[i + 1]);
+	return exp(y0 + (y1 - y0) * (log(m) - x0) / (x1 - x0));
+}
+
+/* A shape curve's rate against the gemm curve's at m: at its points their
+ * ratio, between them interpolated in log m, beyond them the nearest. */
+static double shape_ratio(const sl_profile_curve *s, const sl_profile_curve *g, double m)
+{
+	const int np = s->npoints;
+	int i = 0;
+	while (i + 1 < np && s->m[i + 1] < m)
+		i++;
+	const double r0 = s->gflops[i] / curve_gflops(g, s->m[i]);
+	if (m <= s->m[0] || i + 1 >= np)
+		return r0;
+	const double r1 = s->gflops[i + 1] / curve_gflops(g, s->m[i + 1]);
+	const double t = (log(m) - log(s->m[i])) / (log(s->m[i + 1]) - log(s->m[i]));
+	return exp(log(r0) + (log(r1) - log(r0)) * t);
+}
+
 static double gemm_seconds_w(const rates *r, bool q4, double m, double n, double k)
 {
 	const double flop = 2 * m * n * k;
@@ -125,21 +161,48 @@ static double gemm_seconds_w(const rates *r, bool q4, double m, double n, double
 		const double bytes = wbytes + 4 * m * k + 4 * m * n;
 		return fmax(flop / r->peak_flops, bytes / r->mem_bw);
 	}
-	double g;
-	const int np = c->npoints;
-	if (m <= c->m[0]) {
-		g = c->gflops[0] * m / c->m[0];
-	} else if (m >= c->m[np - 1]) {
-		g = c->gflops[np - 1];
-	} else {
-		int i = 0;
-		while (i + 1 < np && c->m[i + 1] < m)
-			i++;
-		const double x0 = log(c->m[i]), x1 = log(c->m[i + 1]);
-		const double y0 = log(c->gflops[i]), y1 = log(c->gflops[i + 1]);
-		g = exp(y0 + (y1 - y0) * (log(m) - x0) / (x1 - x0));
-	}
+	double g = curve_gflops(c, m);
+	/* measured at this very shape (fp16 weights): the curve scaled by
+	 * the shape's ratio to it */
+	for (int i = 0; !q4 && i < r->nshapes; i++)
+		if (r->shapes[i].npoints > 0 && r->shapes[i].n == (int)n && r->shapes[i].k == (int)k) {
+			g *= shape_ratio(&r->shapes[i], r->gemm, m);
+			break;
+		}
 	return flop / (g * 1e9);
+}
+
+static int add_shape(int shapes[][2], int count, int max, double n, double k)
+{
+	for (int i = 0; i < count; i++)
+		if (shapes[i][0] == (int)n && shapes[i][1] == (int)k)
+			return count;
+	if (count < max) {
+		shapes[count][0] = (int)n;
+		shapes[count][1] = (int)k;
+		count++;
+	}
+	return count;
+}
+
+int sl_cost_gemm_shapes(const sl_model_config *c, int shapes[][2], int max)
+{
+	const double h = c->hidden, f = c->ffn, e = c->embed_dim;
+	int k = 0;
+	if (c->family == SL_FAMILY_LLAMA) {
+		const double qd = sl_model_q_dim(c), kvd = sl_model_kv_dim(c);
+		k = add_shape(shapes, k, max, qd, h);
+		k = add_shape(shapes, k, max, kvd, h);
+		k = add_shape(shapes, k, max, h, qd);
+	} else {
+		k = add_shape(shapes, k, max, h, h);
+	}
+	k = add_shape(shapes, k, max, f, h);
+	k = add_shape(shapes, k, max, h, f);
+	k = add_shape(shapes, k, max, c->vocab, e);
+	if (c->embed_dim != c->hidden)
+		k = add_shape(shapes, k, max, e, h);
+	return k;
 }
 
 static double gemm_seconds(const rates *r, double m, double n, double k)

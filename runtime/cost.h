@@ -70,6 +70,15 @@ typedef struct sl_cost {
 int sl_cost_eval(const sl_model_config *c, const sl_plan *pl, const sl_profile *prof, int prompt_len,
 		 int gen_len, sl_cost *out);
 
+/*
+ * The distinct GEMM shapes (n x k: output by input features) a forward of
+ * model c runs, decoder layers and head, into shapes[i][0], shapes[i][1]
+ * (at most max); returns how many.  sluice profile --model measures the
+ * profile's gemm_shapes at them, and the cost model reads a curve there
+ * for a GEMM of that shape.
+ */
+int sl_cost_gemm_shapes(const sl_model_config *c, int shapes[][2], int max);
+
 /* Budgets in bytes; 0: no cap. */
 typedef struct sl_budgets {
 	size_t device, host, disk;

@@ -977,6 +977,16 @@ static void say_curve(const sl_profile_opts *o, const sl_profile_curve *c, const
 		say(o, " %d: %.1f%s", c->m[i], c->gflops[i], i + 1 < c->npoints ? "," : "\n");
 }
 
+/* The curve's rate at one of its points m (the shapes' m are points of
+ * every curve); 0 where it has none there. */
+static double curve_at(const sl_profile_curve *c, int m)
+{
+	for (int i = 0; i < c->npoints; i++)
+		if (c->m[i] == m)
+			return c->gflops[i];
+	return 0;
+}
+
 /*
  * The backend's compute: the GEMM curve (and the CPU's GEMM), attention
  * (and the CPU's beside a GPU), the latencies, then the backend's own
@@ -1011,6 +1021,26 @@ static int measure_compute(const sl_profile_opts *o, sl_profile *out, sl_backend
 	for (int i = 0; i < c4->npoints; i++)
 		c4->gflops[i] /= 1e9;
 	say_curve(o, c4, out->backend, " 4-bit weights");
+	/* the model's own shapes, at a few m */
+	static const int shape_ms[] = { 1, 8, 64, 512 };
+	out->n_gemm_shapes = 0;
+	for (int i = 0; i < SL_MIN(o->nshapes, SL_PROFILE_SHAPES_MAX); i++) {
+		sl_profile_curve *s = &out->gemm_shapes[i];
+		memset(s, 0, sizeof *s);
+		s->npoints = o->quick ? 2 : (int)SL_ARRAY_LEN(shape_ms);
+		s->n = o->shapes[i][0];
+		s->k = o->shapes[i][1];
+		memcpy(s->m, shape_ms, (size_t)s->npoints * sizeof(int));
+		if ((rc = measure_gemms(be, q, s->m, s->npoints, s->n, s->k, false, ring, target, s->gflops)) < 0)
+			goto out;
+		say(o, "gemm shape  n=%d k=%d, GFLOP/s at m =", s->n, s->k);
+		for (int j = 0; j < s->npoints; j++) {
+			s->gflops[j] /= 1e9;
+			say(o, " %d: %.1f (%.2fx the curve)%s", s->m[j], s->gflops[j],
+			    s->gflops[j] / curve_at(c, s->m[j]), j + 1 < s->npoints ? "," : "\n");
+		}
+		out->n_gemm_shapes = i + 1;
+	}
 
 	out->cpu_gemm_m = o->quick ? 64 : 512;
 	out->cpu_gemm_n = out->cpu_gemm_k = o->quick ? 256 : 2048;

@@ -25,6 +25,8 @@ typedef struct sl_profile_opts {
 	bool cache_only;         /* sl_profile_obtain: never measure (a prediction
 				  * must not slow its run down) */
 	FILE *log;               /* one line per result as it is measured; NULL: none */
+	int nshapes;             /* GEMM shapes (n, k) to measure gemm_shapes at */
+	int shapes[SL_PROFILE_SHAPES_MAX][2];
 } sl_profile_opts;
 
 /* Host memory read bandwidth in GB/s: threads sum a buffer of `bytes`

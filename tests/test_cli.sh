@@ -658,6 +658,20 @@ expect_fail "profile: unwritable JSON" "$tmp/no/dir/p.json" "" -- profile --quic
 if HWLOC_XMLFILE="$fx/topology-2node.xml" HWLOC_THISSYSTEM=1 "$sluice" profile --quick --backend cpu >"$tmp/prof2.out" &&
 	grep -q '^machine .*2 packages, 2 cores, 2 PUs, 2 NUMA nodes' "$tmp/prof2.out" &&
 	grep -q '^numa 1 .*2.0 GiB, 1 cores' "$tmp/prof2.out"; then ok; else bad "profile on two nodes: $(cat "$tmp/prof2.out")"; fi
+# --dummy and --model: the GEMM at each model's own shapes (decoder and
+# head, n x k), each shape once, a line each and gemm_shapes in the JSON
+if "$sluice" profile --quick --backend cpu --dummy opt-125m --model "$fx/opt-pre" --dummy opt-125m \
+	--json "$tmp/pshape.json" >"$tmp/pshape.out" && [ "$(grep -c '^gemm shape  n=' "$tmp/pshape.out")" -eq 8 ] &&
+	python3 - "$tmp/pshape.json" <<'PY'; then ok; else bad "profile --dummy: $(cat "$tmp/pshape.out")"; fi
+import json, sys
+p = json.load(open(sys.argv[1]))
+want = [(768, 768), (3072, 768), (768, 3072), (50272, 768), (64, 64), (256, 64), (64, 256), (512, 64)]
+got = [(s["n"], s["k"]) for s in p["gemm_shapes"]]
+assert got == want, got
+assert all(s["m"] == [1, 8] and min(s["gflops"]) > 0 for s in p["gemm_shapes"]), p["gemm_shapes"]
+PY
+expect_fail "profile: unknown --dummy" "unknown model name 'opt-7b'" "" -- profile --quick --dummy opt-7b
+expect_fail "profile: --model without a config" "$tmp/nodir/config.json" "" -- profile --quick --model "$tmp/nodir"
 
 # ---- exit status: 2 the command is wrong (found before anything ran), 1 the
 # job failed (it ran and failed, or a read/write error), 130 interrupted ----

@@ -774,6 +774,69 @@ START_TEST(test_gemm_q4_rate)
 }
 END_TEST
 
+/* A curve at one of the model's own GEMM shapes (gemm_shapes): the GEMMs
+ * of that shape run at the gemm curve's rate times the shape's ratio to it
+ * (here half, at both its points: fc1 takes twice as long); a shape the
+ * model has not, or an empty list, changes nothing; and the shapes a
+ * model lists are its decoder's and its head's, each once. */
+START_TEST(test_gemm_shape_rate)
+{
+	const sl_model_config c = tiny_config();
+	sl_profile prof = round_profile(true);
+	sl_plan_params pp = sl_plan_defaults();
+	workload(&pp, 4, 16, 8);
+	sl_plan pl;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
+	sl_cost a, b, d;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &a), 0);
+	const double h = c.hidden, f = c.ffn, layers = c.n_layer;
+	sl_profile_curve *s = &prof.gemm_shapes[0];
+	*s = (sl_profile_curve){ .npoints = 2, .n = (int)h + 1, .k = (int)h, .m = { 8, 64 },
+				 .gflops = { 4, 32 } };
+	prof.n_gemm_shapes = 1;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &b), 0);
+	ck_assert_double_eq_tol(a.seconds, b.seconds, 1e-15);
+	s->n = (int)f; /* fc1: f x h */
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &d), 0);
+	const double fc1_s = layers * 2 * f * h / 1e9;
+	ck_assert_double_eq_tol(d.prefill.seconds - a.prefill.seconds, fc1_s, 1e-12);
+	ck_assert_double_eq_tol(d.decode.seconds - a.decode.seconds, 7 * fc1_s, 1e-12);
+	/* each phase at its own point: the prefill's 64 rows at the second
+	 * (now a quarter: four times as long), the decode's 4 rows below the
+	 * first (still half) */
+	s->gflops[1] = 16;
+	sl_cost e;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &e), 0);
+	ck_assert_double_eq_tol(e.prefill.seconds - a.prefill.seconds, 3 * fc1_s, 1e-12);
+	ck_assert_double_eq_tol(e.decode.seconds - a.decode.seconds, 7 * fc1_s, 1e-12);
+	/* between the points, the ratio interpolated in log m: 1/2 at 8 and
+	 * 1/4 at 64 give 1/2^(1 + 1/3) at 16 rows (blocks of 16 sequences) */
+	sl_plan_params p16 = pp;
+	workload(&p16, 16, 16, 8);
+	sl_plan pl16;
+	ck_assert_int_eq(sl_plan_make(&c, &p16, true, &pl16), 0);
+	sl_cost g0, g1;
+	prof.n_gemm_shapes = 0;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl16, &prof, 16, 8, &g0), 0);
+	prof.n_gemm_shapes = 1;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl16, &prof, 16, 8, &g1), 0);
+	ck_assert_double_eq_tol(g1.decode.seconds - g0.decode.seconds, 7 * fc1_s * (pow(2, 4.0 / 3) - 1), 1e-12);
+	int sh[8][2];
+	ck_assert_int_eq(sl_cost_gemm_shapes(&c, sh, 8), c.embed_dim != c.hidden ? 5 : 4);
+	ck_assert_int_eq(sh[0][0], c.hidden);
+	ck_assert_int_eq(sh[0][1], c.hidden);
+	ck_assert_int_eq(sh[1][0], c.ffn);
+	ck_assert_int_eq(sh[2][1], c.ffn);
+	ck_assert_int_eq(sh[3][0], c.vocab);
+	ck_assert_int_eq(sh[3][1], c.embed_dim);
+	sl_model_config l;
+	ck_assert_int_eq(sl_model_config_named("llama-3-8b", &l), 0);
+	ck_assert_int_eq(sl_cost_gemm_shapes(&l, sh, 8), 5); /* q and out, kv, gate/up, down, head */
+	ck_assert_int_eq(sh[1][0], 1024);                   /* 8 KV heads of 128 */
+	ck_assert_int_eq(sl_cost_gemm_shapes(&l, sh, 2), 2);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -798,6 +861,7 @@ int main(int argc, char **argv)
 	tcase_add_test(ts, test_search_compress);
 	tcase_add_test(ts, test_search_compress_weight);
 	tcase_add_test(tc, test_gemm_q4_rate);
+	tcase_add_test(tc, test_gemm_shape_rate);
 	suite_add_tcase(s, ts);
 	return sl_test_run(s);
 }

@@ -100,6 +100,11 @@ static void full_profile(sl_profile *p)
 	p->gemm_q4 = p->gemm;
 	for (int i = 0; i < 11; i++)
 		p->gemm_q4.gflops[i] = 2.0 * (1 << i) / 7.0 + 0.3;
+	p->n_gemm_shapes = 2;
+	p->gemm_shapes[0] = (sl_profile_curve){ .npoints = 4, .n = 768, .k = 3072, .m = { 1, 8, 64, 512 },
+						.gflops = { 0.1 + 0.2, 50.0 / 3, 200.5, 1e3 / 7 } };
+	p->gemm_shapes[1] = (sl_profile_curve){ .npoints = 2, .n = 50272, .k = 768, .m = { 1, 8 },
+						.gflops = { 5.0 / 9, 61.25 } };
 	p->copy_gbps = 51.000000000000007;
 	p->copy_latency_us = 4.4;
 	p->op_latency_us = 0.1 + 0.7;
@@ -216,6 +221,16 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 		SAME(gemm_q4.m[i]);
 		SAME_BITS(gemm_q4.gflops[i]);
 	}
+	SAME(n_gemm_shapes);
+	for (int s = 0; s < a->n_gemm_shapes; s++) {
+		SAME(gemm_shapes[s].npoints);
+		SAME(gemm_shapes[s].n);
+		SAME(gemm_shapes[s].k);
+		for (int i = 0; i < a->gemm_shapes[s].npoints; i++) {
+			SAME(gemm_shapes[s].m[i]);
+			SAME_BITS(gemm_shapes[s].gflops[i]);
+		}
+	}
 	SAME_BITS(copy_gbps);
 	SAME_BITS(copy_latency_us);
 	SAME_BITS(op_latency_us);
@@ -319,6 +334,23 @@ START_TEST(test_round_trip)
 	memset(&p->gemm_q4, 0, sizeof p->gemm_q4);
 	check_same(p, q);
 	json_object_set_new(root, "gemm_q4", json_null());
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	check_same(p, q);
+	/* gemm_shapes (a model's own GEMM shapes), later again: absent,
+	 * null or empty, none */
+	ck_assert_int_eq(json_object_del(root, "gemm_shapes"), 0);
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	memset(q, 0xa5, sizeof *q);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	ck_assert_int_eq(q->n_gemm_shapes, 0);
+	p->n_gemm_shapes = 0;
+	check_same(p, q);
+	json_object_set_new(root, "gemm_shapes", json_null());
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	check_same(p, q);
+	json_object_set_new(root, "gemm_shapes", json_array());
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	check_same(p, q);
@@ -466,6 +498,12 @@ static const bad_case bad_cases[] = {
 	{ "machine", "7", SL_EFORMAT, "machine must be a string or null, got an integer" },
 	{ "build", "@300 x", SL_EFORMAT, "build is longer than 63 bytes" },
 	{ "format_version", "\"1\"", SL_EFORMAT, "format_version must be an integer, got a string" },
+	/* the model's own GEMM shapes */
+	{ "gemm_shapes", "{}", SL_EFORMAT, "gemm_shapes must be an array, got an object" },
+	{ "gemm_shapes.1", "3", SL_EFORMAT, "gemm_shapes[1] must be an object, got an integer" },
+	{ "gemm_shapes.1.k", NULL, SL_EFORMAT, "gemm_shapes[1].k is missing" },
+	{ "gemm_shapes.0.gflops.2", "0", SL_ERANGE, "gemm_shapes[0].gflops[2] = 0, must be a positive number" },
+	{ "gemm_shapes.1.m", "[8, 1]", SL_ERANGE, "gemm_shapes[1].m[1] = 1, must be more than 8 (increasing, from 1)" },
 };
 
 START_TEST(test_malformed)
@@ -580,7 +618,8 @@ START_TEST(test_format_1)
 	json_object_set_new(root, "format_version", json_integer(1));
 	static const char *const v2[] = { "build", "machine", "gemm", "copy_gbps", "copy_latency_us",
 					  "op_latency_us", "attn_decode_gbps", "attn_prefill_gflops",
-					  "cpu_attn_gbps", "disk_write_gbps", "dev_reserve_bytes", "gemm_q4" };
+					  "cpu_attn_gbps", "disk_write_gbps", "dev_reserve_bytes", "gemm_q4",
+					  "gemm_shapes" };
 	for (size_t i = 0; i < SL_ARRAY_LEN(v2); i++)
 		ck_assert_int_eq(json_object_del(root, v2[i]), 0);
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
@@ -591,6 +630,7 @@ START_TEST(test_format_1)
 	*want = *p;
 	memset(&want->gemm, 0, sizeof want->gemm);
 	memset(&want->gemm_q4, 0, sizeof want->gemm_q4);
+	want->n_gemm_shapes = 0;
 	want->copy_gbps = want->copy_latency_us = want->op_latency_us = 0;
 	want->attn_decode_gbps = want->attn_prefill_gflops = want->cpu_attn_gbps = want->disk_write_gbps = 0;
 	want->dev_reserve_bytes = 0;

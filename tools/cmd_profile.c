@@ -3,6 +3,7 @@
  * the cost model.
  */
 #include "cli.h"
+#include "cost.h"
 #include "profile_measure.h"
 
 #include <omp.h>
@@ -10,6 +11,7 @@
 
 static const char profile_help[] =
 	"usage: sluice profile [--offload-dir DIR] [--backend B] [--threads N] [--json FILE] [--quick]\n"
+	"                      [--model DIR | --dummy NAME]...\n"
 	"The machine for the cost model: NUMA nodes, cores, the GPU and its node, where\n"
 	"pinned memory and the disk's I/O threads go; then host memory read GB/s, the\n"
 	"backend's GEMM GFLOP/s against the rows m, CPU GEMM GFLOP/s, decode attention\n"
@@ -24,23 +26,49 @@ static const char profile_help[] =
 	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"
 	"  --threads N          CPU threads, 1 to the cores available (default: all cores)\n"
 	"  --json FILE          also write the results as one JSON object (atomically)\n"
+	"  --model DIR, --dummy NAME  also the GEMM at that model's own shapes (its\n"
+	"                       decoder's matrices and head), for the cost model's\n"
+	"                       predictions of it; repeatable (a few seconds each)\n"
 	"  --quick              small sizes: a check that it runs, not a measurement\n" EXIT_HELP;
+
+/* Add model cfg's GEMM shapes to po's, each once. */
+static void add_shapes(sl_profile_opts *po, const sl_model_config *cfg)
+{
+	int sh[SL_PROFILE_SHAPES_MAX][2];
+	const int n = sl_cost_gemm_shapes(cfg, sh, SL_PROFILE_SHAPES_MAX);
+	for (int i = 0; i < n; i++) {
+		bool have = false;
+		for (int j = 0; j < po->nshapes; j++)
+			have |= po->shapes[j][0] == sh[i][0] && po->shapes[j][1] == sh[i][1];
+		if (have)
+			continue;
+		if (po->nshapes == SL_PROFILE_SHAPES_MAX)
+			usage_error("profile", "the models given have more than 24 GEMM shapes%s", "");
+		po->shapes[po->nshapes][0] = sh[i][0];
+		po->shapes[po->nshapes][1] = sh[i][1];
+		po->nshapes++;
+	}
+}
 
 int cmd_profile(int argc, char **argv)
 {
 	sl_profile_opts po = { .backend = "auto", .log = stdout };
 	const char *json_path = NULL;
-	enum { P_OFFLOAD = 1, P_BACKEND, P_THREADS, P_JSON, P_QUICK };
+	enum { P_OFFLOAD = 1, P_BACKEND, P_THREADS, P_JSON, P_QUICK, P_MODEL, P_DUMMY };
 	static const struct option opts[] = {
 		{ "offload-dir", required_argument, 0, P_OFFLOAD },
 		{ "backend", required_argument, 0, P_BACKEND },
 		{ "threads", required_argument, 0, P_THREADS },
 		{ "json", required_argument, 0, P_JSON },
 		{ "quick", no_argument, 0, P_QUICK },
+		{ "model", required_argument, 0, P_MODEL },
+		{ "dummy", required_argument, 0, P_DUMMY },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
-	int c;
+	int c, rc;
+	sl_model_config cfg;
+	char path[4096];
 	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (c) {
 		case P_OFFLOAD: po.offload_dir = optarg; break;
@@ -48,6 +76,17 @@ int cmd_profile(int argc, char **argv)
 		case P_THREADS: po.threads = parse_threads("profile", optarg); break;
 		case P_JSON: json_path = optarg; break;
 		case P_QUICK: po.quick = true; break;
+		case P_MODEL:
+			snprintf(path, sizeof path, "%s/config.json", optarg);
+			if ((rc = sl_model_config_load(path, &cfg)) < 0)
+				die(rc);
+			add_shapes(&po, &cfg);
+			break;
+		case P_DUMMY:
+			if ((rc = sl_model_config_named(optarg, &cfg)) < 0)
+				die(rc);
+			add_shapes(&po, &cfg);
+			break;
 		case 'h': fputs(profile_help, stdout); return 0;
 		default: bad_option("profile", c, argv);
 		}
@@ -56,7 +95,6 @@ int cmd_profile(int argc, char **argv)
 		usage_error("profile", "unexpected argument '%s'", argv[optind]);
 	if (po.threads > 0)
 		omp_set_num_threads(po.threads);
-	int rc;
 	if (json_path && (rc = sl_profile_check_json_path(json_path)) < 0)
 		die(rc);
 	if (po.offload_dir && (rc = sl_profile_check_offload_dir(po.offload_dir)) < 0)
