@@ -1573,7 +1573,7 @@ PY
 # --cpu-gemm: a value other than sluice or openblas is a usage error; with
 # openblas (where built) the job runs whole, and again the same (the same
 # batch size and threads: the same tokens; another batch size may differ)
-expect_exit "--cpu-gemm mkl" 2 "--cpu-gemm must be sluice or openblas, got 'mkl'" -- "${inv[@]}" \
+expect_exit "--cpu-gemm mkl" 2 "--cpu-gemm must be sluice, openblas or amx, got 'mkl'" -- "${inv[@]}" \
 	--out "$tmp/inv-mkl.jsonl" --cpu-gemm mkl
 if "$sluice" "${inv[@]}" --batch-size 16 --cpu-gemm openblas --out "$tmp/inv-ob.jsonl" 2>"$tmp/inv-ob.err"; then
 	if [ "$(lines "$tmp/inv-ob.jsonl")" -eq 16 ]; then ok; else bad "--cpu-gemm openblas: $(lines "$tmp/inv-ob.jsonl") lines"; fi

@@ -489,6 +489,17 @@ static bool gemm_shape(int i, int ki, int *m, int *n, int *k)
 	return ki < GEMM_NK;
 }
 
+/* test_gemm_amx: the reference rounds x and w to bf16 (nearest even) where
+ * the AMX path runs (rows above the direct kernel's 8, k a multiple of 32). */
+static bool gemm_ref_bf16;
+
+static double bf16_round(double v)
+{
+	uint32_t u = fbits((float)v);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return bitsf(u & 0xffff0000u);
+}
+
 /*
  * One shape, the variants v = first, first + step, ... < 48 of
  * (stride, bias, alpha, flags).  The reference sums (S = x w^T and
@@ -523,15 +534,17 @@ static void gemm_check(sl_backend *b, sl_queue *q, int m, int n, int k, uint64_t
 		bias[j] = rand_half(&r);
 	for (size_t i = 0; i < (size_t)m * n; i++)
 		y0[i] = rng_unif(&r);
+	const bool rb = gemm_ref_bf16 && m > 8 && k % 32 == 0;
 	for (int j = 0; j < n; j++) {
 		for (int kk = 0; kk < k; kk++)
-			wd[kk] = ref_half(w[(size_t)j * k + kk]);
+			wd[kk] = rb ? bf16_round(ref_half(w[(size_t)j * k + kk])) : ref_half(w[(size_t)j * k + kk]);
 		for (int i = 0; i < m; i++) {
 			const float *xr = x + (size_t)i * k;
 			double s = 0, a = 0;
 			for (int kk = 0; kk < k; kk++) {
-				s += (double)xr[kk] * wd[kk];
-				a += fabs((double)xr[kk] * wd[kk]);
+				const double xv = rb ? bf16_round(xr[kk]) : xr[kk];
+				s += xv * wd[kk];
+				a += fabs(xv * wd[kk]);
 			}
 			S[(size_t)i * n + j] = s;
 			A[(size_t)i * n + j] = a;
@@ -2875,6 +2888,43 @@ START_TEST(test_gemm_openblas)
 }
 END_TEST
 
+/*
+ * --cpu-gemm amx: the products above the direct kernel's rows on AMX tiles,
+ * against the reference on bf16-rounded operands (k a multiple of 32; the
+ * other shapes fall back on the packed kernel and its exact reference), a
+ * rotating seventh of the variants; then shapes of several k chunks, row
+ * blocks and weight panels with columns past n.  Where the CPU or the
+ * kernel has no AMX it is refused, saying why.
+ */
+static const int amx_extra[][3] = { { 40, 300, 2048 }, { 33, 1100, 512 }, { 100, 50, 96 }, { 9, 16, 32 } };
+
+START_TEST(test_gemm_amx)
+{
+	sl_backend *b = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 0, &b), 0);
+	const int rc = sl_cpu_backend_set_gemm(b, "amx");
+	if (rc == SL_EUNSUPPORTED) {
+		ck_assert_msg(strstr(sl_errmsg(), "--cpu-gemm amx: "), "message: %s", sl_errmsg());
+		ck_assert_str_eq(sl_cpu_backend_gemm(b), "sluice");
+		sl_backend_free(b);
+		return;
+	}
+	ck_assert_msg(rc == 0, "--cpu-gemm amx: %s", sl_errmsg());
+	ck_assert_str_eq(sl_cpu_backend_gemm(b), "amx");
+	gemm_ref_bf16 = true;
+	int m, n, k;
+	for (int ki = 0; gemm_shape(_i, ki, &m, &n, &k); ki++)
+		gemm_check(b, NULL, m, n, k, 9500 + 8 * (uint64_t)_i + (uint64_t)ki, (_i + ki) % 7, 7);
+	if (_i < (int)SL_ARRAY_LEN(amx_extra))
+		gemm_check(b, NULL, amx_extra[_i][0], amx_extra[_i][1], amx_extra[_i][2], 9900 + (uint64_t)_i,
+			   _i % 3, 3);
+	gemm_ref_bf16 = false;
+	ck_assert_int_eq(sl_cpu_backend_set_gemm(b, "sluice"), 0);
+	ck_assert_str_eq(sl_cpu_backend_gemm(b), "sluice");
+	sl_backend_free(b);
+}
+END_TEST
+
 START_TEST(test_cpu_kernels_env)
 {
 	const char *old = getenv("SLUICE_CPU_KERNELS");
@@ -2970,6 +3020,7 @@ int main(int argc, char **argv)
 	tc = tcase_create("backend");
 	tcase_add_test(tc, test_cpu_kernels_env);
 	tcase_add_loop_test(tc, test_gemm_openblas, 0, GEMM_CASES);
+	tcase_add_loop_test(tc, test_gemm_amx, 0, GEMM_CASES);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("argmax");

@@ -591,11 +591,20 @@ int sl_cpu_backend_set_gemm(sl_backend *b, const char *name)
 		return 0; /* the GEMMs run elsewhere */
 	sl_cpu_ctx *c = sl_cpu(b);
 	if (!strcmp(name, "sluice")) {
+		c->gemm_openblas = c->gemm_amx = false;
+		return 0;
+	}
+	if (!strcmp(name, "amx")) {
+		char why[160];
+		if (!sl_cpu_amx_available(why, sizeof why))
+			return sl_err(SL_EUNSUPPORTED, "--cpu-gemm amx: %s", why);
 		c->gemm_openblas = false;
+		c->gemm_amx = true;
 		return 0;
 	}
 	if (strcmp(name, "openblas"))
-		return sl_err(SL_EINVAL, "--cpu-gemm must be sluice or openblas, got '%s'", name);
+		return sl_err(SL_EINVAL, "--cpu-gemm must be sluice, openblas or amx, got '%s'", name);
+	c->gemm_amx = false;
 #if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
 	openblas_set_num_threads(c->nthreads);
 	c->gemm_openblas = true;
@@ -610,7 +619,8 @@ const char *sl_cpu_backend_gemm(const sl_backend *b)
 {
 	if (!b || b->ops != &cpu_ops)
 		return NULL;
-	return ((const sl_cpu_ctx *)b->ctx)->gemm_openblas ? "openblas" : "sluice";
+	const sl_cpu_ctx *c = b->ctx;
+	return c->gemm_amx ? "amx" : c->gemm_openblas ? "openblas" : "sluice";
 }
 
 bool sl_cpu_backend_blas_info(const char **config, const char **core)

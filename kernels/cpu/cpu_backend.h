@@ -19,11 +19,14 @@ const char *sl_cpu_backend_kernels(const sl_backend *b);
  * the direct kernel's rows to OpenBLAS's sgemm, whose kernel and blocking
  * depend on the row count: faster where OpenBLAS has kernels tuned for the
  * CPU, not batch invariant.  Refused (SL_EUNSUPPORTED) in a build without
- * OpenBLAS; no effect on a backend that is not the CPU's.
+ * OpenBLAS; no effect on a backend that is not the CPU's.  "amx" runs them
+ * on Intel AMX tiles with both operands rounded to bf16 (kernels/cpu/
+ * cpu_amx.c): not batch invariant either, at bf16's precision; refused
+ * (SL_EUNSUPPORTED, saying why) where the CPU or the kernel has no AMX.
  */
 int sl_cpu_backend_set_gemm(sl_backend *b, const char *name);
 
-/* "sluice" or "openblas", or NULL when b is not a CPU backend. */
+/* "sluice", "openblas" or "amx", or NULL when b is not a CPU backend. */
 const char *sl_cpu_backend_gemm(const sl_backend *b);
 
 /* OpenBLAS's build and the core it chose (OPENBLAS_CORETYPE overrides it);

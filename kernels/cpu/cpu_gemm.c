@@ -38,6 +38,10 @@
  * the tail terms past k & ~7 one element at a time (sl_cpu_gemm_finish).
  * Never a dequantised copy of the whole matrix.
  *
+ * --cpu-gemm amx (cpu_amx.c) gives the packed path's products to AMX tiles
+ * in bf16 where the CPU has them: several times the packed path's rate,
+ * at bf16's precision, not batch invariant.
+ *
  * --cpu-gemm openblas (sl_cpu_backend_set_gemm, in a build with OpenBLAS)
  * replaces the packed path by OpenBLAS's sgemm on weights widened panel by
  * panel, then the same epilogue.  sgemm's kernel, blocking and threads
@@ -369,6 +373,10 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 			gemm_direct_generic(a, alpha, n0, n1, buf);
 		}
 	} else {
+		rc = c->gemm_amx ? sl_cpu_amx_gemm(b, a, alpha) : SL_EUNSUPPORTED;
+		if (rc != SL_EUNSUPPORTED) {
+			/* done by the AMX tiles (or their error) */
+		} else
 #if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
 		if (c->gemm_openblas)
 			rc = gemm_openblas(b, a, alpha);

@@ -43,7 +43,9 @@ typedef struct sl_cpu_ctx {
 	float *gemm_part; /* packed GEMM: partial lanes between k chunks */
 	size_t gemm_part_cap;
 	bool gemm_openblas; /* --cpu-gemm openblas: OpenBLAS's sgemm above the direct kernel */
-	float *gemm_c;   /* OpenBLAS path: sgemm's output before the epilogue */
+	bool gemm_amx;      /* --cpu-gemm amx: bf16 AMX tiles above it (cpu_amx.c) */
+	float *gemm_c;   /* OpenBLAS path: sgemm's output before the epilogue;
+			  * AMX path: the bf16 x copy and the threads' panels */
 	size_t gemm_c_cap;
 	float *attn_ws;  /* per-thread attention scratch */
 	size_t attn_ws_per_thread;
@@ -144,6 +146,13 @@ static inline float sl_cpu_lanes_sum(const float *l)
 	const float t0 = l[0] + l[4], t1 = l[1] + l[5], t2 = l[2] + l[6], t3 = l[3] + l[7];
 	return (t0 + t2) + (t1 + t3);
 }
+
+/* cpu_amx.c: whether AMX bf16 tiles can run here (the CPU's and the
+ * kernel's say; false with the reason in why), and the GEMM on them;
+ * SL_EUNSUPPORTED (no message) for a shape it does not take (k not a
+ * multiple of 32, 4-bit weights): the caller's packed kernel then runs. */
+bool sl_cpu_amx_available(char *why, size_t n);
+int sl_cpu_amx_gemm(sl_backend *b, const sl_gemm_args *a, float alpha);
 
 #if defined(__x86_64__)
 /* cpu_x86.c */

@@ -1,0 +1,219 @@
+/*
+ * cpu_amx.c - --cpu-gemm amx: the prefill's GEMMs (above the direct
+ * kernel's rows) on Intel AMX tiles in bf16, for x86-64 CPUs with AMX-TILE,
+ * AMX-BF16 and AVX512-BF16 (Sapphire Rapids and later).
+ *
+ * What it computes: each x value rounded to bf16 (round to nearest even),
+ * each fp16 weight rounded to bf16 the same way, their products summed in
+ * fp32 by the tiles (TDPBF16PS: 32 products of a row and a column per
+ * instruction, k in increasing chunks of 32), then sluice's epilogue (bias,
+ * alpha, ReLU, accumulation).  So it is the GEMM of the bf16-rounded
+ * operands, as transformers' bf16 models compute it: about 3 significant
+ * bits fewer than the fp16 weights hold and 16 fewer than fp32
+ * activations, and not batch invariant (the decode's rows and short
+ * prompts run the direct kernel in fp32).  Opt-in for that reason;
+ * tests/test_ops.c holds it to a plain reference on the rounded operands.
+ *
+ * Layout.  x is rounded into a bf16 copy (rows padded with zeros to a
+ * multiple of 32).  Weights go a panel of columns (weight rows) at a time,
+ * each thread its own: per chunk of 32 k and 16 columns one 1 KiB tile in
+ * the tiles' pair layout (row p holds, for each of the 16 columns, the
+ * values at k = 2p and 2p + 1 of the chunk), columns past n zero.  A 32 x
+ * 32 block of the output is four accumulator tiles, fed per k chunk by two
+ * tiles of x rows and two of weight columns.  k must be a multiple of 32
+ * (every model's widths are); sl_cpu_amx_gemm refuses other shapes and the
+ * caller runs the packed kernel instead.
+ */
+#include "cpu_internal.h"
+
+#include <stdio.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define AMX_TARGET "amx-tile,amx-bf16,avx512f,avx512bf16,avx512bw,f16c"
+
+enum {
+	AMX_PANEL_BYTES = 1 << 20, /* a thread's packed weight panel, at most */
+};
+
+/* The tile configuration (palette 1): eight tiles of 16 rows of 64 bytes. */
+typedef struct amx_cfg {
+	uint8_t palette, start_row, reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+} amx_cfg;
+
+bool sl_cpu_amx_available(char *why, size_t n)
+{
+	unsigned a, b, c, d;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) {
+		snprintf(why, n, "this CPU has no AMX-TILE and AMX-BF16");
+		return false;
+	}
+	if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) {
+		snprintf(why, n, "this CPU has no AVX512-BF16");
+		return false;
+	}
+	/* Linux hands the tile state to a process that asks for it */
+	if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+		snprintf(why, n, "the kernel refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)");
+		return false;
+	}
+	return true;
+}
+
+__attribute__((target(AMX_TARGET)))
+static void tiles_config(void)
+{
+	amx_cfg cfg;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.palette = 1;
+	for (int i = 0; i < 8; i++) {
+		cfg.colsb[i] = 64;
+		cfg.rows[i] = 16;
+	}
+	_tile_loadconfig(&cfg);
+}
+
+/* x rows [r0, r1) of the padded copy (rows past m zero), rounded to bf16. */
+__attribute__((target(AMX_TARGET)))
+static void pack_x(const sl_gemm_args *a, uint16_t *xb, int r0, int r1)
+{
+	const int k = a->k;
+	for (int r = r0; r < r1; r++) {
+		uint16_t *dst = xb + (size_t)r * k;
+		if (r >= a->m) {
+			memset(dst, 0, (size_t)k * sizeof *dst);
+			continue;
+		}
+		const float *src = a->x + (size_t)r * a->ldx;
+		for (int kk = 0; kk < k; kk += 32) {
+			const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + kk + 16), _mm512_loadu_ps(src + kk));
+			_mm512_storeu_si512(dst + kk, (__m512i)v);
+		}
+	}
+}
+
+/* Weight rows (columns of the product) [c0, c0 + cols) as tiles: for each
+ * group of 16 columns g and k chunk q, the tile at ((g * nq) + q) * 512
+ * values; columns past n zero. */
+__attribute__((target(AMX_TARGET)))
+static void pack_w(const sl_gemm_args *a, int c0, int cols, uint16_t *wb)
+{
+	const int k = a->k, nq = k / 32;
+	const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+					       _mm512_set1_epi32(16));
+	for (int g = 0; g < cols / 16; g++)
+		for (int c = 0; c < 16; c++) {
+			const int col = c0 + g * 16 + c;
+			for (int q = 0; q < nq; q++) {
+				uint32_t *tile = (uint32_t *)(wb + ((size_t)g * nq + q) * 512);
+				__m512i v = _mm512_setzero_si512();
+				if (col < a->n) {
+					const sl_half *w = a->w + (size_t)col * k + (size_t)q * 32;
+					const __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+					const __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 16)));
+					v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+				}
+				/* pair p of the column to tile row p, column c */
+				_mm512_i32scatter_epi32(tile + c, idx, v, 4);
+			}
+		}
+}
+
+/* One 32 x 32 block: rows [r0, r0 + 32) of the padded x, the panel's
+ * columns [g * 16, g * 16 + 32) (two groups), into out (32 x 32 fp32). */
+__attribute__((target(AMX_TARGET)))
+static void block(const uint16_t *xb, int k, const uint16_t *wb, int g, int r0, float *out)
+{
+	const int nq = k / 32;
+	const size_t xs = (size_t)k * sizeof(uint16_t); /* bytes between x rows */
+	_tile_zero(0);
+	_tile_zero(1);
+	_tile_zero(2);
+	_tile_zero(3);
+	const uint16_t *x0 = xb + (size_t)r0 * k, *x1 = x0 + (size_t)16 * k;
+	const uint16_t *w0 = wb + (size_t)g * nq * 512, *w1 = w0 + (size_t)nq * 512;
+	for (int q = 0; q < nq; q++) {
+		_tile_loadd(4, x0 + q * 32, xs);
+		_tile_loadd(5, x1 + q * 32, xs);
+		_tile_loadd(6, w0 + (size_t)q * 512, 64);
+		_tile_loadd(7, w1 + (size_t)q * 512, 64);
+		_tile_dpbf16ps(0, 4, 6);
+		_tile_dpbf16ps(1, 4, 7);
+		_tile_dpbf16ps(2, 5, 6);
+		_tile_dpbf16ps(3, 5, 7);
+	}
+	_tile_stored(0, out, 32 * sizeof(float));
+	_tile_stored(1, out + 16, 32 * sizeof(float));
+	_tile_stored(2, out + 16 * 32, 32 * sizeof(float));
+	_tile_stored(3, out + 16 * 32 + 16, 32 * sizeof(float));
+}
+
+__attribute__((target(AMX_TARGET)))
+int sl_cpu_amx_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
+{
+	sl_cpu_ctx *c = sl_cpu(b);
+	const int m = a->m, n = a->n, k = a->k, nt = c->nthreads;
+	if (k % 32 || !a->w)
+		return SL_EUNSUPPORTED; /* the caller's packed kernel instead */
+	const int mp = (m + 31) & ~31;
+	/* a panel of up to 1 MiB of packed weights per thread, whole 32s */
+	int np = (int)(AMX_PANEL_BYTES / ((size_t)k * sizeof(uint16_t))) & ~31;
+	np = SL_MAX(32, SL_MIN(np, (n + 31) & ~31));
+	const size_t xfl = ((size_t)mp * k + 1) / 2, wfl = (size_t)np * k / 2;
+	SL_TRY(sl_cpu_grow(&c->gemm_c, &c->gemm_c_cap, xfl + (size_t)nt * (wfl + 32 * 32)));
+	uint16_t *xb = (uint16_t *)c->gemm_c;
+	float *tbase = c->gemm_c + xfl;
+#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int r = 0; r < mp; r += 32)
+		pack_x(a, xb, r, r + 32);
+	const int npanels = (n + np - 1) / np;
+#pragma omp parallel num_threads(nt)
+	{
+		const int id = omp_get_thread_num();
+		uint16_t *wb = (uint16_t *)(tbase + (size_t)id * (wfl + 32 * 32));
+		float *out = tbase + (size_t)id * (wfl + 32 * 32) + wfl;
+		tiles_config();
+#pragma omp for schedule(dynamic, 1)
+		for (int p = 0; p < npanels; p++) {
+			const int c0 = p * np, cols = SL_MIN(np, (n - c0 + 31) & ~31);
+			pack_w(a, c0, cols, wb);
+			for (int r0 = 0; r0 < mp; r0 += 32)
+				for (int g = 0; g < cols / 16; g += 2) {
+					block(xb, k, wb, g, r0, out);
+					const int rows = SL_MIN(32, m - r0), n0 = c0 + g * 16;
+					const int w = SL_MIN(32, n - n0);
+					for (int r = 0; r < rows; r++) {
+						float *y = a->y + (size_t)(r0 + r) * a->ldy + n0;
+						for (int j = 0; j < w; j++)
+							y[j] = sl_cpu_epilogue(a, out[r * 32 + j], n0 + j, alpha, y[j]);
+					}
+				}
+		}
+		_tile_release();
+	}
+	return 0;
+}
+
+#else /* not x86-64 */
+
+bool sl_cpu_amx_available(char *why, size_t n)
+{
+	snprintf(why, n, "AMX is an x86-64 feature");
+	return false;
+}
+
+int sl_cpu_amx_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
+{
+	return SL_EUNSUPPORTED;
+}
+#endif
