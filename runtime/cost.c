@@ -5,6 +5,7 @@
 #include "cost.h"
 #include "sl_common.h"
 #include "kv_tiers.h"
+#include "profile_measure.h"
 #include "weights.h"
 
 #include <math.h>
@@ -183,6 +184,15 @@ static int add_shape(int shapes[][2], int count, int max, double n, double k)
 		count++;
 	}
 	return count;
+}
+
+int sl_cost_profile_shapes(struct sl_profile_opts *o, const sl_model_config *c)
+{
+	int sh[SL_PROFILE_SHAPES_MAX][2];
+	const int n = sl_cost_gemm_shapes(c, sh, SL_PROFILE_SHAPES_MAX);
+	for (int i = 0; i < n; i++)
+		SL_TRY(sl_profile_add_shape(o, sh[i][0], sh[i][1]));
+	return 0;
 }
 
 int sl_cost_gemm_shapes(const sl_model_config *c, int shapes[][2], int max)

@@ -79,6 +79,10 @@ int sl_cost_eval(const sl_model_config *c, const sl_plan *pl, const sl_profile *
  */
 int sl_cost_gemm_shapes(const sl_model_config *c, int shapes[][2], int max);
 
+/* Add model c's GEMM shapes to a profile's options (sl_profile_add_shape). */
+struct sl_profile_opts;
+int sl_cost_profile_shapes(struct sl_profile_opts *o, const sl_model_config *c);
+
 /* Budgets in bytes; 0: no cap. */
 typedef struct sl_budgets {
 	size_t device, host, disk;

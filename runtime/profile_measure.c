@@ -1361,6 +1361,19 @@ static int expected_key(const sl_profile_opts *o, char *backend, size_t bcap, ch
 	return 0;
 }
 
+/* Whether p has a curve at each of o's shapes. */
+static bool has_shapes(const sl_profile *p, const sl_profile_opts *o)
+{
+	for (int i = 0; i < o->nshapes; i++) {
+		bool found = false;
+		for (int j = 0; j < p->n_gemm_shapes && !found; j++)
+			found = p->gemm_shapes[j].n == o->shapes[i][0] && p->gemm_shapes[j].k == o->shapes[i][1];
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
 int sl_profile_obtain(const sl_profile_opts *o, const char *cache_dir, sl_profile *out, bool *measured)
 {
 	if (measured)
@@ -1382,15 +1395,22 @@ int sl_profile_obtain(const sl_profile_opts *o, const char *cache_dir, sl_profil
 	if (crc == 0 && snprintf(path, sizeof path, "%s/sluice-profile-%s.json", dir, backend) >= (int)sizeof path)
 		crc = sl_err(SL_EINVAL, "%s: the cache folder's path is too long", dir);
 
+	/* what to measure: o's shapes, and those of a cached profile that
+	 * lacks some of o's (so that the cache keeps both models' shapes) */
+	sl_profile_opts run = *o;
 	if (crc == 0) {
 		sl_profile *c = malloc(sizeof *c);
 		if (!c)
 			return sl_err(SL_ENOMEM, "out of memory");
-		const bool hit = sl_profile_load(path, c) == 0 && !strcmp(c->machine, key) &&
-				 !strcmp(c->backend, backend) && c->quick == o->quick &&
-				 !strcmp(c->offload_dir, o->offload_dir ? o->offload_dir : "");
+		const bool same = sl_profile_load(path, c) == 0 && !strcmp(c->machine, key) &&
+				  !strcmp(c->backend, backend) && c->quick == o->quick &&
+				  !strcmp(c->offload_dir, o->offload_dir ? o->offload_dir : "");
+		const bool hit = same && (o->cache_only || has_shapes(c, o));
 		if (hit)
 			*out = *c;
+		for (int j = 0; same && !hit && j < c->n_gemm_shapes; j++)
+			if (sl_profile_add_shape(&run, c->gemm_shapes[j].n, c->gemm_shapes[j].k) < 0)
+				break; /* o's first: the cache keeps what fits */
 		free(c);
 		if (hit)
 			return 0;
@@ -1398,7 +1418,7 @@ int sl_profile_obtain(const sl_profile_opts *o, const char *cache_dir, sl_profil
 	if (o->cache_only)
 		return crc < 0 ? crc
 			       : sl_err(SL_ENOTFOUND, "%s: no cached profile of this machine and build", path);
-	SL_TRY(sl_profile_run(o, out));
+	SL_TRY(sl_profile_run(&run, out));
 	if (measured)
 		*measured = true;
 	if (crc == 0)

@@ -12,6 +12,7 @@
 #define SL_PROFILE_MEASURE_H
 
 #include "profile.h"
+#include "sl_common.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -42,6 +43,22 @@ double sl_profile_mem_read_gbps(size_t bytes, int threads);
  */
 int sl_profile_run(const sl_profile_opts *o, sl_profile *out);
 
+/* Add the GEMM shape n x k to o's (once): gemm_shapes then holds a curve
+ * at it.  SL_EINVAL when o would hold more than SL_PROFILE_SHAPES_MAX.
+ * (sl_cost_profile_shapes adds a model's.) */
+static inline int sl_profile_add_shape(sl_profile_opts *o, int n, int k)
+{
+	for (int j = 0; j < o->nshapes; j++)
+		if (o->shapes[j][0] == n && o->shapes[j][1] == k)
+			return 0;
+	if (o->nshapes == SL_PROFILE_SHAPES_MAX)
+		return sl_err(SL_EINVAL, "more than %d GEMM shapes to profile", SL_PROFILE_SHAPES_MAX);
+	o->shapes[o->nshapes][0] = n;
+	o->shapes[o->nshapes][1] = k;
+	o->nshapes++;
+	return 0;
+}
+
 /* Before measuring: that dir is a folder sluice can write in. */
 int sl_profile_check_offload_dir(const char *dir);
 
@@ -55,7 +72,10 @@ int sl_profile_check_offload_dir(const char *dir);
  * key (backend, threads, build, the CPU's model name and PU count, the
  * GPU's name), its offload directory and its quick flag match o's; else
  * measures (sl_profile_run, with o; o->quick only in tests) and saves it
- * there atomically.  cache_dir NULL: o->offload_dir if given, else
+ * there atomically.  A cached profile that lacks a curve at one of o's
+ * shapes is measured again with its shapes and o's (unless cache_only:
+ * then it is returned as it is, the cost model reading those shapes at
+ * the gemm curve's rate).  cache_dir NULL: o->offload_dir if given, else
  * $XDG_CACHE_HOME/sluice (~/.cache/sluice); a cache folder other than the
  * offload directory is created if missing.
  * *measured (may be NULL) says which.  A cached file that cannot be read

@@ -1138,6 +1138,23 @@ assert a["source"] == "measured" and b["source"] == "cached", (a, b)
 assert a["backend"] == b["backend"] == "cpu" and a["build"] == b["build"] and a["build"], (a, b)
 assert a["load_average"] >= 0 and a["load_average"] == b["load_average"], (a, b)
 PY
+# the cached profile holds the model's own GEMM shapes; another model's
+# measures it again with both models' shapes, and then both are cached
+i=3
+for m in "--model $fx/opt-pre" "--dummy opt-125m"; do
+	# shellcheck disable=SC2086
+	XDG_CACHE_HOME="$tmp/xdg" "$sluice" policy $m --backend cpu --prompt-len 16 --gen-len 4 \
+		--out "$tmp/polpc$i.json" 2>"$tmp/stderr" || bad "policy without --profile: $(cat "$tmp/stderr")"
+	i=$((i + 1))
+done
+if python3 - "$tmp/polpc3.json" "$tmp/polpc4.json" "$tmp/xdg/sluice/sluice-profile-cpu.json" <<'PY'; then ok; else bad "policy: the profile's shapes, measured and cached"; fi
+import json, sys
+a, b = (json.load(open(p))["predicted"]["profile"]["source"] for p in sys.argv[1:3])
+assert (a, b) == ("measured", "cached"), (a, b)
+got = sorted((s["n"], s["k"]) for s in json.load(open(sys.argv[3]))["gemm_shapes"])
+want = sorted([(768, 768), (3072, 768), (768, 3072), (50272, 768), (64, 64), (256, 64), (64, 256), (512, 64)])
+assert got == want, got
+PY
 # H2O as the user allows: --hh-ratio H fixes it (H heavy, H recent);
 # --min-kv-budget F: any budget of at least F of the prompt
 if "$sluice" "${pol[@]}" --prompt-len 64 --gen-len 8 --hh-ratio 0.1 --out "$tmp/polh.json" 2>"$tmp/stderr" &&

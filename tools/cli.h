@@ -159,9 +159,12 @@ int dir_free_bytes(const char *dir, size_t *out);
 /* The profile for this run on the backend named backend: --profile's
  * (checked to be that backend's); else this machine's cached one
  * (sl_profile_obtain), measured and cached where there is none only when
- * measure (*have false when none); o->profile_src says which.  Returns
- * SL_PROFILE_NOT_CACHED when it measured one it could not cache. */
-int cli_profile(common_opts *o, const char *backend, bool measure, sl_profile *prof, bool *have);
+ * measure (*have false when none); o->profile_src says which.  cfg (may
+ * be NULL): the model, whose own GEMM shapes a profile measured here
+ * includes (one cached without them is measured again when measure).
+ * Returns SL_PROFILE_NOT_CACHED when it measured one it could not cache. */
+int cli_profile(common_opts *o, const sl_model_config *cfg, const char *backend, bool measure,
+		sl_profile *prof, bool *have);
 /* --policy auto: search with the job's shapes (its longest prompt and
  * gen_len new tokens, at most max_batch sequences a block) and the
  * options' budgets, under the profile cli_profile gives (measured when

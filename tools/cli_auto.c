@@ -11,7 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-int cli_profile(common_opts *o, const char *backend, bool measure, sl_profile *prof, bool *have)
+int cli_profile(common_opts *o, const sl_model_config *cfg, const char *backend, bool measure,
+		sl_profile *prof, bool *have)
 {
 	*have = false;
 	o->profile_src = NULL;
@@ -28,10 +29,13 @@ int cli_profile(common_opts *o, const char *backend, bool measure, sl_profile *p
 	/* this machine's, cached in the offload folder or $XDG_CACHE_HOME/sluice
 	 * (sl_profile_obtain): only looked up for a prediction, measured and
 	 * cached for a search */
-	const sl_profile_opts po = { .backend = backend, .offload_dir = o->offload_dir,
-				     .threads = o->threads, .cache_only = !measure };
+	sl_profile_opts po = { .backend = backend, .offload_dir = o->offload_dir,
+			       .threads = o->threads, .cache_only = !measure };
+	int rc = cfg ? sl_cost_profile_shapes(&po, cfg) : 0; /* the model's own GEMMs */
+	if (rc < 0)
+		return rc;
 	bool measured = false;
-	int rc = sl_profile_obtain(&po, NULL, prof, &measured);
+	rc = sl_profile_obtain(&po, NULL, prof, &measured);
 	if (rc < 0)
 		return measure ? rc : 0; /* none cached: no prediction */
 	*have = true;
@@ -74,7 +78,7 @@ int policy_auto(common_opts *o, const sl_model_config *cfg, const char *backend,
 		int gen_len, int max_batch, bool quiet, sl_profile *prof)
 {
 	bool have;
-	int rc = cli_profile(o, backend, true, prof, &have);
+	int rc = cli_profile(o, cfg, backend, true, prof, &have);
 	if (rc < 0)
 		return rc;
 	if (rc == SL_PROFILE_NOT_CACHED && !quiet)

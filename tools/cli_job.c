@@ -240,7 +240,7 @@ int run_job(const char *cmd, job_cli *j, bool score)
 			goto fail;
 		j->jo.batch = (int)sl_policy_batch(&j->co.policy);
 		have_prof = true;
-	} else if (j->stats && (rc = cli_profile(&j->co, be->ops->name, false, &prof, &have_prof)) < 0) {
+	} else if (j->stats && (rc = cli_profile(&j->co, &cfg, be->ops->name, false, &prof, &have_prof)) < 0) {
 		goto fail;
 	}
 	const int nseq = SL_MIN(j->jo.batch, ps.n);

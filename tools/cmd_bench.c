@@ -201,7 +201,7 @@ static void bench_open(bench_opts *o, sl_model_config *bcfg, sl_plan_params *pp,
 		die(rc);
 	/* the prediction first: it is arithmetic, and a profile that does not
 	 * suit is found before anything loads */
-	if (!pr->have && (rc = cli_profile(co, (*be)->ops->name, false, &pr->prof, &pr->have)) < 0)
+	if (!pr->have && (rc = cli_profile(co, bcfg, (*be)->ops->name, false, &pr->prof, &pr->have)) < 0)
 		die(rc);
 	if (pr->have && (rc = predict_run(bcfg, pp, (*be)->ops->dev_is_host, &pr->prof, plen, glen,
 					  &pr->cost)) < 0)

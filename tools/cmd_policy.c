@@ -10,6 +10,7 @@
  * measured or the model runs.
  */
 #include "cli.h"
+#include "cost.h"
 #include "jsonl.h"
 #include "profile_measure.h"
 #include "score.h"
@@ -494,7 +495,7 @@ static json_t *ladder_json(const policy_cli *o, const ladder *ld, sl_jerr *e)
 
 /* ---- budgets and the profile --------------------------------------------- */
 
-static int get_profile(const policy_cli *o, profile_src *ps)
+static int get_profile(const policy_cli *o, const sl_model_config *cfg, profile_src *ps)
 {
 	if (o->profile) {
 		SL_TRY(sl_profile_load(o->profile, &ps->p));
@@ -506,6 +507,7 @@ static int get_profile(const policy_cli *o, profile_src *ps)
 	}
 	sl_profile_opts po = { .backend = o->co.backend, .offload_dir = o->co.offload_dir,
 			       .threads = o->co.threads };
+	SL_TRY(sl_cost_profile_shapes(&po, cfg)); /* the model's own GEMMs */
 	if (o->co.threads > 0)
 		omp_set_num_threads(o->co.threads);
 	/* measured once per machine and build, cached in the offload folder
@@ -1001,7 +1003,7 @@ int cmd_policy(int argc, char **argv)
 			die(rc);
 	}
 
-	if ((rc = get_profile(&o, &x.prof)) < 0)
+	if ((rc = get_profile(&o, &x.cfg, &x.prof)) < 0)
 		die(rc);
 
 	/* budgets: the options, else the machine's (say so in --help) */

@@ -31,24 +31,6 @@ static const char profile_help[] =
 	"                       predictions of it; repeatable (a few seconds each)\n"
 	"  --quick              small sizes: a check that it runs, not a measurement\n" EXIT_HELP;
 
-/* Add model cfg's GEMM shapes to po's, each once. */
-static void add_shapes(sl_profile_opts *po, const sl_model_config *cfg)
-{
-	int sh[SL_PROFILE_SHAPES_MAX][2];
-	const int n = sl_cost_gemm_shapes(cfg, sh, SL_PROFILE_SHAPES_MAX);
-	for (int i = 0; i < n; i++) {
-		bool have = false;
-		for (int j = 0; j < po->nshapes; j++)
-			have |= po->shapes[j][0] == sh[i][0] && po->shapes[j][1] == sh[i][1];
-		if (have)
-			continue;
-		if (po->nshapes == SL_PROFILE_SHAPES_MAX)
-			usage_error("profile", "the models given have more than 24 GEMM shapes%s", "");
-		po->shapes[po->nshapes][0] = sh[i][0];
-		po->shapes[po->nshapes][1] = sh[i][1];
-		po->nshapes++;
-	}
-}
 
 int cmd_profile(int argc, char **argv)
 {
@@ -78,14 +60,14 @@ int cmd_profile(int argc, char **argv)
 		case P_QUICK: po.quick = true; break;
 		case P_MODEL:
 			snprintf(path, sizeof path, "%s/config.json", optarg);
-			if ((rc = sl_model_config_load(path, &cfg)) < 0)
+			if ((rc = sl_model_config_load(path, &cfg)) < 0 ||
+			    (rc = sl_cost_profile_shapes(&po, &cfg)) < 0)
 				die(rc);
-			add_shapes(&po, &cfg);
 			break;
 		case P_DUMMY:
-			if ((rc = sl_model_config_named(optarg, &cfg)) < 0)
+			if ((rc = sl_model_config_named(optarg, &cfg)) < 0 ||
+			    (rc = sl_cost_profile_shapes(&po, &cfg)) < 0)
 				die(rc);
-			add_shapes(&po, &cfg);
 			break;
 		case 'h': fputs(profile_help, stdout); return 0;
 		default: bad_option("profile", c, argv);
