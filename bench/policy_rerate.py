@@ -12,7 +12,13 @@ its record, and asks `sluice policy --evaluate` for the prediction; then it
 prints the per-run errors and the grid's median and 90th percentile both ways.
 Nothing is measured: it only re-runs the cost model.
 
-usage: bench/policy_rerate.py RESULTS.jsonl [SLUICE]   (SLUICE default build/sluice)
+With --patch PATCH.json it re-predicts every grid run instead, with the
+run's profile updated by the fields of PATCH.json (a JSON object, e.g. rates
+a later profile measured that the run's lacks) and the disk rate as
+measured: a change to the cost model or the profile checked against
+recorded measurements.
+
+usage: bench/policy_rerate.py RESULTS.jsonl [SLUICE] [--patch PATCH.json]   (SLUICE default build/sluice)
 """
 import json
 import os
@@ -49,13 +55,19 @@ def bench_args(cmd):
 
 
 def main():
-    if len(sys.argv) < 2:
+    argv = sys.argv[1:]
+    patch = None
+    if "--patch" in argv:
+        i = argv.index("--patch")
+        patch = json.load(open(argv[i + 1]))
+        del argv[i:i + 2]
+    if not argv:
         sys.exit(__doc__.strip().splitlines()[-1])
-    sluice = sys.argv[2] if len(sys.argv) > 2 else "build/sluice"
-    recs = [json.loads(line) for line in open(sys.argv[1])]
+    sluice = argv[1] if len(argv) > 1 else "build/sluice"
+    recs = [json.loads(line) for line in open(argv[0])]
     prof = recs[0]
     if prof.get("format") != "sluice-profile":
-        sys.exit(f"{sys.argv[1]}: the first line is not the run's profile")
+        sys.exit(f"{argv[0]}: the first line is not the run's profile")
     before, after = [], []
     with tempfile.TemporaryDirectory() as tmp:
         pf, pol = os.path.join(tmp, "profile.json"), os.path.join(tmp, "policy.json")
@@ -65,14 +77,17 @@ def main():
             meas, pred = r["throughput_tok_s"], r["predicted_throughput_tok_s"]
             e0 = abs(pred - meas) / meas
             before.append(e0)
-            if not r.get("disk_read_bytes") or not r.get("probe_read_gbps"):
+            p = dict(prof)
+            if patch is not None:
+                p.update(patch)
+            elif not r.get("disk_read_bytes") or not r.get("probe_read_gbps"):
                 after.append(e0)
                 continue
-            p = dict(prof)
-            scale = r["probe_read_gbps"] / prof["disk_read_gbps"]
-            p["disk_read_gbps"] = r["probe_read_gbps"]
-            if p.get("disk_write_gbps"):
-                p["disk_write_gbps"] = prof["disk_write_gbps"] * scale
+            else:
+                scale = r["probe_read_gbps"] / prof["disk_read_gbps"]
+                p["disk_read_gbps"] = r["probe_read_gbps"]
+                if p.get("disk_write_gbps"):
+                    p["disk_write_gbps"] = prof["disk_write_gbps"] * scale
             json.dump(p, open(pf, "w"))
             json.dump({k: r[k] for k in POLICY_FIELDS if k in r}, open(pol, "w"))
             args = bench_args(r["cmd"])
@@ -86,11 +101,12 @@ def main():
             pn = json.loads(res.stdout)["throughput_tok_s"]
             e1 = abs(pn - meas) / meas
             after.append(e1)
-            print(f"| {r['model']} | {r['workload']} | {r['policy']} | {r['probe_read_gbps']:.2f} | "
+            print(f"| {r['model']} | {r['workload']} | {r['policy']} | {r.get('probe_read_gbps') or 0:.2f} | "
                   f"{meas:.2f} | {pred:.2f} ({100 * e0:.1f}%) | {pn:.2f} ({100 * e1:.1f}%) |")
     print(f"\nprofile's disk rate {prof['disk_read_gbps']:.2f} GB/s: median {100 * statistics.median(before):.1f}%, "
           f"90th percentile {100 * quantile(before, 0.9):.1f}% over {len(before)} runs")
-    print(f"each run's own disk rate: median {100 * statistics.median(after):.1f}%, "
+    how = "patched profile" if patch is not None else "each run's own disk rate"
+    print(f"{how}: median {100 * statistics.median(after):.1f}%, "
           f"90th percentile {100 * quantile(after, 0.9):.1f}%")
 
 
