@@ -33,6 +33,15 @@
  *                     and k; optional (absent or null in files before it: the
  *                     cost model then uses the gemm curve for it, i.e. takes
  *                     the dequantisation as free)
+ *   gemm_hot          the gemm curve's GEMM on one copy of its weights, so
+ *                     that they stay in the last-level cache from call to
+ *                     call, as a layer's micro-batches after its first find
+ *                     them; optional (absent or null: every GEMM at the
+ *                     cold curve's rate)
+ *   llc_bytes         the last-level cache (sysconf's level 3, else level
+ *                     2): a layer's weights that fit it are read hot by its
+ *                     micro-batches after the first; optional (absent or
+ *                     null: unknown)
  *   gemm_shapes       the same at a model's own GEMM shapes (n x k: its
  *                     decoder's matrices and its head; `sluice profile
  *                     --model DIR` or `--dummy NAME`, repeatable) at m = 1,
@@ -214,6 +223,9 @@ typedef struct sl_profile {
 	sl_profile_curve gemm;      /* the profiled backend's sl_gemm against M */
 	sl_profile_curve gemm_q4;   /* the same with 4-bit weights (wq); npoints 0:
 				     * not measured (optional in a file) */
+	sl_profile_curve gemm_hot;  /* the gemm curve with its weights in the cache;
+				     * npoints 0: not measured (optional in a file) */
+	uint64_t llc_bytes;         /* the last-level cache; 0: unknown */
 	int n_gemm_shapes;          /* curves in gemm_shapes; 0: none measured */
 	sl_profile_curve gemm_shapes[SL_PROFILE_SHAPES_MAX]; /* at a model's own
 				     * n x k (optional in a file) */

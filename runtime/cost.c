@@ -51,6 +51,9 @@ typedef struct rates {
 	double zstd;               /* a zstd store's frames decompressed, raw bytes/s */
 	const sl_profile_curve *shapes; /* the gemm curve at other n x k */
 	int nshapes;
+	const sl_profile_curve *gemm_hot; /* CPU backend: weights in the cache; NULL: none */
+	double llc;                /* the last-level cache's bytes (with gemm_hot) */
+	bool hot_now;              /* this GEMM's weights are in the cache (gemm_hot) */
 } rates;
 
 static double pos_or(double v, double fallback)
@@ -68,6 +71,9 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	r->gemm_q4 = p->gemm_q4.npoints > 0 ? &p->gemm_q4 : r->gemm;
 	r->shapes = p->gemm_shapes;
 	r->nshapes = r->gemm ? p->n_gemm_shapes : 0;
+	const bool hot = host && r->gemm && p->gemm_hot.npoints > 0 && p->llc_bytes > 0;
+	r->gemm_hot = hot ? &p->gemm_hot : NULL;
+	r->llc = hot ? (double)p->llc_bytes : 0;
 	const double mem = pos_or(p->mem_read_gbps, 10.0) * 1e9;
 	if (host) {
 		r->peak_flops = pos_or(p->cpu_gemm_gflops, 10.0) * 1e9;
@@ -170,6 +176,9 @@ static double gemm_seconds_w(const rates *r, bool q4, double m, double n, double
 			g *= shape_ratio(&r->shapes[i], r->gemm, m);
 			break;
 		}
+	/* weights in the cache (r->hot_now): never slower than from memory */
+	if (r->hot_now && !q4)
+		g = fmax(g, curve_gflops(r->gemm_hot, m));
 	return flop / (g * 1e9);
 }
 
@@ -317,6 +326,7 @@ typedef struct shape {
 				* its 4-bit form (sl_plan_kv_slot_bytes) */
 	double ss;             /* H2O: a sequence's scores (or positions) of one layer */
 	double w_host, w_disk; /* one layer's streamed weight bytes */
+	double w_layer;        /* one layer's weight bytes, wherever they live */
 	double w_zstd;         /* the disk share's zstd ratio; 0: a plain store */
 	int units;             /* weight units a layer loads in (2 with sep_layer halves) */
 	bool ccc;              /* cpu_cache_compute in effect */
@@ -510,12 +520,21 @@ static void forward(sl_cost_phase *ph, const shape *s, const rates *r, int t, do
 	const bool rows_move = act && nmb > 1;
 	const int row_moves = pl->p.sep_layer && rows_move ? 2 : 1;
 	const double all_rows = (double)nseq * t * s->h * 4;
+	/* CPU backend: a layer's micro-batches after its first read the
+	 * weights the one before just read, from the last-level cache where
+	 * the layer's weights fit it (gemm_hot) */
+	rates rh = *r;
+	rh.hot_now = r->gemm_hot && s->w_layer <= r->llc;
 	acc layer = { 0 };
-	acc mb = { 0 };
-	micro_batch(&mb, s, r, gs, t, len, prefill, false);
-	acc_sum(&layer, &mb, nmb - 1);
+	if (nmb > 1) {
+		acc first = { 0 }, mb = { 0 };
+		micro_batch(&first, s, r, gs, t, len, prefill, false);
+		acc_sum(&layer, &first, 1);
+		micro_batch(&mb, s, &rh, gs, t, len, prefill, false);
+		acc_sum(&layer, &mb, nmb - 2);
+	}
 	acc mlast = { 0 };
-	micro_batch(&mlast, s, r, last, t, len, prefill, false);
+	micro_batch(&mlast, s, nmb > 1 ? &rh : r, last, t, len, prefill, false);
 	acc_sum(&layer, &mlast, 1);
 	if (rows_move) {
 		copy(&layer, r, true, all_rows * row_moves, nmb * row_moves);
@@ -589,6 +608,7 @@ int sl_cost_eval(const sl_model_config *c, const sl_plan *pl, const sl_profile *
 	sl_weights_layer_split(c, p->w_gpu, p->w_cpu, p->w_q4, &wd, &wh, &wk);
 	s.w_host = (double)wh;
 	s.w_disk = (double)wk;
+	s.w_layer = (double)(wd + wh + wk);
 	s.w_zstd = p->w_zstd;
 	s.units = p->sep_layer && (wk + (pl->dev_is_host ? 0 : wh)) > 0 ? 2 : 1;
 	s.ccc = p->cpu_cache_compute;

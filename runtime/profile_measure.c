@@ -1021,6 +1021,19 @@ static int measure_compute(const sl_profile_opts *o, sl_profile *out, sl_backend
 	for (int i = 0; i < c4->npoints; i++)
 		c4->gflops[i] /= 1e9;
 	say_curve(o, c4, out->backend, " 4-bit weights");
+	/* the same weights staying in the cache (one copy), and the cache */
+	sl_profile_curve *ch = &out->gemm_hot;
+	*ch = *c;
+	if ((rc = measure_gemms(be, q, ch->m, ch->npoints, ch->n, ch->k, false, 0, target, ch->gflops)) < 0)
+		goto out;
+	for (int i = 0; i < ch->npoints; i++)
+		ch->gflops[i] /= 1e9;
+	say_curve(o, ch, out->backend, " weights in the cache");
+	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+	if (llc <= 0)
+		llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+	out->llc_bytes = llc > 0 ? (uint64_t)llc : 0;
+	say(o, "llc         %8.1f MiB   (the last-level cache, sysconf)\n", out->llc_bytes / 1048576.0);
 	/* the model's own shapes, at a few m */
 	static const int shape_ms[] = { 1, 8, 64, 512 };
 	out->n_gemm_shapes = 0;

@@ -630,6 +630,9 @@ for k in ("mem_read_gbps", "cpu_gemm_gflops", "disk_read_gbps", "threads", "copy
     assert isinstance(p[k], (int, float)) and p[k] > 0, (k, p[k])
 g = p["gemm"]
 assert g["m"] == sorted(g["m"]) and len(g["m"]) == len(g["gflops"]) >= 2 and min(g["gflops"]) > 0, g
+h = p["gemm_hot"]  # the same GEMM with its weights kept in the cache
+assert h["m"] == g["m"] and (h["n"], h["k"]) == (g["n"], g["k"]) and min(h["gflops"]) > 0, h
+assert p["llc_bytes"] is None or p["llc_bytes"] > 0, p["llc_bytes"]
 assert p["build"] and p["machine"].startswith("backend=" + p["backend"] + "; threads="), p["machine"]
 assert p["dev_reserve_bytes"] == 0 or p["gpu"] is not None, p["dev_reserve_bytes"]
 t = p["topology"]

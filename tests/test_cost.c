@@ -837,6 +837,65 @@ START_TEST(test_gemm_shape_rate)
 }
 END_TEST
 
+/* The cache (gemm_hot, llc_bytes; CPU backend): a layer's micro-batches
+ * after its first read its weights at the hot curve's rate where the
+ * layer's weights fit the cache; not where they do not, not with one
+ * micro-batch, never slower than the cold rate, and not on a GPU. */
+START_TEST(test_gemm_hot_micro_batches)
+{
+	const sl_model_config c = tiny_config();
+	sl_profile prof = round_profile(true);
+	sl_plan_params pp = sl_plan_defaults();
+	workload(&pp, 8, 16, 8);
+	pp.micro = 2; /* 4 micro-batches of 2 */
+	sl_plan pl;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
+	sl_cost a, b;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &a), 0);
+	prof.gemm_hot = prof.gemm;
+	for (int i = 0; i < prof.gemm_hot.npoints; i++)
+		prof.gemm_hot.gflops[i] *= 2;
+	prof.llc_bytes = 1ull << 40;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &b), 0);
+	/* the layers' GEMMs of 3 of the 4 micro-batches take half as long:
+	 * 2 rows x (4 h h + 2 h f) x 2 FLOPs at 1 GFLOP/s a row */
+	const double h = c.hidden, f = c.ffn, layers = c.n_layer;
+	const double mb_s = layers * 2 * (4 * h * h + 2 * h * f) / 1e9; /* a micro-batch, cold */
+	ck_assert_double_eq_tol(a.decode.seconds - b.decode.seconds, 7 * 3 * mb_s / 2, 1e-12);
+	ck_assert_double_eq_tol(a.prefill.seconds - b.prefill.seconds, 3 * mb_s / 2, 1e-12);
+	/* a layer larger than the cache, one micro-batch, a slower hot
+	 * curve, a GPU: as without it */
+	sl_cost d;
+	prof.llc_bytes = 1000;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &d), 0);
+	ck_assert_double_eq_tol(d.seconds, a.seconds, 1e-15);
+	prof.llc_bytes = 1ull << 40;
+	for (int i = 0; i < prof.gemm_hot.npoints; i++)
+		prof.gemm_hot.gflops[i] /= 4;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &d), 0);
+	ck_assert_double_eq_tol(d.seconds, a.seconds, 1e-15);
+	sl_plan_params p1 = pp;
+	p1.micro = 0;
+	sl_plan pl1;
+	ck_assert_int_eq(sl_plan_make(&c, &p1, true, &pl1), 0);
+	sl_cost e0, e1;
+	sl_profile cold = round_profile(true);
+	ck_assert_int_eq(sl_cost_eval(&c, &pl1, &cold, 16, 8, &e0), 0);
+	for (int i = 0; i < prof.gemm_hot.npoints; i++)
+		prof.gemm_hot.gflops[i] *= 8;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl1, &prof, 16, 8, &e1), 0);
+	ck_assert_double_eq_tol(e0.seconds, e1.seconds, 1e-15);
+	sl_profile gpu = round_profile(false), gpu_hot = gpu;
+	gpu_hot.gemm_hot = prof.gemm_hot;
+	gpu_hot.llc_bytes = 1ull << 40;
+	sl_plan plg;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &plg), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &plg, &gpu, 16, 8, &e0), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &plg, &gpu_hot, 16, 8, &e1), 0);
+	ck_assert_double_eq_tol(e0.seconds, e1.seconds, 1e-15);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -862,6 +921,7 @@ int main(int argc, char **argv)
 	tcase_add_test(ts, test_search_compress_weight);
 	tcase_add_test(tc, test_gemm_q4_rate);
 	tcase_add_test(tc, test_gemm_shape_rate);
+	tcase_add_test(tc, test_gemm_hot_micro_batches);
 	suite_add_tcase(s, ts);
 	return sl_test_run(s);
 }

@@ -100,6 +100,10 @@ static void full_profile(sl_profile *p)
 	p->gemm_q4 = p->gemm;
 	for (int i = 0; i < 11; i++)
 		p->gemm_q4.gflops[i] = 2.0 * (1 << i) / 7.0 + 0.3;
+	p->gemm_hot = p->gemm;
+	for (int i = 0; i < 11; i++)
+		p->gemm_hot.gflops[i] = 5.0 * (1 << i) / 7.0 + 0.2;
+	p->llc_bytes = 300ull << 20;
 	p->n_gemm_shapes = 2;
 	p->gemm_shapes[0] = (sl_profile_curve){ .npoints = 4, .n = 768, .k = 3072, .m = { 1, 8, 64, 512 },
 						.gflops = { 0.1 + 0.2, 50.0 / 3, 200.5, 1e3 / 7 } };
@@ -221,6 +225,14 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 		SAME(gemm_q4.m[i]);
 		SAME_BITS(gemm_q4.gflops[i]);
 	}
+	SAME(gemm_hot.npoints);
+	SAME(gemm_hot.n);
+	SAME(gemm_hot.k);
+	for (int i = 0; i < a->gemm_hot.npoints; i++) {
+		SAME(gemm_hot.m[i]);
+		SAME_BITS(gemm_hot.gflops[i]);
+	}
+	SAME(llc_bytes);
 	SAME(n_gemm_shapes);
 	for (int s = 0; s < a->n_gemm_shapes; s++) {
 		SAME(gemm_shapes[s].npoints);
@@ -351,6 +363,22 @@ START_TEST(test_round_trip)
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	check_same(p, q);
 	json_object_set_new(root, "gemm_shapes", json_array());
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	check_same(p, q);
+	/* gemm_hot and llc_bytes (the cache), later still: absent or null, none */
+	ck_assert_int_eq(json_object_del(root, "gemm_hot"), 0);
+	ck_assert_int_eq(json_object_del(root, "llc_bytes"), 0);
+	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+	memset(q, 0xa5, sizeof *q);
+	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
+	ck_assert_int_eq(q->gemm_hot.npoints, 0);
+	ck_assert_uint_eq(q->llc_bytes, 0);
+	memset(&p->gemm_hot, 0, sizeof p->gemm_hot);
+	p->llc_bytes = 0;
+	check_same(p, q);
+	json_object_set_new(root, "gemm_hot", json_null());
+	json_object_set_new(root, "llc_bytes", json_null());
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	check_same(p, q);
@@ -500,6 +528,10 @@ static const bad_case bad_cases[] = {
 	{ "format_version", "\"1\"", SL_EFORMAT, "format_version must be an integer, got a string" },
 	/* the model's own GEMM shapes */
 	{ "gemm_shapes", "{}", SL_EFORMAT, "gemm_shapes must be an array, got an object" },
+	{ "gemm_hot", "7", SL_EFORMAT, "gemm_hot must be an object or null, got an integer" },
+	{ "gemm_hot.gflops.0", "-1", SL_ERANGE, "gemm_hot.gflops[0] = -1, must be a positive number" },
+	{ "llc_bytes", "0", SL_ERANGE, "llc_bytes = 0, must be in [1, " },
+	{ "llc_bytes", "\"300M\"", SL_EFORMAT, "llc_bytes must be an integer or null, got a string" },
 	{ "gemm_shapes.1", "3", SL_EFORMAT, "gemm_shapes[1] must be an object, got an integer" },
 	{ "gemm_shapes.1.k", NULL, SL_EFORMAT, "gemm_shapes[1].k is missing" },
 	{ "gemm_shapes.0.gflops.2", "0", SL_ERANGE, "gemm_shapes[0].gflops[2] = 0, must be a positive number" },
@@ -619,7 +651,7 @@ START_TEST(test_format_1)
 	static const char *const v2[] = { "build", "machine", "gemm", "copy_gbps", "copy_latency_us",
 					  "op_latency_us", "attn_decode_gbps", "attn_prefill_gflops",
 					  "cpu_attn_gbps", "disk_write_gbps", "dev_reserve_bytes", "gemm_q4",
-					  "gemm_shapes" };
+					  "gemm_shapes", "gemm_hot", "llc_bytes" };
 	for (size_t i = 0; i < SL_ARRAY_LEN(v2); i++)
 		ck_assert_int_eq(json_object_del(root, v2[i]), 0);
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
@@ -631,6 +663,8 @@ START_TEST(test_format_1)
 	memset(&want->gemm, 0, sizeof want->gemm);
 	memset(&want->gemm_q4, 0, sizeof want->gemm_q4);
 	want->n_gemm_shapes = 0;
+	memset(&want->gemm_hot, 0, sizeof want->gemm_hot);
+	want->llc_bytes = 0;
 	want->copy_gbps = want->copy_latency_us = want->op_latency_us = 0;
 	want->attn_decode_gbps = want->attn_prefill_gflops = want->cpu_attn_gbps = want->disk_write_gbps = 0;
 	want->dev_reserve_bytes = 0;
