@@ -528,14 +528,15 @@ static const bad_case bad_cases[] = {
 	{ "format_version", "\"1\"", SL_EFORMAT, "format_version must be an integer, got a string" },
 	/* the model's own GEMM shapes */
 	{ "gemm_shapes", "{}", SL_EFORMAT, "gemm_shapes must be an array, got an object" },
-	{ "gemm_hot", "7", SL_EFORMAT, "gemm_hot must be an object or null, got an integer" },
-	{ "gemm_hot.gflops.0", "-1", SL_ERANGE, "gemm_hot.gflops[0] = -1, must be a positive number" },
-	{ "llc_bytes", "0", SL_ERANGE, "llc_bytes = 0, must be in [1, " },
-	{ "llc_bytes", "\"300M\"", SL_EFORMAT, "llc_bytes must be an integer or null, got a string" },
 	{ "gemm_shapes.1", "3", SL_EFORMAT, "gemm_shapes[1] must be an object, got an integer" },
 	{ "gemm_shapes.1.k", NULL, SL_EFORMAT, "gemm_shapes[1].k is missing" },
 	{ "gemm_shapes.0.gflops.2", "0", SL_ERANGE, "gemm_shapes[0].gflops[2] = 0, must be a positive number" },
 	{ "gemm_shapes.1.m", "[8, 1]", SL_ERANGE, "gemm_shapes[1].m[1] = 1, must be more than 8 (increasing, from 1)" },
+	/* the cache: the hot curve and its size */
+	{ "gemm_hot", "7", SL_EFORMAT, "gemm_hot must be an object or null, got an integer" },
+	{ "gemm_hot.gflops.0", "-1", SL_ERANGE, "gemm_hot.gflops[0] = -1, must be a positive number" },
+	{ "llc_bytes", "0", SL_ERANGE, "llc_bytes = 0, must be in [1, " },
+	{ "llc_bytes", "\"300M\"", SL_EFORMAT, "llc_bytes must be an integer or null, got a string" },
 };
 
 START_TEST(test_malformed)
