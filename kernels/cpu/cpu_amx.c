@@ -38,7 +38,7 @@
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
-#define AMX_TARGET "amx-tile,amx-bf16,avx512f,avx512bf16,avx512bw,f16c"
+#define AMX_TARGET "amx-tile,amx-bf16,avx512f,avx512bf16,avx512bw,avx512vl,f16c"
 
 enum {
 	AMX_PANEL_BYTES = 1 << 20, /* a thread's packed weight panel, at most */
@@ -158,6 +158,33 @@ static void block(const uint16_t *xb, int k, const uint16_t *wb, int g, int r0, 
 	_tile_stored(3, out + 16 * 32 + 16, 32 * sizeof(float));
 }
 
+/* The epilogue of a block's rows [r0, r0 + rows) and columns [n0, n0 + w)
+ * from out (32 x 32), 16 columns at a time: the operations of
+ * sl_cpu_epilogue in its order (+ bias, * alpha, ReLU with NaN and -0 to
+ * +0, + the old y), so the same bits. */
+__attribute__((target(AMX_TARGET)))
+static void epilogue(const sl_gemm_args *a, const float *out, int r0, int rows, int n0, int w, float alpha)
+{
+	const bool relu = a->flags & SL_GEMM_RELU, accum = a->flags & SL_GEMM_ACCUM;
+	const __m512 al = _mm512_set1_ps(alpha), zero = _mm512_setzero_ps();
+	for (int j = 0; j < w; j += 16) {
+		const __mmask16 mk = (__mmask16)(w - j >= 16 ? 0xffffu : (1u << (w - j)) - 1);
+		const __m512 bias = a->bias ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, a->bias + n0 + j)) : zero;
+		for (int r = 0; r < rows; r++) {
+			float *y = a->y + (size_t)(r0 + r) * a->ldy + n0 + j;
+			__m512 s = _mm512_loadu_ps(out + r * 32 + j);
+			if (a->bias)
+				s = _mm512_add_ps(s, bias);
+			s = _mm512_mul_ps(s, al);
+			if (relu)
+				s = _mm512_max_ps(s, zero); /* NaN, -0: the second operand, +0 */
+			if (accum)
+				s = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, y), s);
+			_mm512_mask_storeu_ps(y, mk, s);
+		}
+	}
+}
+
 __attribute__((target(AMX_TARGET)))
 int sl_cpu_amx_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
 {
@@ -190,13 +217,8 @@ int sl_cpu_amx_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
 			for (int r0 = 0; r0 < mp; r0 += 32)
 				for (int g = 0; g < cols / 16; g += 2) {
 					block(xb, k, wb, g, r0, out);
-					const int rows = SL_MIN(32, m - r0), n0 = c0 + g * 16;
-					const int w = SL_MIN(32, n - n0);
-					for (int r = 0; r < rows; r++) {
-						float *y = a->y + (size_t)(r0 + r) * a->ldy + n0;
-						for (int j = 0; j < w; j++)
-							y[j] = sl_cpu_epilogue(a, out[r * 32 + j], n0 + j, alpha, y[j]);
-					}
+					const int n0 = c0 + g * 16;
+					epilogue(a, out, r0, SL_MIN(32, m - r0), n0, SL_MIN(32, n - n0), alpha);
 				}
 		}
 		_tile_release();
