@@ -547,7 +547,7 @@ class Harness:
             cmd += ["--cpu-mem", fmt_size(budget["cpu"])]
         cmd += ["--offload-dir", os.path.join(self.work, "offload"), "--profile", self.profile,
                 "--seed", str(a.seed), "--json"]
-        return cmd
+        return cmd + shlex.split(a.sluice_flags or "")
 
     def flexgen_policy(self, mdir, batch, budget):
         """The FlexGen-style policy for the budget: the first one sluice
@@ -1190,6 +1190,8 @@ def main(argv=None):
                     "bench/results/compare-dtype-20261205.md)")
     ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--sluice", default=os.path.join(ROOT, "build", "sluice"))
+    ap.add_argument("--sluice-flags", help="more flags for every sluice bench run (e.g. '--cpu-gemm amx'); "
+                    "the reference tokens are generated without them")
     ap.add_argument("--python", default=sys.executable, help="the Python of the Hugging Face workers")
     ap.add_argument("--work", default="/tmp/sluice-compare",
                     help="checkpoints, offload folders and the profile (kept between runs)")
