@@ -159,6 +159,8 @@ int sl_cpu_amx_gemm(sl_backend *b, const sl_gemm_args *a, float alpha);
 sl_cpu_isa sl_cpu_x86_isa(void);
 void sl_cpu_half_to_float_avx2(const sl_half *src, float *dst, size_t n);
 void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1);
+/* fp16 weights only; the same bits as the AVX2 kernel */
+void sl_cpu_gemm_direct_avx512(const sl_gemm_args *a, float alpha, int n0, int n1);
 void sl_cpu_q4_rows_avx2(const sl_gemm_args *a, int n0, int rows, float *dst, size_t ld, size_t cs,
 			 int kend);
 void sl_cpu_pack_w_avx2(const sl_half *w, int k, int rows, int s0, int s1, float *dst);
