@@ -38,7 +38,7 @@ typedef struct wslot {
 	 * decompression threads */
 	int njob;
 	struct zjob *jobs;
-	unsigned char *zbuf;
+	sl_buf zbuf;
 	int zpending;     /* jobs not yet done (z_mu) */
 	int zrc;          /* the first failure among them (z_mu) */
 	char zmsg[512];   /* its message */
@@ -72,7 +72,7 @@ struct sl_wstage {
 	int nthreads;            /* decompressing threads: a context and a
 				    window of scratch each */
 	ZSTD_DCtx **dctx;
-	unsigned char *zscratch;
+	sl_buf zscratch;
 	pthread_t *zthreads;
 	int zstarted;            /* threads running */
 	/* the jobs waiting for a thread, in issue order: a ring of
@@ -105,6 +105,22 @@ void sl_wstage_slot_bytes(const sl_wstage_unit unit[3], bool halves, int k, size
 	const int u = halves ? k : SL_UNIT_LAYER;
 	*dev = unit[u].stage_disk + unit[u].disk_len;
 	*bounce = unit[u].disk_len;
+}
+
+int sl_wstage_zstd_threads(void)
+{
+	return SL_MAX(1, omp_get_max_threads());
+}
+
+size_t sl_wstage_zstd_bytes(const sl_wstage_unit unit[3], bool halves, uint32_t window)
+{
+	size_t n = 0;
+	for (int k = 0; k < 2; k++) {
+		size_t dev, frames;
+		sl_wstage_slot_bytes(unit, halves, k, &dev, &frames);
+		n += frames;
+	}
+	return n ? n + (size_t)sl_wstage_zstd_threads() * window : 0;
 }
 
 static int check_params(const sl_wstage_params *p)
@@ -173,11 +189,10 @@ int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out)
 			const int nf = f1 > f0 ? f1 - f0 : 1;
 			w->jobs = calloc((size_t)nf, sizeof *w->jobs);
 			s->zq_cap += nf;
-			if (posix_memalign((void **)&w->zbuf, SL_DISK_ALIGN, bounce_bytes) != 0)
-				w->zbuf = NULL;
-			if (!w->jobs || !w->zbuf)
-				rc = sl_err(SL_ENOMEM, "out of memory for the zstd frames' buffer (%zu bytes)",
-					    bounce_bytes);
+			if (!w->jobs)
+				rc = sl_err(SL_ENOMEM, "out of memory");
+			else
+				rc = sl_buf_alloc(b, SL_MEM_HOST, bounce_bytes, "zstd frames", &w->zbuf);
 		}
 		if (!rc)
 			rc = sl_event_create(b, &w->free_ev);
@@ -205,7 +220,7 @@ static void *zworker(void *arg)
 	sl_wstage *s = ((zarg *)arg)->s;
 	const int id = ((zarg *)arg)->id;
 	free(arg);
-	unsigned char *scratch = s->zscratch + (size_t)id * s->zt->window;
+	unsigned char *scratch = (unsigned char *)s->zscratch.p + (size_t)id * s->zt->window;
 	pthread_mutex_lock(&s->z_mu);
 	for (;;) {
 		while (!s->zq_len && !s->z_stop)
@@ -241,15 +256,16 @@ static void *zworker(void *arg)
  * (zq_cap: every slot's frames). */
 static int zpool_start(sl_wstage *s)
 {
-	s->nthreads = SL_MAX(1, omp_get_max_threads());
+	s->nthreads = sl_wstage_zstd_threads();
+	SL_TRY(sl_buf_alloc(s->b, SL_MEM_HOST, (size_t)s->nthreads * s->zt->window, "zstd scratch",
+			    &s->zscratch));
 	s->dctx = calloc((size_t)s->nthreads, sizeof *s->dctx);
-	s->zscratch = malloc((size_t)s->nthreads * s->zt->window);
 	s->zthreads = calloc((size_t)s->nthreads, sizeof *s->zthreads);
 	s->zq = calloc((size_t)SL_MAX(1, s->zq_cap), sizeof *s->zq);
 	for (int t = 0; t < s->nthreads && s->dctx; t++)
 		if (!(s->dctx[t] = ZSTD_createDCtx()))
 			break;
-	if (!s->dctx || !s->zscratch || !s->zthreads || !s->zq || !s->dctx[s->nthreads - 1])
+	if (!s->dctx || !s->zthreads || !s->zq || !s->dctx[s->nthreads - 1])
 		return sl_err(SL_ENOMEM, "out of memory for %d zstd decompression contexts", s->nthreads);
 	if (pthread_mutex_init(&s->z_mu, NULL) != 0)
 		return sl_err(SL_ENOMEM, "weight staging: cannot create a mutex");
@@ -335,9 +351,9 @@ static int read_frames(sl_wstage *s, wslot *w, const sl_wstage_unit *x, const sl
 		sl_zseg_frame(t->seg, t->split, t->window, f, &off, &n);
 		const size_t pos = (size_t)(off - x->disk_off);
 		zjob *j = &w->jobs[w->njob];
-		*j = (zjob){ .w = w, .src = w->zbuf + pos, .clen = cl[f], .dst = (char *)dst + pos, .n = n,
+		*j = (zjob){ .w = w, .src = (unsigned char *)w->zbuf.p + pos, .clen = cl[f], .dst = (char *)dst + pos, .n = n,
 			     .layer = l, .frame = f };
-		void *into = cl[f] ? (void *)(w->zbuf + pos) : j->dst;
+		void *into = cl[f] ? (void *)((unsigned char *)w->zbuf.p + pos) : j->dst;
 		const size_t len = cl[f] ? page_up(cl[f]) : n;
 		rc = sl_disk_read(s->disk, h->disk_off + off, into, len, &j->ticket);
 		if (rc)
@@ -496,7 +512,7 @@ void sl_wstage_free(sl_wstage *s)
 	for (int k = 0; k < 2; k++) {
 		wslot *w = &s->slot[k];
 		free(w->jobs);
-		free(w->zbuf);
+		sl_buf_free(b, &w->zbuf);
 		sl_buf_free(b, &w->buf);
 		sl_buf_free(b, &w->bounce);
 		if (w->free_ev)
@@ -509,7 +525,7 @@ void sl_wstage_free(sl_wstage *s)
 	for (int t = 0; t < s->nthreads && s->dctx; t++)
 		ZSTD_freeDCtx(s->dctx[t]);
 	free(s->dctx);
-	free(s->zscratch);
+	sl_buf_free(b, &s->zscratch);
 	free(s->zthreads);
 	free(s->zq);
 	free(s->home);

@@ -80,8 +80,17 @@ typedef struct sl_wstage sl_wstage;
 void sl_wstage_slot_bytes(const sl_wstage_unit unit[3], bool halves, int k, size_t *dev,
 			  size_t *bounce);
 
+/* From a store of zstd frames of at most window raw bytes: the host bytes
+ * the engine takes for them (counted in the host budget): each slot's
+ * compressed frames (its unit's disk part) and a window of scratch per
+ * decompression thread (sl_wstage_zstd_threads). */
+size_t sl_wstage_zstd_bytes(const sl_wstage_unit unit[3], bool halves, uint32_t window);
+/* The engine's decompression threads: one per OpenMP thread. */
+int sl_wstage_zstd_threads(void);
+
 /* Allocate the slots (device), the bounce buffers (pinned host, where the
- * device is not the host), their events and the copy queue.  SL_EINVAL for
+ * device is not the host), from a zstd store the frames' buffers
+ * (sl_wstage_zstd_bytes, host), their events and the copy queue.  SL_EINVAL for
  * a layout the engine cannot stream (a disk part without a store, or not
  * page aligned; a host part without a home). */
 int sl_wstage_create(sl_backend *b, const sl_wstage_params *p, sl_wstage **out);

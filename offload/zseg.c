@@ -60,6 +60,22 @@ size_t sl_zseg_table_bytes(int n_layer, int nframes)
 	return (size_t)pages(TAB_HEAD + 4 * (uint64_t)n_layer * (uint64_t)nframes + 8);
 }
 
+double sl_zseg_table_ratio(const sl_zseg_table *t)
+{
+	if (!t->clen || !t->seg || !t->n_layer)
+		return 0;
+	double bytes = 0;
+	for (int l = 0; l < t->n_layer; l++)
+		for (int f = 0; f < t->nframes; f++) {
+			uint64_t off;
+			size_t n;
+			sl_zseg_frame(t->seg, t->split, t->window, f, &off, &n);
+			const uint32_t c = t->clen[(size_t)l * t->nframes + f];
+			bytes += c ? (double)pages(c) : (double)n;
+		}
+	return SL_MIN(1.0, bytes / ((double)t->seg * t->n_layer));
+}
+
 int sl_zseg_table_init(sl_zseg_table *t, uint64_t seg, uint64_t split, uint32_t window, int n_layer,
 		       int level)
 {

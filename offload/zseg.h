@@ -54,6 +54,10 @@ size_t sl_zseg_table_bytes(int n_layer, int nframes);
 int sl_zseg_table_init(sl_zseg_table *t, uint64_t seg, uint64_t split, uint32_t window, int n_layer,
 		       int level);
 void sl_zseg_table_free(sl_zseg_table *t);
+/* Every frame's bytes as a read moves them (a compressed one rounded up
+ * to a page, a raw one whole) over the plain segments': in (0, 1]; 0 for
+ * an empty table. */
+double sl_zseg_table_ratio(const sl_zseg_table *t);
 /* Encode into buf (sl_zseg_table_bytes, zeroed by the caller). */
 void sl_zseg_table_encode(const sl_zseg_table *t, void *buf);
 /* Decode and check the table in buf (n bytes) against the layout the

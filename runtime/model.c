@@ -32,6 +32,46 @@ void sl_model_io_node(sl_backend *be, sl_disk_params *dp)
 	dp->io_node = sl_topo_io_node(di.pci_bus_id[0] ? di.pci_bus_id : NULL);
 }
 
+/* A current zstd store for the placement of pp in p's offload folder
+ * (z->level 0: none, or no disk share). */
+static int find_zstd(const sl_model_params *p, const sl_st_set *st, const sl_model_config *c,
+		     const sl_plan_params *pp, bool quiet, char *name, size_t name_len, char *key, size_t key_len,
+		     sl_wstore_zstd *z)
+{
+	*z = (sl_wstore_zstd){ 0 };
+	if (!p->offload_dir || pp->w_gpu + pp->w_cpu >= 100.0)
+		return 0;
+	const int rc = sl_wstore_find_zstd(p->offload_dir, p->dir, st, c, pp->w_gpu, pp->w_cpu, pp->w_q4, quiet,
+					   name, name_len, key, key_len, z);
+	return rc < 0 ? rc : 0;
+}
+
+int sl_model_find_zstd(const sl_model_params *p, sl_wstore_zstd *z)
+{
+	*z = (sl_wstore_zstd){ 0 };
+	const sl_plan_params defaults = sl_plan_defaults();
+	const sl_plan_params *pp = p->plan ? p->plan : &defaults;
+	if (!p->offload_dir || pp->w_gpu + pp->w_cpu >= 100.0)
+		return 0;
+	sl_model_config c;
+	sl_st_set *st = NULL;
+	int rc;
+	if (p->dir) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof path, "%s/config.json", p->dir);
+		if ((rc = sl_model_config_load(path, &c)) < 0 || (rc = sl_st_open_dir(p->dir, &st)) < 0)
+			return rc;
+	} else if ((rc = sl_model_config_named(p->dummy, &c)) < 0) {
+		return rc;
+	}
+	char *key = malloc(SL_DISK_MAX_KEY + 1), name[SL_WSTORE_NAME_MAX];
+	rc = key ? find_zstd(p, st, &c, pp, true, name, sizeof name, key, SL_DISK_MAX_KEY + 1, z)
+		 : sl_err(SL_ENOMEM, "out of memory");
+	free(key);
+	sl_st_close(st);
+	return rc;
+}
+
 int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 {
 	*out = NULL;
@@ -62,9 +102,18 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 		if ((rc = sl_rope_inv_freq(lc->head_dim, lc->rope_theta, &lc->rope, m->inv_freq)) < 0)
 			goto fail;
 	}
+	/* a current store of zstd frames (sluice convert --zstd) for the
+	 * placement is read in place of the plain one: the plan counts its
+	 * buffers and predicts its reads */
 	const sl_plan_params defaults = sl_plan_defaults();
-	if ((rc = sl_plan_make(&m->cfg, p->plan ? p->plan : &defaults, be->ops->dev_is_host,
-			       &m->plan)) < 0)
+	sl_plan_params given = p->plan ? *p->plan : defaults;
+	char key[SL_DISK_MAX_KEY + 1], name[SL_WSTORE_NAME_MAX];
+	sl_wstore_zstd z;
+	if ((rc = find_zstd(p, st, &m->cfg, &given, false, name, sizeof name, key, sizeof key, &z)) < 0)
+		goto fail;
+	given.w_zstd = z.level ? z.ratio : 0;
+	given.w_zstd_window = z.window;
+	if ((rc = sl_plan_make(&m->cfg, &given, be->ops->dev_is_host, &m->plan)) < 0)
 		goto fail;
 	const sl_plan_params *pp = &m->plan.p;
 	m->kv_env = (sl_kv_env){ .be = be, .q = m->q, .cfg = &m->cfg, .plan = &m->plan,
@@ -83,18 +132,17 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 			rc = sl_err(SL_EINVAL, "weights placed on disk need --offload-dir DIR");
 			goto fail;
 		}
-		/* one store per model and placement, keyed on what it is made from */
-		char key[SL_DISK_MAX_KEY + 1], name[SL_WSTORE_NAME_MAX];
-		/* the data area: every layer's disk segment */
+		/* one store per model and placement, keyed on what it is made
+		 * from (the zstd one's name and key found above); the data
+		 * area: every layer's disk segment (and the frames' table) */
 		uint64_t data = (uint64_t)m->cfg.n_layer * sl_weights_disk_bytes(&m->cfg, pp->w_gpu, pp->w_cpu,
 										 pp->w_q4);
-		/* a current store of zstd frames (sluice convert --zstd) is
-		 * read in place of the plain one */
-		if ((rc = sl_wstore_find_zstd(p->offload_dir, p->dir, st, &m->cfg, pp->w_gpu, pp->w_cpu, pp->w_q4,
-					      name, sizeof name, key, sizeof key, &data, &place.zstd)) < 0)
-			goto fail;
-		if (!place.zstd && (rc = sl_wstore_ident(p->dir, st, &m->cfg, pp->w_gpu, pp->w_cpu, pp->w_q4, 0, 0,
-							 name, sizeof name, key, sizeof key)) < 0)
+		place.zstd = z.level;
+		place.zstd_window = z.window;
+		if (z.level)
+			data = z.data_bytes;
+		else if ((rc = sl_wstore_ident(p->dir, st, &m->cfg, pp->w_gpu, pp->w_cpu, pp->w_q4, 0, 0, name,
+					       sizeof name, key, sizeof key)) < 0)
 			goto fail;
 		sl_disk_params dp = { .dir = p->offload_dir, .file_name = name, .key = key, .data_bytes = data };
 		sl_model_io_node(be, &dp);

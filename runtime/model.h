@@ -21,6 +21,7 @@
 #include "plan.h"
 #include "rstage.h"
 #include "weights.h"
+#include "wstore.h"
 
 /*
  * The offload breakdown of a run (generate, score and bench report it):
@@ -83,8 +84,15 @@ typedef struct sl_model_params {
 } sl_model_params;
 
 /* Open under a plan made from p->plan and the model's shapes (m->plan);
- * the weights placed across device, pinned host and disk as it says. */
+ * the weights placed across device, pinned host and disk as it says.  A
+ * current zstd store for the placement (sluice convert --zstd) is read in
+ * place of the plain one, and the plan's w_zstd and w_zstd_window are its
+ * (whatever p->plan says). */
 int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out);
+/* The zstd store sl_model_open_ex would read for p (z->level 0: none),
+ * found without a word on stderr, so that a caller can check its budgets
+ * with the plan the model will make. */
+int sl_model_find_zstd(const sl_model_params *p, sl_wstore_zstd *z);
 void sl_model_free(sl_model *m);
 
 /* Bind a disk store's I/O threads near the device (the GPU's NUMA node,

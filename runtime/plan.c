@@ -101,6 +101,9 @@ static int check_params(const sl_model_config *c, const sl_plan_params *p)
 	if (!(p->w_zstd >= 0 && p->w_zstd <= 1))
 		return sl_err(SL_EINVAL, "run plan: a zstd store's ratio %g is not in (0, 1] (0: a plain store)",
 			      p->w_zstd);
+	if (p->w_zstd_window % 4096)
+		return sl_err(SL_EINVAL, "run plan: a zstd store's window of %u bytes is not a page multiple",
+			      p->w_zstd_window);
 	if (p->micro < 0 || p->max_seq < 0 || p->max_prompt < 0 || p->max_len < 0 || p->max_rows < 0)
 		return sl_err(SL_EINVAL, "run plan: a negative size (micro %d, sequences %d, prompt %d, length %d, rows %d)",
 			      p->micro, p->max_seq, p->max_prompt, p->max_len, p->max_rows);
@@ -134,14 +137,19 @@ static int cache_slots(const sl_plan_params *p, bool h2o)
 static void weight_bytes(const sl_model_config *c, const sl_plan_params *p, bool dev_is_host,
 			 sl_plan *pl)
 {
+	/* a zstd store: any level (the buffers do not depend on it) */
 	const sl_weight_place wp = { .gpu_percent = p->w_gpu, .cpu_percent = p->w_cpu,
-				     .halves = p->sep_layer, .q4 = p->w_q4,
-				     .host_in_place = dev_is_host };
+				     .halves = p->sep_layer, .q4 = p->w_q4, .zstd = p->w_zstd > 0,
+				     .zstd_window = p->w_zstd_window, .host_in_place = dev_is_host };
 	size_t resident, loading;
 	sl_weights_host_bytes(c, &wp, dev_is_host, &resident, &loading);
 	pl->weights.device = sl_weights_device_bytes(c, &wp);
 	pl->weights.host = resident;
-	pl->weights.disk = (size_t)c->n_layer * sl_weights_disk_bytes(c, p->w_gpu, p->w_cpu, p->w_q4);
+	uint32_t window = 0;
+	if (p->w_zstd > 0)
+		window = p->w_zstd_window ? p->w_zstd_window
+					  : sl_weights_zstd_window(c, p->w_gpu, p->w_cpu, p->w_q4);
+	pl->weights.disk = sl_weights_store_bytes(c, p->w_gpu, p->w_cpu, p->w_q4, window);
 	pl->weights_loading = loading;
 }
 

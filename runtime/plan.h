@@ -42,10 +42,16 @@ typedef struct sl_plan_params {
 	bool w_q4;                  /* 4-bit decoder-layer matrices (compress_weight, weights.h) */
 	double w_zstd;              /* the weights' disk share read from a zstd store
 				       (sluice convert --zstd): its frames' bytes over the
-				       plain ones, in (0, 1]; 0: a plain store.  Read by
-				       the cost model only: the budgets do not count the
-				       streamer's frame buffers yet (wstage.c: the two
-				       slots' disk parts and a window per thread, host) */
+				       plain ones, in (0, 1]; 0: a plain store.  The cost
+				       model reads less from the disk and decompresses; the
+				       host tier holds the streamer's frame buffers
+				       (sl_wstage_zstd_bytes: the two slots' disk parts and
+				       a window per decompression thread, one per OpenMP
+				       thread when the plan is made).  sl_model_open_ex
+				       sets it (and the window) from the store it finds */
+	uint32_t w_zstd_window;     /* that store's frames' largest raw bytes (a page
+				       multiple); 0: what sluice convert --zstd writes
+				       (sl_weights_zstd_window) */
 	int micro;                  /* sequences per micro-batch; 0: the whole block */
 	double hh, rr;              /* H2O: heavy-hitter and recent ratios; 0, 0: dense */
 	int fixed_heavy, fixed_recent; /* >= 0: H2O with these counts (tests); -1: the ratios */
@@ -71,8 +77,8 @@ typedef struct sl_plan {
 	int max_rows;   /* rows of one forward (at least max_seq) */
 	int group_rows; /* rows of one micro-batch's buffers */
 	/* the model: device: globals, the device tier's homes, two staging
-	 * slots; host: the host tier and the disk bounce buffers; disk: the
-	 * weights' store.  weights_loading: the host peak while they load
+	 * slots; host: the host tier, the disk bounce buffers and a zstd
+	 * store's frame buffers; disk: the weights' store.  weights_loading: the host peak while they load
 	 * (the host tier and the conversion buffers). */
 	sl_tier_bytes weights;
 	size_t weights_loading;

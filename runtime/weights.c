@@ -14,10 +14,13 @@
 #include "sl_q4.h"
 
 #include <math.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <omp.h>
 #include <zstd.h>
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 /* D_Q: the query and attention output width (n_head x head_dim); D_KV:
  * the key and value width (n_kv_head x head_dim) */
@@ -662,6 +665,11 @@ void sl_weights_host_bytes(const sl_model_config *c, const sl_weight_place *p, b
 		sl_wstage_slot_bytes(tmp.unit, tmp.halves, k, &dev, &b);
 		bounce += b;
 	}
+	if (p->zstd > 0 && tmp.streamed) {
+		const uint32_t window = p->zstd_window ? p->zstd_window
+						       : sl_weights_zstd_window(c, p->gpu_percent, p->cpu_percent, p->q4);
+		bounce += sl_wstage_zstd_bytes(tmp.unit, tmp.halves, window);
+	}
 	*resident = homes + bounce;
 	*loading = homes + 2 * conv_piece(c, tmp.disk_bytes, tmp.q4);
 }
@@ -1030,19 +1038,39 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 
 double sl_weights_zstd_ratio(const sl_model_weights *w)
 {
-	const sl_zseg_table *t = &w->zt;
-	if (!t->clen || !t->seg || !t->n_layer)
-		return 0;
-	double bytes = 0;
-	for (int l = 0; l < t->n_layer; l++)
-		for (int f = 0; f < t->nframes; f++) {
-			uint64_t off;
-			size_t n;
-			sl_zseg_frame(t->seg, t->split, t->window, f, &off, &n);
-			const uint32_t c = t->clen[(size_t)l * t->nframes + f];
-			bytes += c ? (double)align4k(c) : (double)n;
+	return sl_zseg_table_ratio(&w->zt);
+}
+
+int sl_weights_zstd_store_ratio(const char *path, const sl_model_config *c, double gpu_percent,
+				double cpu_percent, bool q4, uint32_t window, double *ratio)
+{
+	*ratio = 0;
+	sl_model_weights tmp;
+	const sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent, .q4 = q4 };
+	place_layer(c, &p, &tmp);
+	const uint64_t split = tmp.unit[SL_UNIT_MLP].disk_off;
+	const size_t n = sl_zseg_table_bytes(c->n_layer, sl_zseg_frames(tmp.disk_bytes, split, window));
+	const uint64_t at = SL_DISK_HEADER_BYTES + (uint64_t)c->n_layer * tmp.disk_bytes;
+	unsigned char *buf = malloc(n);
+	if (!buf)
+		return sl_err(SL_ENOMEM, "out of memory for the zstd frame table (%zu bytes)", n);
+	int rc;
+	const int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = sl_err(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
+	} else {
+		const ssize_t k = pread(fd, buf, n, (off_t)at);
+		close(fd);
+		sl_zseg_table t;
+		if (k != (ssize_t)n) {
+			rc = sl_err(SL_EFORMAT, "%s: its zstd frame table is cut short", path);
+		} else if ((rc = sl_zseg_table_decode(buf, n, tmp.disk_bytes, split, c->n_layer, path, &t)) == 0) {
+			*ratio = sl_zseg_table_ratio(&t);
+			sl_zseg_table_free(&t);
 		}
-	return SL_MIN(1.0, bytes / ((double)t->seg * t->n_layer));
+	}
+	free(buf);
+	return rc;
 }
 
 int sl_weights_acquire(sl_backend *b, sl_queue *compute, sl_model_weights *w, int l, int u,

@@ -59,6 +59,8 @@ typedef struct sl_weight_place {
 	bool q4;                         /* compress_weight: the layers' matrices in 4 bits */
 	int zstd;                        /* the store holds zstd frames (sluice convert
 					    --zstd) written at this level; 0: plain */
+	uint32_t zstd_window;            /* their largest raw bytes (the store's);
+					    0: sl_weights_zstd_window's */
 	bool host_in_place;              /* the backend's device memory is host memory
 					    (the CPU backend): the host tier's tensors
 					    are read where they live, never copied into
@@ -108,6 +110,12 @@ typedef struct sl_model_weights {
  * multiple; a raw frame whole) over the plain segments'.  0: a plain store,
  * or nothing on disk. */
 double sl_weights_zstd_ratio(const sl_model_weights *w);
+/* The same ratio read from the frame table of the zstd store at path
+ * (without opening it as a store), for a model and placement whose frames
+ * are at most window bytes; SL_EFORMAT naming path when the table is cut
+ * short or corrupt. */
+int sl_weights_zstd_store_ratio(const char *path, const sl_model_config *c, double gpu_percent,
+				double cpu_percent, bool q4, uint32_t window, double *ratio);
 
 /* Load from an open checkpoint; dir names it in messages.  place may be
  * NULL: everything on the device. */
@@ -131,8 +139,9 @@ size_t sl_weights_global_bytes(const sl_model_config *c);
  * p->host_in_place, sized for the disk parts alone). */
 size_t sl_weights_device_bytes(const sl_model_config *c, const sl_weight_place *p);
 /* The pinned host bytes of the weights under a placement: *resident the
- * host tier and the disk bounce buffers (a backend whose device is not
- * the host), *loading the peak while they load (the host tier and the
+ * host tier, the disk bounce buffers (a backend whose device is not the
+ * host) and, from a zstd store (p->zstd), the frames' buffers
+ * (sl_wstage_zstd_bytes), *loading the peak while they load (the host tier and the
  * conversion buffers, sl_weights_convert_bytes). */
 void sl_weights_host_bytes(const sl_model_config *c, const sl_weight_place *p, bool dev_is_host,
 			   size_t *resident, size_t *loading);

@@ -341,10 +341,10 @@ int sl_wstore_list(const char *dir, sl_wstore_entry **out, int *n)
 }
 
 int sl_wstore_find_zstd(const char *offload_dir, const char *dir, const sl_st_set *st, const sl_model_config *c,
-			double gpu_percent, double cpu_percent, bool q4, char *name, size_t name_len, char *key,
-			size_t key_len, uint64_t *data_bytes, int *level)
+			double gpu_percent, double cpu_percent, bool q4, bool quiet, char *name, size_t name_len,
+			char *key, size_t key_len, sl_wstore_zstd *z)
 {
-	*level = 0;
+	*z = (sl_wstore_zstd){ 0 };
 	/* the name does not depend on the level or the window */
 	SL_TRY(sl_wstore_ident(dir, st, c, gpu_percent, cpu_percent, q4, 1, 4096, name, name_len, key, key_len));
 	char path[PATH_MAX + 256];
@@ -356,19 +356,22 @@ int sl_wstore_find_zstd(const char *offload_dir, const char *dir, const sl_st_se
 	if (rc == SL_ENOTFOUND) {
 		rc = 0;
 	} else if (rc == 0 && info->complete) {
-		json_t *k = json_loads(info->key, 0, NULL), *z = json_object_get(k, "zstd");
-		const int zl = (int)json_integer_value(json_object_get(z, "level"));
-		const uint32_t zw = (uint32_t)json_integer_value(json_object_get(z, "window"));
+		json_t *k = json_loads(info->key, 0, NULL), *jz = json_object_get(k, "zstd");
+		const int zl = (int)json_integer_value(json_object_get(jz, "level"));
+		const uint32_t zw = (uint32_t)json_integer_value(json_object_get(jz, "window"));
 		json_decref(k);
 		if (zl > 0 && zw > 0 && zw % 4096 == 0 &&
 		    (rc = sl_wstore_ident(dir, st, c, gpu_percent, cpu_percent, q4, zl, zw, name, name_len, key,
 					  key_len)) == 0) {
 			const uint64_t bytes = sl_weights_store_bytes(c, gpu_percent, cpu_percent, q4, zw);
 			if (!strcmp(key, info->key) && bytes == info->data_bytes) {
-				*data_bytes = bytes;
-				*level = zl;
-				found = 1;
-			} else {
+				double ratio = 0;
+				rc = sl_weights_zstd_store_ratio(path, c, gpu_percent, cpu_percent, q4, zw, &ratio);
+				if (rc == 0)
+					*z = (sl_wstore_zstd){ .level = zl, .window = zw, .ratio = ratio,
+							       .data_bytes = bytes };
+				found = rc == 0;
+			} else if (!quiet) {
 				char why[256];
 				stale_reason(info->key, key, why, sizeof why);
 				fprintf(stderr, "sluice: %s is out of date (%s); not reading it (sluice convert "
@@ -379,8 +382,10 @@ int sl_wstore_find_zstd(const char *offload_dir, const char *dir, const sl_st_se
 		rc = 0; /* incomplete, or not a store: the plain store is used */
 	}
 	free(info);
+	if (rc < 0)
+		return rc;
 	sl_err_clear();
-	return rc < 0 ? rc : found;
+	return found;
 }
 
 int sl_wstore_convert(sl_backend *be, const char *dir, const char *dummy, double gpu_percent,

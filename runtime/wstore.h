@@ -46,16 +46,26 @@ int sl_wstore_ident(const char *dir, const sl_st_set *st, const sl_model_config 
 		    double cpu_percent, bool q4, int zstd, uint32_t window, char *name, size_t name_len, char *key,
 		    size_t key_len);
 
+/* A zstd store found for a model and placement. */
+typedef struct sl_wstore_zstd {
+	int level;           /* its zstd level; 0: none found */
+	uint32_t window;     /* its frames' largest raw bytes */
+	double ratio;        /* its frames' bytes over the plain ones (sl_zseg_table_ratio) */
+	uint64_t data_bytes; /* its data area */
+} sl_wstore_zstd;
+
 /*
  * The zstd store sluice convert --zstd wrote in offload_dir for this
  * model and placement, when it is complete and current: returns 1 with its
- * name, key, data area's size and level filled in (a job then opens it in
- * place of the plain store); 0 when there is none (or it is incomplete, or
- * out of date: then one line on stderr says so and why).
+ * name, key and *z filled in (a job then opens it in place of the plain
+ * store; its frame table is read for the ratio); 0 when there is none (or
+ * it is incomplete, or out of date: then, unless quiet, one line on stderr
+ * says so and why); SL_EFORMAT when its frame table is cut short or
+ * corrupt.
  */
 int sl_wstore_find_zstd(const char *offload_dir, const char *dir, const sl_st_set *st, const sl_model_config *c,
-			double gpu_percent, double cpu_percent, bool q4, char *name, size_t name_len, char *key,
-			size_t key_len, uint64_t *data_bytes, int *level);
+			double gpu_percent, double cpu_percent, bool q4, bool quiet, char *name, size_t name_len,
+			char *key, size_t key_len, sl_wstore_zstd *z);
 
 /*
  * sl_disk_open for a weight store (dp: its folder, name, key, size).  A

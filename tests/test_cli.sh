@@ -1243,7 +1243,9 @@ assert abs(a["zstd_throughput_tok_s"] / zs["throughput_tok_s"] - 1) < 1e-9, (a, 
 assert abs(b["plain_throughput_tok_s"] / pl["throughput_tok_s"] - 1) < 1e-9, (b, pl)
 assert zs["throughput_tok_s"] != pl["throughput_tok_s"], (zs, pl)
 assert zs["phases"]["decode"]["busy_s"]["zstd"] > 0 == pl["phases"]["decode"]["busy_s"]["zstd"], (zs, pl)
-assert zs["peak_bytes"] == pl["peak_bytes"], (zs, pl)
+# the store's frame buffers in the host tier, its frame table on the disk
+zp, pp = zs["peak_bytes"], pl["peak_bytes"]
+assert zp["device"] == pp["device"] and zp["host"] > pp["host"] and 0 < zp["disk"] - pp["disk"] <= 1 << 20, (zp, pp)
 # the summaries say which, and what the other store would give
 assert "zstd     a zstd store of the weights on disk" in err and "%.3f" % r in err, err
 assert ("it pays" in err) == (a["zstd_throughput_tok_s"] > a["plain_throughput_tok_s"]), err

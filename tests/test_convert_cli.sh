@@ -151,6 +151,26 @@ if grep -q "^current .*\.zst\.weights\.sluice  checkpoint .*/mz, weights 0% devi
 else bad "--list of a zstd store: $(cat "$tmp/zlist")"; fi
 if "$sluice" convert --model "$tmp/mz" --percent 0 0 100 0 100 0 --offload-dir "$tmp/DZ" --zstd | grep -q "is current already$"; then ok
 else bad "convert --zstd again rewrote the store"; fi
+# the store's frame buffers count in the host budget: one too small names
+# the smallest --cpu-mem (before anything loads), which runs, and whose
+# host peak reaches it, above the plain store's peak
+rm -f "$tmp/zm.jsonl"
+"$sluice" "${zgen[@]}" --offload-dir "$tmp/DZ" --cpu-mem 4K --out "$tmp/zm.jsonl" 2>"$tmp/zm.err"
+rc=$?
+want=$(sed -n 's/.*needs at least --cpu-mem \([0-9.]*[KMG]\).*/\1/p' "$tmp/zm.err")
+if [ $rc -ne 0 ] && [ "$(wc -l <"$tmp/zm.err")" -eq 1 ] && [ -n "$want" ] && ! [ -s "$tmp/zm.jsonl" ] &&
+	"$sluice" "${zgen[@]}" --offload-dir "$tmp/DZ" --cpu-mem "$want" --out "$tmp/zm.jsonl" --stats "$tmp/zm.stats" &&
+	cmp -s "$tmp/zm.jsonl" "$tmp/z0.jsonl" && python3 - "$want" "$tmp/zm.stats" "$tmp/zp.stats" <<'PY'; then ok
+import json, sys
+w = sys.argv[1]
+unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[w[-1]]
+step = {"K": 1 << 10, "M": 0.1 * (1 << 20), "G": 0.01 * (1 << 30)}[w[-1]]
+named = float(w[:-1]) * unit
+z, p = (json.load(open(f))["peak_bytes"]["host"] for f in sys.argv[2:4])
+assert named - step < z <= named, (named, z)
+assert z > p, (z, p)
+PY
+else bad "a zstd store under --cpu-mem: exit $rc, named '$want', stderr $(cat "$tmp/zm.err")"; fi
 # corrupt_frame STORE: flip bytes inside the first compressed frame (found
 # through the frame table at the end of the data area)
 corrupt_frame() {

@@ -154,6 +154,7 @@ typedef struct run_out {
 	float *logits;
 	size_t n;
 	uint64_t disk_written;
+	sl_plan plan; /* the open model's */
 } run_out;
 
 
@@ -535,6 +536,7 @@ static int run_dummy(double gpu, double cpu, const char *off, size_t host_mem, r
 		ck_assert_int_eq(sl_model_prefill(m, kv, ids, npad, 4, o->logits), 0);
 		sl_kv_free(kv);
 		o->disk_written = m->w.stats.disk_write_bytes;
+		o->plan = m->plan;
 	}
 	if (host_peak)
 		*host_peak = be->host_peak;
@@ -600,6 +602,66 @@ START_TEST(test_bounded_conversion)
 }
 END_TEST
 
+/*
+ * A zstd store's frame buffers count in the host budget: opt-125m with 70%
+ * of its layers on disk, read from a store sluice convert --zstd wrote,
+ * holds exactly what its plan says in pinned host memory (the plain
+ * store's plus each staging slot's compressed frames and a window of
+ * scratch per decompression thread, sl_wstage_zstd_bytes), the plan knows
+ * the store's ratio and window, the weights read are the plain store's,
+ * and a host budget of one byte less than the peak is refused.
+ */
+START_TEST(test_zstd_host_budget)
+{
+	char off[400], zoff[400], path[900];
+	make_subdir("off", off, sizeof off);
+	make_subdir("zoff", zoff, sizeof zoff);
+	run_out plain, z, o;
+	size_t plain_peak = 0, zpeak = 0;
+	ck_assert_msg(run_dummy(0, 30, off, 0, &plain, &plain_peak) == 0, "%s", sl_errmsg());
+	ck_assert(plain.plan.p.w_zstd == 0 && plain_peak == plain.plan.total.host);
+
+	sl_backend *be = NULL;
+	bool written = false;
+	ck_assert_int_eq(sl_backend_create("cpu", 0, &be), 0);
+	ck_assert_msg(sl_wstore_convert(be, NULL, "opt-125m", 0, 30, false, 1, zoff, path, sizeof path, &written) == 0,
+		      "%s", sl_errmsg());
+	sl_backend_free(be);
+	ck_assert(written);
+	ck_assert_msg(run_dummy(0, 30, zoff, 0, &z, &zpeak) == 0, "%s", sl_errmsg());
+	ck_assert_msg(same(&z, &plain), "the zstd store's weights are the plain store's");
+	sl_model_config cfg;
+	ck_assert_int_eq(sl_model_config_named("opt-125m", &cfg), 0);
+	const uint32_t window = sl_weights_zstd_window(&cfg, 0, 30, false);
+	ck_assert_msg(z.plan.p.w_zstd > 0 && z.plan.p.w_zstd < 1 && z.plan.p.w_zstd_window == window,
+		      "the plan's ratio %g, window %u (%u)", z.plan.p.w_zstd, z.plan.p.w_zstd_window, window);
+	ck_assert_msg(zpeak == z.plan.total.host, "host: plan %zu, peak %zu", z.plan.total.host, zpeak);
+	const size_t disk = sl_weights_disk_bytes(&cfg, 0, 30, false);
+	const size_t frames = 2 * disk + (size_t)sl_wstage_zstd_threads() * window;
+	ck_assert_msg(z.plan.weights.host == plain.plan.weights.host + frames,
+		      "the zstd buffers: %zu more host bytes, expected %zu",
+		      z.plan.weights.host - plain.plan.weights.host, frames);
+	free(plain.logits);
+
+	/* the sizes the plan states are the smallest budget, to the byte */
+	ck_assert_msg(run_dummy(0, 30, zoff, zpeak, &o, NULL) == 0, "%s", sl_errmsg());
+	ck_assert(same(&o, &z));
+	free(o.logits);
+	free(z.logits);
+	ck_assert_int_eq(run_dummy(0, 30, zoff, zpeak - 1, &o, NULL), SL_EBUDGET);
+
+	/* the store is found without opening the model, quietly */
+	const sl_plan_params pp = weights_at(0, 30, true);
+	sl_model_params mp = { .dummy = "opt-125m", .offload_dir = zoff, .plan = &pp };
+	sl_wstore_zstd found;
+	ck_assert_int_eq(sl_model_find_zstd(&mp, &found), 0);
+	ck_assert(found.level == 1 && found.window == window && found.ratio == z.plan.p.w_zstd);
+	mp.offload_dir = off;
+	ck_assert_int_eq(sl_model_find_zstd(&mp, &found), 0);
+	ck_assert_int_eq(found.level, 0);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -617,6 +679,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_store_per_placement);
 	tcase_add_test(tc, test_list);
 	tcase_add_test(tc, test_bounded_conversion);
+	tcase_add_test(tc, test_zstd_host_budget);
 	suite_add_tcase(s, tc);
 	return sl_test_run(s);
 }

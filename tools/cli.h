@@ -64,8 +64,11 @@ typedef struct common_opts {
 	int nfix;
 	char fix[SL_SEARCH_MAX_FIX][48];
 	bool hh_given; /* --hh-ratio: the search keeps it (SL_H2O_FIXED) */
-	double w_zstd; /* the open model reads a zstd weight store of this ratio
-			  (0: plain; job_plan passes it to the cost model) */
+	/* the zstd weight store the job reads (find_zstd_store): its ratio
+	 * (0: plain) and window; job_plan passes them to the plan, which
+	 * counts its buffers, and to the cost model */
+	double w_zstd;
+	uint32_t w_zstd_window;
 } common_opts;
 
 enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,
@@ -139,6 +142,7 @@ void common_init(common_opts *o);
 bool common_opt(const char *cmd, int c, common_opts *o);
 void check_model_opts(const char *cmd, const common_opts *o);
 sl_plan_params job_plan(const common_opts *o, int nseq, int rows, int max_len, int max_prompt);
+int find_zstd_store(common_opts *o);
 int model_config(const common_opts *o, sl_model_config *cfg);
 int make_backend(const common_opts *o, sl_backend **be);
 int open_model(const common_opts *o, const sl_model_config *cfg, const sl_plan_params *pp,

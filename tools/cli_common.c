@@ -259,7 +259,24 @@ sl_plan_params job_plan(const common_opts *o, int nseq, int rows, int max_len, i
 	pp.max_len = max_len;
 	pp.max_prompt = max_prompt;
 	pp.w_zstd = o->w_zstd;
+	pp.w_zstd_window = o->w_zstd_window;
 	return pp;
+}
+
+/* The zstd store a job under the options' policy will read (what the
+ * model finds as it opens: sl_model_find_zstd), into o->w_zstd and
+ * o->w_zstd_window, so that the budgets and predictions made before the
+ * model opens count it. */
+int find_zstd_store(common_opts *o)
+{
+	const sl_plan_params pp = sl_plan_of_policy(&o->policy, false, o->kv_f32);
+	const sl_model_params mp = { .dir = o->model_dir, .dummy = o->dummy, .offload_dir = o->offload_dir,
+				     .plan = &pp };
+	sl_wstore_zstd z;
+	SL_TRY(sl_model_find_zstd(&mp, &z));
+	o->w_zstd = z.level ? z.ratio : 0;
+	o->w_zstd_window = z.window;
+	return 0;
 }
 
 /* 0 when budget (0: no cap) covers need, else SL_EBUDGET: "OPT BUDGET

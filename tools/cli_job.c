@@ -244,6 +244,8 @@ int run_job(const char *cmd, job_cli *j, bool score)
 		goto fail;
 	}
 	const int nseq = SL_MIN(j->jo.batch, ps.n);
+	if ((rc = find_zstd_store(&j->co)) < 0)
+		goto fail;
 	const sl_plan_params pp = job_plan(&j->co, nseq, nseq * max_len, max_len, max_prompt);
 	if ((rc = check_budget(&j->co, &cfg, &pp, be->ops->dev_is_host)) < 0)
 		goto fail;
@@ -263,9 +265,7 @@ int run_job(const char *cmd, job_cli *j, bool score)
 		goto fail;
 	}
 	/* the shapes were predicted before compute: a failure here leaves
-	 * the prediction out (null), never the job's output.  A zstd store,
-	 * found as the model opened, is predicted as read. */
-	j->co.w_zstd = sl_weights_zstd_ratio(&m->w);
+	 * the prediction out (null), never the job's output */
 	if (have_prof && predict_job(j, &cfg, be->ops->dev_is_host, &prof, &ps, score, &st) < 0)
 		st.predicted = false;
 	sl_output_close(out, false);

@@ -182,6 +182,9 @@ static void bench_open(bench_opts *o, sl_model_config *bcfg, sl_plan_params *pp,
 		o->batch = (int)sl_policy_batch(&co->policy);
 		pr->have = true;
 	}
+	/* a zstd store for the placement: its buffers and reads in every plan */
+	if ((rc = find_zstd_store(co)) < 0)
+		die(rc);
 	if (o->batch_max) {
 		o->batch = max_batch(o, bcfg, (*be)->ops->dev_is_host);
 		if (o->batch == 0) {
@@ -209,14 +212,6 @@ static void bench_open(bench_opts *o, sl_model_config *bcfg, sl_plan_params *pp,
 	if ((rc = open_model(co, bcfg, pp, be, m)) < 0) {
 		budget_hint(rc, co, bcfg, *be, pp);
 		die(rc);
-	}
-	/* a zstd store, found as the model opened: predicted as read */
-	co->w_zstd = sl_weights_zstd_ratio(&(*m)->w);
-	if (co->w_zstd > 0) {
-		*pp = bench_plan(o, o->batch);
-		if (pr->have && (rc = predict_run(bcfg, pp, (*be)->ops->dev_is_host, &pr->prof, plen, glen,
-						  &pr->cost)) < 0)
-			die(rc);
 	}
 }
 
