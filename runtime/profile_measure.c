@@ -987,6 +987,60 @@ static double curve_at(const sl_profile_curve *c, int m)
 	return 0;
 }
 
+/* Rounds of the shapes' paired measurement (measure_shapes). */
+#define SHAPE_ROUNDS 3
+
+/*
+ * The model's own shapes (o->shapes) at a few m, each against the curve's
+ * square measured beside it: SHAPE_ROUNDS rounds (one when quick), each
+ * the square then every shape, at the same m.  A shape's rate is the
+ * curve's point times the median over the rounds of its ratio to that
+ * round's square, so that the machine's load drifting in the minutes
+ * between the curve and the shapes is not read as an effect of the shape
+ * (measured apart, one shape's ratio read 0.67x and 1.09x in two profiles
+ * of one quiet machine).
+ */
+static int measure_shapes(const sl_profile_opts *o, sl_profile *out, sl_backend *be, sl_queue *q, size_t ring,
+			  double target)
+{
+	static const int shape_ms[] = { 1, 8, 64, 512 };
+	enum { NM = SL_ARRAY_LEN(shape_ms) };
+	const sl_profile_curve *c = &out->gemm;
+	const int nm = o->quick ? 2 : NM, rounds = o->quick ? 1 : SHAPE_ROUNDS;
+	const int ns = SL_MIN(o->nshapes, SL_PROFILE_SHAPES_MAX);
+	out->n_gemm_shapes = 0;
+	if (ns == 0)
+		return 0;
+	double ratio[SL_PROFILE_SHAPES_MAX][NM][SHAPE_ROUNDS];
+	for (int r = 0; r < rounds; r++) {
+		double sq[NM], sh[NM];
+		SL_TRY(measure_gemms(be, q, shape_ms, nm, c->n, c->k, false, ring, target, sq));
+		for (int i = 0; i < ns; i++) {
+			SL_TRY(measure_gemms(be, q, shape_ms, nm, o->shapes[i][0], o->shapes[i][1], false, ring, target,
+					     sh));
+			for (int j = 0; j < nm; j++)
+				ratio[i][j][r] = sq[j] > 0 ? sh[j] / sq[j] : 0;
+		}
+	}
+	for (int i = 0; i < ns; i++) {
+		sl_profile_curve *s = &out->gemm_shapes[i];
+		memset(s, 0, sizeof *s);
+		s->npoints = nm;
+		s->n = o->shapes[i][0];
+		s->k = o->shapes[i][1];
+		memcpy(s->m, shape_ms, (size_t)nm * sizeof(int));
+		say(o, "gemm shape  n=%d k=%d, GFLOP/s at m =", s->n, s->k);
+		for (int j = 0; j < nm; j++) {
+			qsort(ratio[i][j], (size_t)rounds, sizeof(double), cmp_double);
+			const double x = ratio[i][j][rounds / 2];
+			s->gflops[j] = x * curve_at(c, s->m[j]);
+			say(o, " %d: %.1f (%.2fx the curve)%s", s->m[j], s->gflops[j], x, j + 1 < nm ? "," : "\n");
+		}
+		out->n_gemm_shapes = i + 1;
+	}
+	return 0;
+}
+
 /*
  * The backend's compute: the GEMM curve (and the CPU's GEMM), attention
  * (and the CPU's beside a GPU), the latencies, then the backend's own
@@ -1034,26 +1088,8 @@ static int measure_compute(const sl_profile_opts *o, sl_profile *out, sl_backend
 		llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
 	out->llc_bytes = llc > 0 ? (uint64_t)llc : 0;
 	say(o, "llc         %8.1f MiB   (the last-level cache, sysconf)\n", out->llc_bytes / 1048576.0);
-	/* the model's own shapes, at a few m */
-	static const int shape_ms[] = { 1, 8, 64, 512 };
-	out->n_gemm_shapes = 0;
-	for (int i = 0; i < SL_MIN(o->nshapes, SL_PROFILE_SHAPES_MAX); i++) {
-		sl_profile_curve *s = &out->gemm_shapes[i];
-		memset(s, 0, sizeof *s);
-		s->npoints = o->quick ? 2 : (int)SL_ARRAY_LEN(shape_ms);
-		s->n = o->shapes[i][0];
-		s->k = o->shapes[i][1];
-		memcpy(s->m, shape_ms, (size_t)s->npoints * sizeof(int));
-		if ((rc = measure_gemms(be, q, s->m, s->npoints, s->n, s->k, false, ring, target, s->gflops)) < 0)
-			goto out;
-		say(o, "gemm shape  n=%d k=%d, GFLOP/s at m =", s->n, s->k);
-		for (int j = 0; j < s->npoints; j++) {
-			s->gflops[j] /= 1e9;
-			say(o, " %d: %.1f (%.2fx the curve)%s", s->m[j], s->gflops[j],
-			    s->gflops[j] / curve_at(c, s->m[j]), j + 1 < s->npoints ? "," : "\n");
-		}
-		out->n_gemm_shapes = i + 1;
-	}
+	if ((rc = measure_shapes(o, out, be, q, ring, target)) < 0)
+		goto out;
 
 	out->cpu_gemm_m = o->quick ? 64 : 512;
 	out->cpu_gemm_n = out->cpu_gemm_k = o->quick ? 256 : 2048;
