@@ -35,6 +35,12 @@ with sluice generate's on the same prompts (sluice's tokens do not depend
 on the placement or the batch, which its tests check): the share of
 identical sequences is reported.
 
+Batches. --batches takes sizes and 'max': per budget, the largest batch up
+to --max-batch (64) for which sluice's search (sluice policy, the block one
+micro-batch) finds a policy that fits the budget, found by bisection and
+recorded as a "largest_batch" line; every system then runs that batch.
+Accelerate has no such limit of its own (max_memory bounds its weights).
+
 Budgets. "gpu" is sluice's --gpu-mem (on the CPU backend: the device
 arena, in RAM), "cpu" its --cpu-mem (the host tier; absent: uncapped), the
 disk the work folder. Accelerate on a CPU-only machine has one memory tier,
@@ -641,6 +647,62 @@ class Harness:
                  + f" (load {rec['loadavg_start'][0] if rec['loadavg_start'] else '?'})")
         return rec
 
+    def largest_batch(self, model, mdir, budget):
+        """The largest batch, up to --max-batch, for which sluice's search
+        (sluice policy, the block one micro-batch: --fix gpu_batch_size=B
+        --fix num_gpu_batches=1) finds a policy that fits the budget, by
+        bisection (what fits grows no smaller as the batch falls); None
+        where not even 1 fits or the search fails. Recorded as a
+        "largest_batch" line."""
+        a = self.a
+        out = os.path.join(self.work, "largest-batch-policy.json")
+
+        def cmd(b):
+            c = [self.sluice, "policy", "--backend", a.backend, "--model", mdir, "--prompt-len", str(a.prompt_len),
+                 "--gen-len", str(a.gen_len), "--gpu-mem", fmt_size(budget["gpu"])]
+            if budget["cpu"]:
+                c += ["--cpu-mem", fmt_size(budget["cpu"])]
+            return c + ["--offload-dir", os.path.join(self.work, "offload"), "--profile", self.profile,
+                        "--fix", f"gpu_batch_size={b}", "--fix", "num_gpu_batches=1", "--out", out]
+
+        probes = []
+
+        def fits(b):
+            r = run_proc(cmd(b), 600)
+            probes.append({"batch": b, "rc": r["rc"]})
+            if r["rc"] == 0:
+                return True
+            if r["rc"] == 2 and "no policy fits the budgets" in r["stderr"]:
+                return False
+            raise ConfigError(f"sluice policy failed (rc {r['rc']}): {tail(r['stderr'], 1)}")
+
+        rec = {"type": "largest_batch", "model": model, "budget": budget["name"], "cap": a.max_batch,
+               "cmd": " ".join(shlex.quote(c) for c in cmd("B"))}
+        try:
+            if fits(a.max_batch):
+                lo = a.max_batch
+            elif not fits(1):
+                lo = None
+            else:
+                lo, hi = 1, a.max_batch  # lo fits, hi does not
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        except ConfigError as e:
+            rec.update(batch=None, probes=probes, error=str(e))
+            self.emit(rec)
+            self.emit({"type": "skip", "system": "all", "model": model, "budget": budget["name"], "batch": "max",
+                       "reason": str(e)})
+            return None
+        rec.update(batch=lo, capped=lo == a.max_batch, probes=probes)
+        self.emit(rec)
+        if lo is None:
+            self.emit({"type": "skip", "system": "all", "model": model, "budget": budget["name"], "batch": "max",
+                       "reason": "not even one sequence fits (sluice policy)"})
+        self.log(f"  largest batch {model} {budget['name']}: "
+                 + ("none fits" if lo is None else f"{lo}" + (" (the cap, --max-batch)" if lo == a.max_batch else "")))
+        return lo
+
     def accel_memory(self, budget):
         """Accelerate's max_memory for a budget (see the header)."""
         if self.cuda:
@@ -740,12 +802,20 @@ class Harness:
         for model, spec in self.grid.items():
             mdir = self.checkpoint(model)
             budgets = [parse_budget(b) for b in spec["budgets"]]
-            batches = spec["batches"]
             self.emit({"type": "checkpoint", "model": model, "dir": mdir,
                        "bytes": dir_bytes(mdir), "meta": json.load(open(os.path.join(mdir, "compare-checkpoint.json")))})
-            self.ref[model] = self.reference_tokens(model, mdir, budgets[0], max(batches))
+            # each batch's budgets ('max': the largest each budget fits)
+            at = {}
+            for x in spec["batches"]:
+                for b in budgets:
+                    n = x if x != "max" else self.largest_batch(model, mdir, b)
+                    if n:
+                        at.setdefault(n, []).append(b)
+            if not at:
+                continue
+            self.ref[model] = self.reference_tokens(model, mdir, budgets[0], max(at))
             hf_fits = weight_bytes(model, 4 if a.hf_dtype == "fp32" else 2) < 0.6 * (hfb.mem_available_bytes() or 0)
-            for batch in batches:
+            for batch in sorted(at):
                 cells = []  # (system, budget, extra)
                 if "transformers" in systems:
                     if hf_fits:
@@ -753,7 +823,7 @@ class Harness:
                     else:
                         self.emit({"type": "skip", "system": "transformers", "model": model, "batch": batch,
                                    "reason": "the weights do not fit in the memory available"})
-                for b in budgets:
+                for b in at[batch]:
                     for s in systems:
                         if s in ("transformers",):
                             continue
@@ -925,6 +995,21 @@ def report(jsonl, plots=True):
              "with the host uncapped it is given no cap, as sluice may then hold everything in RAM. "
              "max_memory bounds Accelerate's weights only (its KV cache and activations come on top); "
              "sluice's budgets bound its weights, cache and activations together.\n")
+    largest = {(r["model"], r["budget"]): r for r in recs if r.get("type") == "largest_batch"}
+    if largest:
+        L.append("## Largest batch that fits\n")
+        L.append("For `--batches ...,max`: per budget, the largest batch up to the cap (`--max-batch`) for which "
+                 "sluice's policy search finds a policy that fits the budget, the block one micro-batch "
+                 "(bisection; every probe is in the .jsonl). Every system then runs that batch; Accelerate's "
+                 "max_memory bounds its weights only, so it is not a limit of Accelerate's own.\n")
+        L.append("| model | budget | largest batch | probes |")
+        L.append("|---|---|---:|---:|")
+        for (model, budget), r in largest.items():
+            n = ("none fits" if r["batch"] is None and not r.get("error") else
+                 f"failed: {r['error']}" if r.get("error") else
+                 f"{r['batch']}" + (" (the cap)" if r.get("capped") else ""))
+            L.append(f"| {model} | {budget} | {n} | {len(r.get('probes') or [])} |")
+        L.append(f"\nProbe command: `{next(iter(largest.values()))['cmd']}`\n")
     L.append("## Results (medians)\n")
     hdr = ["model", "budget", "batch", "system", "tok/s", "prefill s", "decode s", "peak RSS MiB",
            "on disk MiB", "same tokens as sluice", "placement", "load"]
@@ -943,7 +1028,9 @@ def report(jsonl, plots=True):
             place = ", ".join(f"{k} {mib(x)} MiB" for k, x in sorted(s["device_map_bytes"].items()))
         ag = s.get("agree")
         ags = f"{ag['same']}/{ag['n']}" if ag else ("(itself)" if s["system"].startswith("sluice") else "n/a")
-        row = [s["model"], s["budget"] or "all in RAM", str(s["batch"]), s["system"],
+        lb = largest.get((s["model"], s["budget"]))
+        bcol = str(s["batch"]) + (" (largest)" if lb and lb.get("batch") == s["batch"] else "")
+        row = [s["model"], s["budget"] or "all in RAM", bcol, s["system"],
                fmt(s["throughput_tok_s"]), fmt(s["prefill_s"], 3), fmt(s["decode_s"], 3), mib(s["peak_rss_bytes"]),
                mib(s.get("disk_bytes")), ags, place or "-", fmt(s["loadavg_1m"], 1)]
         if s["n_ok"] < s["n_runs"]:
@@ -1036,15 +1123,18 @@ def plot(stem, sums, mach):
         plt.close(fig)
         out.append(f"![{title}]({base}-{name}.png) (also `{base}-{name}.svg`)\n")
 
-    # tokens/s against the budget, per model, at its largest batch
+    # tokens/s against the budget, per model, each budget at the largest
+    # batch run under it (with 'max', what it fits)
     fig, axs = plt.subplots(1, len(models), figsize=(5 * len(models), 3.6), squeeze=False)
     for ax, model in zip(axs[0], models):
         bl = [parse_budget(b) for b in mach["grid"][model]["budgets"]]
-        bmax = max(mach["grid"][model]["batches"])
+        bmax = {b["name"]: max((s["batch"] for s in ok if s["model"] == model and s["budget"] == b["name"]),
+                               default=None) for b in bl}
         for sysname in SYSTEMS:
             xs, ys = [], []
             for i, b in enumerate(bl):
-                s = next((s for s in ok if s["model"] == model and s["batch"] == bmax and s["system"] == sysname
+                s = next((s for s in ok if s["model"] == model and s["batch"] == bmax[b["name"]]
+                          and s["system"] == sysname
                           and (s["budget"] == b["name"] or (sysname == "transformers" and s["budget"] is None))), None)
                 if s:
                     xs.append(i)
@@ -1052,8 +1142,9 @@ def plot(stem, sums, mach):
             if xs:
                 ax.plot(xs, ys, "o-", color=colors[sysname], label=sysname)
         ax.set_xticks(range(len(bl)))
-        ax.set_xticklabels([f"{b['name']}\ngpu {fmt_size(b['gpu'])}, cpu {fmt_size(b['cpu'])}" for b in bl], fontsize=8)
-        ax.set_title(f"{model}, batch {bmax}", fontsize=10)
+        ax.set_xticklabels([f"{b['name']}, batch {bmax[b['name']]}\ngpu {fmt_size(b['gpu'])}, cpu {fmt_size(b['cpu'])}"
+                            for b in bl], fontsize=8)
+        ax.set_title(f"{model}, each budget at its largest batch", fontsize=10)
         ax.set_ylabel("tokens/s")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
@@ -1133,6 +1224,8 @@ def build_grid(a):
     for k in ("prompt_len", "gen_len", "repeat"):
         if not isinstance(getattr(a, k), int) or getattr(a, k) < 1:
             raise ConfigError(f"{k.replace('_', '-')} must be an integer >= 1")
+    if not isinstance(a.max_batch, int) or a.max_batch < 1:
+        raise ConfigError("max-batch must be an integer >= 1")
     if a.prompt_len + a.gen_len > hfb.MAX_POS:
         raise ConfigError(f"prompt-len + gen-len must be <= {hfb.MAX_POS}")
     models = cfg.get("models")
@@ -1155,11 +1248,12 @@ def build_grid(a):
         if isinstance(batches, str):
             batches = batches.split(",")
         try:
-            batches = [int(b) for b in batches]
+            ints = [int(b) for b in batches if b != "max"]
         except (TypeError, ValueError):
-            raise ConfigError(f"{model}: batches must be integers (got {batches})")
-        if not batches or min(batches) < 1:
+            raise ConfigError(f"{model}: batches must be integers or 'max' (got {batches})")
+        if not batches or (ints and min(ints) < 1):
             raise ConfigError(f"{model}: batches must be >= 1")
+        batches = sorted(set(ints)) + (["max"] if "max" in batches else [])
         if not budgets:
             raise ConfigError(f"{model}: no budget (give --budget NAME:gpu=SIZE[,cpu=SIZE])")
         names = [parse_budget(b)["name"] for b in budgets]
@@ -1168,7 +1262,7 @@ def build_grid(a):
         rep = spec.get("repeat", a.repeat)
         if not isinstance(rep, int) or rep < 1:
             raise ConfigError(f"{model}: repeat must be an integer >= 1")
-        grid[model] = {"budgets": list(budgets), "batches": sorted(set(batches)), "repeat": rep}
+        grid[model] = {"budgets": list(budgets), "batches": batches, "repeat": rep}
     return grid
 
 
@@ -1179,7 +1273,10 @@ def main(argv=None):
                     "prompt_len, gen_len, repeat, batches, budgets")
     ap.add_argument("--models", help="comma-separated: opt-125m,opt-1.3b,...")
     ap.add_argument("--budget", action="append", help="NAME:gpu=SIZE[,cpu=SIZE] (repeatable; every model)")
-    ap.add_argument("--batches", help="comma-separated batch sizes (every model)")
+    ap.add_argument("--batches", help="comma-separated batch sizes (every model); 'max': per budget, the "
+                    "largest batch up to --max-batch that sluice's search fits in it (Harness.largest_batch)")
+    ap.add_argument("--max-batch", type=int, default=64,
+                    help="the most 'max' resolves to (default 64): runs grow with the batch")
     ap.add_argument("--prompt-len", type=int)
     ap.add_argument("--gen-len", type=int)
     ap.add_argument("--repeat", type=int, help="runs of each cell; the median is reported (default 3)")

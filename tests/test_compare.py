@@ -228,6 +228,63 @@ try:
         check(p.returncode == 2 and len(err) == 1 and msg in err[0], f"cli {args}: rc {p.returncode}, {p.stderr!r}")
     p = cli("--sluice", os.path.join(tmp, "no-sluice"))
     check(p.returncode == 2 and "no-sluice: not an executable" in p.stderr, f"cli no sluice: {p.stderr!r}")
+    for args, msg in ((("--batches", "1,maxx"), "batches must be integers or 'max'"),
+                      (("--batches", "max", "--max-batch", "0"), "max-batch must be an integer >= 1")):
+        p = cli(*args)
+        check(p.returncode == 2 and msg in p.stderr, f"cli {args}: rc {p.returncode}, {p.stderr!r}")
+
+    # --batches with 'max': the grid keeps it last; the harness resolves it
+    # per budget by bisection over sluice policy's answers (a stand-in
+    # sluice here: a block of up to FIT sequences fits, more does not)
+    ns = dict(config=None, quick=False, prompt_len=None, gen_len=None, repeat=None, models="opt-125m",
+              budget=["host:gpu=96M", "disk:gpu=96M,cpu=64M"], batches="8,max,1,8", max_batch=64)
+    g = compare.build_grid(type("A", (), ns)())
+    check(g["opt-125m"]["batches"] == [1, 8, "max"], f"grid batches {g['opt-125m']['batches']}")
+    fake = os.path.join(tmp, "fake-sluice")
+    with open(fake, "w") as fh:
+        fh.write("#!/bin/sh\n"
+                 "for x in \"$@\"; do case $x in gpu_batch_size=*) b=${x#gpu_batch_size=};; esac; done\n"
+                 "[ \"$FIT\" = fail ] && { echo 'sluice policy: the profile is corrupt' >&2; exit 1; }\n"
+                 "[ \"$b\" -le \"$FIT\" ] && exit 0\n"
+                 "echo 'sluice policy: no policy fits the budgets: the host budget is too small' >&2\n"
+                 "exit 2\n")
+    os.chmod(fake, 0o755)
+    ha = type("A", (), dict(ns, work=tmp, sluice=fake, python=sys.executable, quiet=True, backend="cpu",
+                            prompt_len=64, gen_len=16, max_batch=64))()
+    h = compare.Harness(ha, g)
+    h.jsonl = os.path.join(tmp, "largest.jsonl")
+    h.profile = os.path.join(tmp, "profile.json")
+    bud = compare.parse_budget("disk:gpu=96M,cpu=64M")
+    for fit, want in (("23", 23), ("64", 64), ("1000", 64), ("1", 1), ("0", None), ("fail", None)):
+        os.environ["FIT"] = fit
+        got = h.largest_batch("opt-125m", tmp, bud)
+        rec = h.recs[-1] if h.recs[-1]["type"] == "largest_batch" else h.recs[-2]
+        check(got == want, f"largest batch with {fit} fitting: {got}, want {want}")
+        if fit == "23":
+            check(len(rec["probes"]) <= 8 and "--fix gpu_batch_size=B" in rec["cmd"] and "--cpu-mem 64M" in rec["cmd"],
+                  f"largest batch probes {rec}")
+        if fit == "fail":
+            check("the profile is corrupt" in rec.get("error", ""), f"a failing sluice policy: {rec}")
+        if want is None:
+            check(h.recs[-1]["type"] == "skip" and h.recs[-1]["batch"] == "max", f"skip recorded: {h.recs[-1]}")
+    del os.environ["FIT"]
+    # the report: the largest batch's table and the rows run at it
+    recs2 = [mach, {"type": "largest_batch", "model": "opt-125m", "budget": "disk", "cap": 64, "batch": 23,
+                    "capped": False, "probes": [{"batch": b, "rc": 0} for b in range(7)], "cmd": "sluice policy ..."},
+             {"type": "largest_batch", "model": "opt-125m", "budget": "host", "cap": 64, "batch": 64,
+              "capped": True, "probes": [{"batch": 64, "rc": 0}], "cmd": "sluice policy ..."}]
+    for rep in (1, 2, 3):
+        r1 = run("sluice-auto", "disk", 7, rep)
+        r1["batch"] = 23
+        recs2.append(r1)
+    jl2 = os.path.join(tmp, "compare-max.jsonl")
+    with open(jl2, "w") as fh:
+        for x in recs2:
+            fh.write(json.dumps(x) + "\n")
+    text = open(compare.report(jl2, plots=False)).read()
+    has("| opt-125m | disk | 23 | 7 |", "the largest batch's row")
+    has("| opt-125m | host | 64 (the cap) | 1 |", "a capped largest batch")
+    has("| opt-125m | disk | 23 (largest) | sluice-auto | 7.00 |", "a run at the largest batch, marked")
 finally:
     shutil.rmtree(tmp)
 
