@@ -365,10 +365,8 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 			int n1 = SL_MIN(a->n, n0 + chunk);
 			float *buf = row_buf ? c->gemm_wf + buf_len * omp_get_thread_num() : NULL;
 #if defined(__x86_64__)
-			/* AVX-512 where x has 4 rows or more: two weight rows a
-			 * register (fewer rows are bound by memory, where the
-			 * AVX2 kernel's 8 rows in flight do better) */
-			if (c->isa >= SL_CPU_AVX512 && a->w && a->m >= 4) {
+			/* AVX-512: two weight rows a register (fp16 weights) */
+			if (c->isa >= SL_CPU_AVX512 && a->w) {
 				sl_cpu_gemm_direct_avx512(a, alpha, n0, n1);
 				continue;
 			}

@@ -179,40 +179,52 @@ void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1)
 }
 
 /*
- * The direct kernel with AVX-512 (fp16 weights, 4 rows of x or more): two
- * weight rows share a register, row n in lanes 0-7 and row n + 1 in lanes
- * 8-15, each x chunk of 8 broadcast to both halves, so each half's lanes
- * see exactly the fused multiply-adds of tile_avx2's (the same order,
- * the same bits), at twice the weights per instruction; each half reduced
- * by sl_cpu_lanes_sum (hsum256's tree).
+ * The direct kernel with AVX-512 (fp16 weights): two weight rows share a
+ * register, row n in lanes 0-7 and row n + 1 in lanes 8-15, each x chunk
+ * of 8 broadcast to both halves, so each half's lanes see exactly the
+ * fused multiply-adds of tile_avx2's (the same order, the same bits), at
+ * twice the weights per instruction; each half reduced by
+ * sl_cpu_lanes_sum (hsum256's tree).  A tile is NP such pairs (weight
+ * rows n .. n + 2 NP - 1) against MR x rows, NP x MR <= 8 accumulators:
+ * few x rows take more pairs, so that enough independent multiply-adds
+ * are in flight.
  */
 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma,f16c"), always_inline))
-static inline void tile2_avx512(const sl_gemm_args *a, float alpha, int n, int r0, const int MR)
+static inline void tilep_avx512(const sl_gemm_args *a, float alpha, int n, int r0, const int NP, const int MR)
 {
 	const int k = a->k, k8 = k & ~7;
-	const sl_half *w0 = a->w + (size_t)n * k, *w1 = w0 + k;
+	const sl_half *w[4];
+	for (int p = 0; p < NP; p++)
+		w[p] = a->w + (size_t)(n + 2 * p) * k;
 	const float *x[8];
 	for (int r = 0; r < MR; r++)
 		x[r] = a->x + (size_t)(r0 + r) * a->ldx;
 	__m512 c[8];
-	for (int r = 0; r < MR; r++)
-		c[r] = _mm512_setzero_ps();
+	for (int i = 0; i < NP * MR; i++)
+		c[i] = _mm512_setzero_ps();
 	for (int kk = 0; kk < k8; kk += 8) {
-		_mm_prefetch((const char *)(w0 + kk) + 512, _MM_HINT_T0);
-		_mm_prefetch((const char *)(w1 + kk) + 512, _MM_HINT_T0);
-		const __m256i h = _mm256_inserti128_si256(
-			_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(w0 + kk))),
-			_mm_loadu_si128((const __m128i *)(w1 + kk)), 1);
-		const __m512 wv = _mm512_cvtph_ps(h);
-		for (int r = 0; r < MR; r++)
-			c[r] = _mm512_fmadd_ps(wv, _mm512_broadcast_f32x8(_mm256_loadu_ps(x[r] + kk)), c[r]);
+		__m512 wv[4];
+		for (int p = 0; p < NP; p++) {
+			_mm_prefetch((const char *)(w[p] + kk) + 512, _MM_HINT_T0);
+			_mm_prefetch((const char *)(w[p] + k + kk) + 512, _MM_HINT_T0);
+			const __m256i h = _mm256_inserti128_si256(
+				_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(w[p] + kk))),
+				_mm_loadu_si128((const __m128i *)(w[p] + k + kk)), 1);
+			wv[p] = _mm512_cvtph_ps(h);
+		}
+		for (int r = 0; r < MR; r++) {
+			const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x[r] + kk));
+			for (int p = 0; p < NP; p++)
+				c[p * MR + r] = _mm512_fmadd_ps(wv[p], xv, c[p * MR + r]);
+		}
 	}
-	for (int r = 0; r < MR; r++) {
-		float l[16];
-		_mm512_storeu_ps(l, c[r]);
-		sl_cpu_gemm_finish(a, alpha, r0 + r, n, sl_cpu_lanes_sum(l));
-		sl_cpu_gemm_finish(a, alpha, r0 + r, n + 1, sl_cpu_lanes_sum(l + 8));
-	}
+	for (int p = 0; p < NP; p++)
+		for (int r = 0; r < MR; r++) {
+			float l[16];
+			_mm512_storeu_ps(l, c[p * MR + r]);
+			sl_cpu_gemm_finish(a, alpha, r0 + r, n + 2 * p, sl_cpu_lanes_sum(l));
+			sl_cpu_gemm_finish(a, alpha, r0 + r, n + 2 * p + 1, sl_cpu_lanes_sum(l + 8));
+		}
 }
 
 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma,f16c")))
@@ -220,16 +232,28 @@ void sl_cpu_gemm_direct_avx512(const sl_gemm_args *a, float alpha, int n0, int n
 {
 	const int m = a->m;
 	int n = n0;
+	if (m < 4) { /* 1 row: 4 pairs; 2 or 3: 2 pairs */
+		const int np = m == 1 ? 4 : 2;
+		for (; n + 2 * np <= n1; n += 2 * np) {
+			if (np == 4) {
+				tilep_avx512(a, alpha, n, 0, 4, 1);
+				continue;
+			}
+			tilep_avx512(a, alpha, n, 0, 2, 2);
+			if (m == 3)
+				tilep_avx512(a, alpha, n, 2, 2, 1);
+		}
+	}
 	for (; n + 2 <= n1; n += 2) {
 		int r0 = 0;
 		for (; r0 + 8 <= m; r0 += 8)
-			tile2_avx512(a, alpha, n, r0, 8);
+			tilep_avx512(a, alpha, n, r0, 1, 8);
 		for (; r0 + 4 <= m; r0 += 4)
-			tile2_avx512(a, alpha, n, r0, 4);
+			tilep_avx512(a, alpha, n, r0, 1, 4);
 		for (; r0 + 2 <= m; r0 += 2)
-			tile2_avx512(a, alpha, n, r0, 2);
+			tilep_avx512(a, alpha, n, r0, 1, 2);
 		for (; r0 < m; r0++)
-			tile2_avx512(a, alpha, n, r0, 1);
+			tilep_avx512(a, alpha, n, r0, 1, 1);
 	}
 	if (n < n1)
 		sl_cpu_gemm_direct_avx2(a, alpha, n, n1);
