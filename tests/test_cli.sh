@@ -949,6 +949,18 @@ elif grep -qF -- "--cpu-gemm openblas: this build has no OpenBLAS" "$tmp/bo.err"
 else
 	bad "bench --cpu-gemm openblas: $(cat "$tmp/bo.err")"
 fi
+# --cpu-gemm amx and bf16 where the CPU has them (each says why not where not)
+for g in amx bf16; do
+	if "$sluice" bench --backend cpu --model "$fx/opt-pre" --prompt-len 16 --gen-len 2 --batch 2 --cpu-gemm $g \
+		>"$tmp/bg.txt" 2>"$tmp/bg.err"; then
+		if grep -qE "^  CPU kernels  *[a-z0-9]+; GEMM: the prefill's in bf16 on (AMX tiles|AVX512-BF16 dot products) \(not batch invariant\)$" \
+			"$tmp/bg.txt"; then ok; else bad "bench --cpu-gemm $g table: $(cat "$tmp/bg.txt")"; fi
+	elif [ "$(wc -l <"$tmp/bg.err")" -eq 1 ] && grep -qE -- "--cpu-gemm $g: this CPU has no|--cpu-gemm $g: the kernel refused|is an x86-64 feature" "$tmp/bg.err"; then
+		ok
+	else
+		bad "bench --cpu-gemm $g: $(cat "$tmp/bg.err")"
+	fi
+done
 mkdir -p "$tmp/boff"
 if "$sluice" bench --backend cpu --model "$fx/opt-pre" --prompt-len 8 --gen-len 6 --batch 2 --percent 0 0 100 0 100 0 \
 	--offload-dir "$tmp/boff" --json >"$tmp/bd.json" && python3 - "$tmp/bd.json" <<'PY'; then ok; else bad "bench decode_weight_gbps: $(cat "$tmp/bd.json")"; fi
@@ -1595,7 +1607,7 @@ PY
 # --cpu-gemm: a value other than sluice or openblas is a usage error; with
 # openblas (where built) the job runs whole, and again the same (the same
 # batch size and threads: the same tokens; another batch size may differ)
-expect_exit "--cpu-gemm mkl" 2 "--cpu-gemm must be sluice, openblas or amx, got 'mkl'" -- "${inv[@]}" \
+expect_exit "--cpu-gemm mkl" 2 "--cpu-gemm must be sluice, openblas, amx or bf16, got 'mkl'" -- "${inv[@]}" \
 	--out "$tmp/inv-mkl.jsonl" --cpu-gemm mkl
 if "$sluice" "${inv[@]}" --batch-size 16 --cpu-gemm openblas --out "$tmp/inv-ob.jsonl" 2>"$tmp/inv-ob.err"; then
 	if [ "$(lines "$tmp/inv-ob.jsonl")" -eq 16 ]; then ok; else bad "--cpu-gemm openblas: $(lines "$tmp/inv-ob.jsonl") lines"; fi

@@ -2889,28 +2889,32 @@ START_TEST(test_gemm_openblas)
 END_TEST
 
 /*
- * --cpu-gemm amx: the products above the direct kernel's rows on AMX tiles,
- * against the reference on bf16-rounded operands (k a multiple of 32; the
- * other shapes fall back on the packed kernel and its exact reference), a
- * rotating seventh of the variants; then shapes of several k chunks, row
- * blocks and weight panels with columns past n.  Where the CPU or the
- * kernel has no AMX it is refused, saying why.
+ * --cpu-gemm amx and bf16: the products above the direct kernel's rows on
+ * AMX tiles or with AVX512-BF16 dot products, against the reference on
+ * bf16-rounded operands (k a multiple of 32; the other shapes fall back on
+ * the packed kernel and its exact reference), a rotating seventh of the
+ * variants; then shapes of several k chunks, row blocks and weight panels
+ * with columns past n.  Where the CPU (or for AMX the kernel) lacks them
+ * each is refused, saying why.
  */
 static const int amx_extra[][3] = { { 40, 300, 2048 }, { 33, 1100, 512 }, { 100, 50, 96 }, { 9, 16, 32 } };
 
-START_TEST(test_gemm_amx)
+static void gemm_bf16_case(const char *mode, int i)
 {
+	const int _i = i;
+	char want[64];
+	snprintf(want, sizeof want, "--cpu-gemm %s: ", mode);
 	sl_backend *b = NULL;
 	ck_assert_int_eq(sl_backend_create("cpu", 0, &b), 0);
-	const int rc = sl_cpu_backend_set_gemm(b, "amx");
+	const int rc = sl_cpu_backend_set_gemm(b, mode);
 	if (rc == SL_EUNSUPPORTED) {
-		ck_assert_msg(strstr(sl_errmsg(), "--cpu-gemm amx: "), "message: %s", sl_errmsg());
+		ck_assert_msg(strstr(sl_errmsg(), want), "message: %s", sl_errmsg());
 		ck_assert_str_eq(sl_cpu_backend_gemm(b), "sluice");
 		sl_backend_free(b);
 		return;
 	}
-	ck_assert_msg(rc == 0, "--cpu-gemm amx: %s", sl_errmsg());
-	ck_assert_str_eq(sl_cpu_backend_gemm(b), "amx");
+	ck_assert_msg(rc == 0, "--cpu-gemm %s: %s", mode, sl_errmsg());
+	ck_assert_str_eq(sl_cpu_backend_gemm(b), mode);
 	gemm_ref_bf16 = true;
 	int m, n, k;
 	for (int ki = 0; gemm_shape(_i, ki, &m, &n, &k); ki++)
@@ -2922,6 +2926,17 @@ START_TEST(test_gemm_amx)
 	ck_assert_int_eq(sl_cpu_backend_set_gemm(b, "sluice"), 0);
 	ck_assert_str_eq(sl_cpu_backend_gemm(b), "sluice");
 	sl_backend_free(b);
+}
+
+START_TEST(test_gemm_amx)
+{
+	gemm_bf16_case("amx", _i);
+}
+END_TEST
+
+START_TEST(test_gemm_bf16)
+{
+	gemm_bf16_case("bf16", _i);
 }
 END_TEST
 
@@ -3021,6 +3036,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_cpu_kernels_env);
 	tcase_add_loop_test(tc, test_gemm_openblas, 0, GEMM_CASES);
 	tcase_add_loop_test(tc, test_gemm_amx, 0, GEMM_CASES);
+	tcase_add_loop_test(tc, test_gemm_bf16, 0, GEMM_CASES);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("argmax");

@@ -44,7 +44,7 @@ size_t parse_budget(const char *cmd, const char *opt, const char *s);
 /* Options every command shares. */
 typedef struct common_opts {
 	const char *model_dir, *dummy, *backend;
-	const char *cpu_gemm; /* --cpu-gemm: sluice (default), openblas or amx */
+	const char *cpu_gemm; /* --cpu-gemm: sluice (default), openblas, amx or bf16 */
 	int threads;
 	size_t gpu_mem, cpu_mem;
 	bool kv_f32;
@@ -104,12 +104,14 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 	"                       (opt-125m, -350m, -1.3b, -2.7b, -6.7b, -13b, -30b, -66b, -175b)\n" \
 	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"   \
 	"  --threads N          CPU threads, 1 to the cores available (default: all cores)\n" \
-	"  --cpu-gemm sluice|openblas|amx  the CPU backend's matrix products: sluice's\n" \
-	"                       own (default: a sequence's tokens do not depend on the\n" \
-	"                       batch), OpenBLAS's sgemm (faster on some CPUs), or the\n" \
-	"                       prefill on Intel AMX tiles in bf16 (several times faster\n" \
-	"                       where the CPU has them, bf16's precision); the last two\n" \
-	"                       are not batch invariant\n" \
+	"  --cpu-gemm sluice|openblas|amx|bf16  the CPU backend's matrix products:\n" \
+	"                       sluice's own (default: a sequence's tokens do not depend\n" \
+	"                       on the batch), OpenBLAS's sgemm (faster on some CPUs),\n" \
+	"                       or the prefill in bf16 (bf16's precision) on Intel AMX\n" \
+	"                       tiles (amx: several times faster) or with AVX512-BF16\n" \
+	"                       dot products (bf16: AMD Zen 4, Intel Cooper Lake and\n" \
+	"                       later; up to twice as fast); the last three are not\n" \
+	"                       batch invariant\n" \
 	"  --gpu-mem BYTES      cap on device memory, above 0 (e.g. 16G; K, M, G, T)\n"      \
 	"  --kv-dtype f16|f32   KV cache precision (default f16; f32 doubles its size)\n"  \
 	"  --cpu-mem BYTES      cap on pinned host memory, above 0 (e.g. 64G)\n"            \

@@ -152,8 +152,9 @@ bool common_opt(const char *cmd, int c, common_opts *o)
 	case OPT_BACKEND: o->backend = optarg; return true;
 	case OPT_THREADS: o->threads = parse_threads(cmd, optarg); return true;
 	case OPT_CPU_GEMM:
-		if (strcmp(optarg, "sluice") && strcmp(optarg, "openblas") && strcmp(optarg, "amx"))
-			usage_error(cmd, "--cpu-gemm must be sluice, openblas or amx, got '%s'", optarg);
+		if (strcmp(optarg, "sluice") && strcmp(optarg, "openblas") && strcmp(optarg, "amx") &&
+		    strcmp(optarg, "bf16"))
+			usage_error(cmd, "--cpu-gemm must be sluice, openblas, amx or bf16, got '%s'", optarg);
 		o->cpu_gemm = optarg;
 		return true;
 	case OPT_GPU_MEM: o->gpu_mem = parse_budget(cmd, "--gpu-mem", optarg); return true;

@@ -466,6 +466,10 @@ static void bench_print_table(const bench_opts *o, const sl_backend *be, const s
 		       kernels, kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "",
 		       r->blas_config, r->blas_core, coretype ? " (OPENBLAS_CORETYPE=" : "",
 		       coretype ? coretype : "", coretype ? ")" : "");
+	else if (kernels && r->gemm && (!strcmp(r->gemm, "amx") || !strcmp(r->gemm, "bf16")))
+		printf("  CPU kernels     %s%s%s; GEMM: the prefill's in bf16 on %s (not batch invariant)\n", kernels,
+		       kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "",
+		       !strcmp(r->gemm, "amx") ? "AMX tiles" : "AVX512-BF16 dot products");
 	else if (kernels)
 		printf("  CPU kernels     %s%s%s; GEMM: sluice's own (batch invariant)\n", kernels,
 		       kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "");

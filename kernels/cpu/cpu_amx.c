@@ -1,7 +1,9 @@
 /*
- * cpu_amx.c - --cpu-gemm amx: the prefill's GEMMs (above the direct
- * kernel's rows) on Intel AMX tiles in bf16, for x86-64 CPUs with AMX-TILE,
- * AMX-BF16 and AVX512-BF16 (Sapphire Rapids and later).
+ * cpu_amx.c - --cpu-gemm amx and bf16: the prefill's GEMMs (above the
+ * direct kernel's rows) in bf16, on Intel AMX tiles (amx: x86-64 CPUs with
+ * AMX-TILE, AMX-BF16 and AVX512-BF16, Sapphire Rapids and later) or with
+ * AVX512-BF16 dot products (bf16: AMD Zen 4 and later, Intel Cooper Lake
+ * and later; block_dp), from the same packed operands.
  *
  * What it computes: each x value rounded to bf16 (round to nearest even),
  * each fp16 weight rounded to bf16 the same way, their products summed in
@@ -38,7 +40,8 @@
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
-#define AMX_TARGET "amx-tile,amx-bf16,avx512f,avx512bf16,avx512bw,avx512vl,f16c"
+#define BF16_TARGET "avx512f,avx512bf16,avx512bw,avx512vl,f16c"
+#define AMX_TARGET "amx-tile,amx-bf16," BF16_TARGET
 
 enum {
 	AMX_PANEL_BYTES = 1 << 20, /* a thread's packed weight panel, at most */
@@ -51,6 +54,22 @@ typedef struct amx_cfg {
 	uint8_t rows[16];
 } amx_cfg;
 
+bool sl_cpu_bf16_available(char *why, size_t n)
+{
+	unsigned a, b, c, d;
+	/* AVX512 F, BW, VL (the backend's ISA check saw the OS keep zmm state) */
+	if (sl_cpu_x86_isa() < SL_CPU_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d) ||
+	    !(b & (1u << 30)) || !(b & (1u << 31))) {
+		snprintf(why, n, "this CPU has no AVX-512 (F, BW, VL)");
+		return false;
+	}
+	if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) {
+		snprintf(why, n, "this CPU has no AVX512-BF16");
+		return false;
+	}
+	return true;
+}
+
 bool sl_cpu_amx_available(char *why, size_t n)
 {
 	unsigned a, b, c, d;
@@ -58,10 +77,8 @@ bool sl_cpu_amx_available(char *why, size_t n)
 		snprintf(why, n, "this CPU has no AMX-TILE and AMX-BF16");
 		return false;
 	}
-	if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) {
-		snprintf(why, n, "this CPU has no AVX512-BF16");
+	if (!sl_cpu_bf16_available(why, n))
 		return false;
-	}
 	/* Linux hands the tile state to a process that asks for it */
 	if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
 		snprintf(why, n, "the kernel refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)");
@@ -84,7 +101,7 @@ static void tiles_config(void)
 }
 
 /* x rows [r0, r1) of the padded copy (rows past m zero), rounded to bf16. */
-__attribute__((target(AMX_TARGET)))
+__attribute__((target(BF16_TARGET)))
 static void pack_x(const sl_gemm_args *a, uint16_t *xb, int r0, int r1)
 {
 	const int k = a->k;
@@ -105,7 +122,7 @@ static void pack_x(const sl_gemm_args *a, uint16_t *xb, int r0, int r1)
 /* Weight rows (columns of the product) [c0, c0 + cols) as tiles: for each
  * group of 16 columns g and k chunk q, the tile at ((g * nq) + q) * 512
  * values; columns past n zero. */
-__attribute__((target(AMX_TARGET)))
+__attribute__((target(BF16_TARGET)))
 static void pack_w(const sl_gemm_args *a, int c0, int cols, uint16_t *wb)
 {
 	const int k = a->k, nq = k / 32;
@@ -158,11 +175,52 @@ static void block(const uint16_t *xb, int k, const uint16_t *wb, int g, int r0, 
 	_tile_stored(3, out + 16 * 32 + 16, 32 * sizeof(float));
 }
 
+/* The same block with AVX512-BF16 dot products (VDPBF16PS: for each of 16
+ * columns, the products of a k pair added to its fp32 sum): 8 rows at a
+ * time, 16 accumulators (8 rows x the two groups); per k pair the two
+ * groups' rows of the tile (the pair layout is what the instruction
+ * reads) and each x row's pair broadcast. */
+__attribute__((target(BF16_TARGET)))
+static void block_dp(const uint16_t *xb, int k, const uint16_t *wb, int g, int r0, float *out)
+{
+	const int nq = k / 32;
+	const uint16_t *w0 = wb + (size_t)g * nq * 512, *w1 = w0 + (size_t)nq * 512;
+	for (int rs = 0; rs < 32; rs += 8) {
+		__m512 c0[8], c1[8];
+		for (int i = 0; i < 8; i++)
+			c0[i] = c1[i] = _mm512_setzero_ps();
+		const uint16_t *x = xb + (size_t)(r0 + rs) * k;
+		for (int q = 0; q < nq; q++)
+			for (int p = 0; p < 16; p++) {
+				const __m512bh a0 = (__m512bh)_mm512_loadu_si512(w0 + (size_t)q * 512 + p * 32);
+				const __m512bh a1 = (__m512bh)_mm512_loadu_si512(w1 + (size_t)q * 512 + p * 32);
+				const size_t kk = (size_t)q * 32 + 2 * (size_t)p;
+				for (int i = 0; i < 8; i++) {
+					uint32_t v;
+					memcpy(&v, x + (size_t)i * k + kk, sizeof v);
+					const __m512bh xv = (__m512bh)_mm512_set1_epi32((int)v);
+					c0[i] = _mm512_dpbf16_ps(c0[i], xv, a0);
+					c1[i] = _mm512_dpbf16_ps(c1[i], xv, a1);
+				}
+			}
+		for (int i = 0; i < 8; i++) {
+			_mm512_storeu_ps(out + (rs + i) * 32, c0[i]);
+			_mm512_storeu_ps(out + (rs + i) * 32 + 16, c1[i]);
+		}
+	}
+}
+
+__attribute__((target(AMX_TARGET)))
+static void tiles_release(void)
+{
+	_tile_release();
+}
+
 /* The epilogue of a block's rows [r0, r0 + rows) and columns [n0, n0 + w)
  * from out (32 x 32), 16 columns at a time: the operations of
  * sl_cpu_epilogue in its order (+ bias, * alpha, ReLU with NaN and -0 to
  * +0, + the old y), so the same bits. */
-__attribute__((target(AMX_TARGET)))
+__attribute__((target(BF16_TARGET)))
 static void epilogue(const sl_gemm_args *a, const float *out, int r0, int rows, int n0, int w, float alpha)
 {
 	const bool relu = a->flags & SL_GEMM_RELU, accum = a->flags & SL_GEMM_ACCUM;
@@ -185,10 +243,11 @@ static void epilogue(const sl_gemm_args *a, const float *out, int r0, int rows, 
 	}
 }
 
-__attribute__((target(AMX_TARGET)))
-int sl_cpu_amx_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
+__attribute__((target(BF16_TARGET)))
+int sl_cpu_bf16_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
 {
 	sl_cpu_ctx *c = sl_cpu(b);
+	const bool amx = c->gemm_bf16 == SL_CPU_GEMM_AMX;
 	const int m = a->m, n = a->n, k = a->k, nt = c->nthreads;
 	if (k % 32 || !a->w)
 		return SL_EUNSUPPORTED; /* the caller's packed kernel instead */
@@ -209,24 +268,35 @@ int sl_cpu_amx_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
 		const int id = omp_get_thread_num();
 		uint16_t *wb = (uint16_t *)(tbase + (size_t)id * (wfl + 32 * 32));
 		float *out = tbase + (size_t)id * (wfl + 32 * 32) + wfl;
-		tiles_config();
+		if (amx)
+			tiles_config();
 #pragma omp for schedule(dynamic, 1)
 		for (int p = 0; p < npanels; p++) {
 			const int c0 = p * np, cols = SL_MIN(np, (n - c0 + 31) & ~31);
 			pack_w(a, c0, cols, wb);
 			for (int r0 = 0; r0 < mp; r0 += 32)
 				for (int g = 0; g < cols / 16; g += 2) {
-					block(xb, k, wb, g, r0, out);
+					if (amx)
+						block(xb, k, wb, g, r0, out);
+					else
+						block_dp(xb, k, wb, g, r0, out);
 					const int n0 = c0 + g * 16;
 					epilogue(a, out, r0, SL_MIN(32, m - r0), n0, SL_MIN(32, n - n0), alpha);
 				}
 		}
-		_tile_release();
+		if (amx)
+			tiles_release();
 	}
 	return 0;
 }
 
 #else /* not x86-64 */
+
+bool sl_cpu_bf16_available(char *why, size_t n)
+{
+	snprintf(why, n, "AVX512-BF16 is an x86-64 feature");
+	return false;
+}
 
 bool sl_cpu_amx_available(char *why, size_t n)
 {
@@ -234,7 +304,7 @@ bool sl_cpu_amx_available(char *why, size_t n)
 	return false;
 }
 
-int sl_cpu_amx_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
+int sl_cpu_bf16_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
 {
 	return SL_EUNSUPPORTED;
 }

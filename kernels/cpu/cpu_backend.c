@@ -591,20 +591,22 @@ int sl_cpu_backend_set_gemm(sl_backend *b, const char *name)
 		return 0; /* the GEMMs run elsewhere */
 	sl_cpu_ctx *c = sl_cpu(b);
 	if (!strcmp(name, "sluice")) {
-		c->gemm_openblas = c->gemm_amx = false;
+		c->gemm_openblas = false;
+		c->gemm_bf16 = SL_CPU_GEMM_FP32;
 		return 0;
 	}
-	if (!strcmp(name, "amx")) {
+	const bool amx = !strcmp(name, "amx");
+	if (amx || !strcmp(name, "bf16")) {
 		char why[160];
-		if (!sl_cpu_amx_available(why, sizeof why))
-			return sl_err(SL_EUNSUPPORTED, "--cpu-gemm amx: %s", why);
+		if (!(amx ? sl_cpu_amx_available(why, sizeof why) : sl_cpu_bf16_available(why, sizeof why)))
+			return sl_err(SL_EUNSUPPORTED, "--cpu-gemm %s: %s", name, why);
 		c->gemm_openblas = false;
-		c->gemm_amx = true;
+		c->gemm_bf16 = amx ? SL_CPU_GEMM_AMX : SL_CPU_GEMM_DPBF16;
 		return 0;
 	}
 	if (strcmp(name, "openblas"))
-		return sl_err(SL_EINVAL, "--cpu-gemm must be sluice, openblas or amx, got '%s'", name);
-	c->gemm_amx = false;
+		return sl_err(SL_EINVAL, "--cpu-gemm must be sluice, openblas, amx or bf16, got '%s'", name);
+	c->gemm_bf16 = SL_CPU_GEMM_FP32;
 #if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
 	openblas_set_num_threads(c->nthreads);
 	c->gemm_openblas = true;
@@ -620,7 +622,10 @@ const char *sl_cpu_backend_gemm(const sl_backend *b)
 	if (!b || b->ops != &cpu_ops)
 		return NULL;
 	const sl_cpu_ctx *c = b->ctx;
-	return c->gemm_amx ? "amx" : c->gemm_openblas ? "openblas" : "sluice";
+	return c->gemm_bf16 == SL_CPU_GEMM_AMX	  ? "amx"
+	       : c->gemm_bf16 == SL_CPU_GEMM_DPBF16 ? "bf16"
+	       : c->gemm_openblas		  ? "openblas"
+						  : "sluice";
 }
 
 bool sl_cpu_backend_blas_info(const char **config, const char **core)

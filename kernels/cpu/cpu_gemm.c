@@ -40,7 +40,9 @@
  *
  * --cpu-gemm amx (cpu_amx.c) gives the packed path's products to AMX tiles
  * in bf16 where the CPU has them: several times the packed path's rate,
- * at bf16's precision, not batch invariant.
+ * at bf16's precision, not batch invariant.  --cpu-gemm bf16 computes the
+ * same products with AVX512-BF16 dot products (AMD Zen 4 and later, Intel
+ * Cooper Lake and later): up to twice the fp32 FMAs' rate.
  *
  * --cpu-gemm openblas (sl_cpu_backend_set_gemm, in a build with OpenBLAS)
  * replaces the packed path by OpenBLAS's sgemm on weights widened panel by
@@ -378,15 +380,16 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 			gemm_direct_generic(a, alpha, n0, n1, buf);
 		}
 	} else {
-		rc = c->gemm_amx ? sl_cpu_amx_gemm(b, a, alpha) : SL_EUNSUPPORTED;
-		if (rc != SL_EUNSUPPORTED) {
-			/* done by the AMX tiles (or their error) */
-		} else
+		/* the opt-in GEMMs, each SL_EUNSUPPORTED for a shape it does
+		 * not take; then the packed kernel */
+		rc = SL_EUNSUPPORTED;
+		if (c->gemm_bf16 != SL_CPU_GEMM_FP32)
+			rc = sl_cpu_bf16_gemm(b, a, alpha);
 #if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
-		if (c->gemm_openblas)
+		if (rc == SL_EUNSUPPORTED && c->gemm_openblas)
 			rc = gemm_openblas(b, a, alpha);
-		else
 #endif
+		if (rc == SL_EUNSUPPORTED)
 			rc = gemm_packed(b, a, alpha);
 	}
 	b->gemm_seconds += sl_now() - t0;

@@ -43,7 +43,8 @@ typedef struct sl_cpu_ctx {
 	float *gemm_part; /* packed GEMM: partial lanes between k chunks */
 	size_t gemm_part_cap;
 	bool gemm_openblas; /* --cpu-gemm openblas: OpenBLAS's sgemm above the direct kernel */
-	bool gemm_amx;      /* --cpu-gemm amx: bf16 AMX tiles above it (cpu_amx.c) */
+	int gemm_bf16;      /* --cpu-gemm amx or bf16 (enum sl_cpu_gemm_bf16): the
+			     * products in bf16 above it (cpu_amx.c) */
 	float *gemm_c;   /* OpenBLAS path: sgemm's output before the epilogue;
 			  * AMX path: the bf16 x copy and the threads' panels */
 	size_t gemm_c_cap;
@@ -147,12 +148,16 @@ static inline float sl_cpu_lanes_sum(const float *l)
 	return (t0 + t2) + (t1 + t3);
 }
 
-/* cpu_amx.c: whether AMX bf16 tiles can run here (the CPU's and the
- * kernel's say; false with the reason in why), and the GEMM on them;
- * SL_EUNSUPPORTED (no message) for a shape it does not take (k not a
- * multiple of 32, 4-bit weights): the caller's packed kernel then runs. */
+/* cpu_amx.c: the bf16 GEMMs of --cpu-gemm amx (AMX tiles) and bf16
+ * (AVX512-BF16 dot products): whether each can run here (the CPU's and,
+ * for AMX, the kernel's say; false with the reason in why), and the GEMM
+ * in the mode c->gemm_bf16 says; SL_EUNSUPPORTED (no message) for a shape
+ * it does not take (k not a multiple of 32, 4-bit weights): the caller's
+ * packed kernel then runs. */
+enum sl_cpu_gemm_bf16 { SL_CPU_GEMM_FP32 = 0, SL_CPU_GEMM_AMX, SL_CPU_GEMM_DPBF16 };
 bool sl_cpu_amx_available(char *why, size_t n);
-int sl_cpu_amx_gemm(sl_backend *b, const sl_gemm_args *a, float alpha);
+bool sl_cpu_bf16_available(char *why, size_t n);
+int sl_cpu_bf16_gemm(sl_backend *b, const sl_gemm_args *a, float alpha);
 
 #if defined(__x86_64__)
 /* cpu_x86.c */
