@@ -103,6 +103,10 @@ static void fallback_info(sl_topo_info *out)
 	out->node[0].memory_bytes = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
 	out->node[0].cores = out->node[0].pus = out->pus;
 	snprintf(out->node[0].cpus, sizeof out->node[0].cpus, "0-%d", out->pus - 1);
+	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+	if (llc <= 0)
+		llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+	out->llc_bytes = llc > 0 ? (uint64_t)llc : 0;
 	cpu_set_t cs;
 	CPU_ZERO(&cs);
 	if (sched_getaffinity(0, sizeof cs, &cs) == 0) {
@@ -138,6 +142,10 @@ int sl_topo_get(sl_topo_info *out)
 	if (out->cores <= 0)
 		out->cores = out->pus; /* no core level reported (some VMs) */
 	out->nnodes = topo_nnodes(t);
+	hwloc_obj_t cache = hwloc_get_obj_by_type(t, HWLOC_OBJ_L3CACHE, 0);
+	if (!cache)
+		cache = hwloc_get_obj_by_type(t, HWLOC_OBJ_L2CACHE, 0);
+	out->llc_bytes = cache && cache->attr ? cache->attr->cache.size : 0;
 	int i = 0;
 	hwloc_obj_t n = NULL;
 	while ((n = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, n)) != NULL && i < SL_TOPO_MAX_NODES) {

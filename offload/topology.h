@@ -50,6 +50,9 @@ typedef struct sl_topo_info {
 	char binding[128]; /* the process's CPU binding as a list, e.g. "0-15" */
 	int binding_pus;   /* PUs in it */
 	int binding_node;  /* the node whose cores hold all of it; -1: several */
+	uint64_t llc_bytes; /* the first last-level cache's size (hwloc's L3, else
+			       L2, as Linux's sysfs says; glibc's sysconf, read
+			       from cpuid, can be 10x off in a VM); 0: unknown */
 } sl_topo_info;
 
 /* Describe the machine.  Always fills *out; returns 0, or SL_EDEVICE (with

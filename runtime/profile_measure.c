@@ -1083,11 +1083,7 @@ static int measure_compute(const sl_profile_opts *o, sl_profile *out, sl_backend
 	for (int i = 0; i < ch->npoints; i++)
 		ch->gflops[i] /= 1e9;
 	say_curve(o, ch, out->backend, " weights in the cache");
-	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-	if (llc <= 0)
-		llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-	out->llc_bytes = llc > 0 ? (uint64_t)llc : 0;
-	say(o, "llc         %8.1f MiB   (the last-level cache, sysconf)\n", out->llc_bytes / 1048576.0);
+	say(o, "llc         %8.1f MiB   (the last-level cache, hwloc)\n", out->llc_bytes / 1048576.0);
 	if ((rc = measure_shapes(o, out, be, q, ring, target)) < 0)
 		goto out;
 
@@ -1264,6 +1260,7 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 	sl_topo_info topo;
 	sl_topo_get(&topo); /* on failure: the fallback description */
 	record_topology(&topo, &out->topo);
+	out->llc_bytes = topo.llc_bytes;
 	sl_backend *be = NULL, *cpu = NULL;
 	int rc = sl_backend_create(o->backend ? o->backend : "auto", o->threads, &be);
 	if (rc < 0)

@@ -42,6 +42,38 @@ static int affinity(cpu_set_t *cs)
 
 /* ---- this machine ------------------------------------------------------------ */
 
+/* The size of cpu0's cache of the given level as Linux's sysfs says (the
+ * unified one), 0 where it says none. */
+static uint64_t sysfs_cache(int level)
+{
+	for (int i = 0; i < 8; i++) {
+		char path[128], buf[64];
+		unsigned long long v = 0;
+		int lv = -1;
+		snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			break;
+		if (fscanf(f, "%d", &lv) != 1)
+			lv = -1;
+		fclose(f);
+		snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+		f = fopen(path, "r");
+		const bool unified = f && fgets(buf, sizeof buf, f) && !strncmp(buf, "Unified", 7);
+		if (f)
+			fclose(f);
+		snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+		f = fopen(path, "r");
+		if (f && lv == level && unified && fscanf(f, "%lluK", &v) == 1) {
+			fclose(f);
+			return (uint64_t)v << 10;
+		}
+		if (f)
+			fclose(f);
+	}
+	return 0;
+}
+
 START_TEST(test_here)
 {
 	sl_topo_info t;
@@ -60,6 +92,11 @@ START_TEST(test_here)
 	if (t.nnodes <= SL_TOPO_MAX_NODES)
 		ck_assert_int_eq(pus, t.pus); /* each PU is near exactly one node */
 	ck_assert(t.node[0].memory_bytes > 0 || t.nnodes > 1);
+	/* the last-level cache as sysfs says (glibc's sysconf said 320 MiB
+	 * for a 32 MiB L3 on one VM) */
+	const uint64_t l3 = sysfs_cache(3), llc = l3 ? l3 : sysfs_cache(2);
+	if (llc)
+		ck_assert_uint_eq(t.llc_bytes, llc);
 	cpu_set_t cs;
 	ck_assert_int_eq(t.binding_pus, affinity(&cs));
 	ck_assert(t.binding[0]);
@@ -140,6 +177,7 @@ START_TEST(test_fake_describe)
 	}
 	ck_assert_str_eq(t.binding, "0-1");
 	ck_assert_int_eq(t.binding_node, -1); /* the process spans both nodes */
+	ck_assert_uint_eq(t.llc_bytes, 0);    /* the description has no caches */
 
 	/* the GPU hangs off package 1; the disk controller off the machine */
 	ck_assert_int_eq(sl_topo_pci_node("0000:65:00.0"), 1);
