@@ -1060,12 +1060,18 @@ int sl_weights_zstd_store_ratio(const char *path, const sl_model_config *c, doub
 		rc = sl_err(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
 	} else {
 		const ssize_t k = pread(fd, buf, n, (off_t)at);
+		const int e = errno;
 		close(fd);
 		sl_zseg_table t;
-		if (k != (ssize_t)n) {
+		if (k < 0) {
+			rc = sl_err(SL_EIO, "%s: reading its zstd frame table: %s", path, strerror(e));
+		} else if (k != (ssize_t)n) {
 			rc = sl_err(SL_EFORMAT, "%s: its zstd frame table is cut short", path);
 		} else if ((rc = sl_zseg_table_decode(buf, n, tmp.disk_bytes, split, c->n_layer, path, &t)) == 0) {
-			*ratio = sl_zseg_table_ratio(&t);
+			if (t.window != window)
+				rc = sl_err(SL_EFORMAT, "%s: its zstd frame table is corrupt (frames of %u bytes, "
+					    "its key says %u)", path, t.window, window);
+			*ratio = rc ? 0 : sl_zseg_table_ratio(&t);
 			sl_zseg_table_free(&t);
 		}
 	}

@@ -112,6 +112,17 @@ int policy_auto(common_opts *o, const sl_model_config *cfg, const char *backend,
 		return sl_err(SL_EBUDGET, "--policy auto: no policy fits the budgets");
 	o->policy = best.pol;
 	o->policy_given = true;
+	/* a zstd store for the chosen placement is read in place of the plain
+	 * one, with frame buffers of its own in the host tier: search again
+	 * counting them (and its reads), so that the job admits the choice */
+	SL_TRY(find_zstd_store(o));
+	if (o->w_zstd > 0) {
+		sp.w_zstd = o->w_zstd;
+		SL_TRY(sl_search(cfg, prof, &sp, &best, 1, &nbest, &evaluated));
+		if (nbest < 1)
+			return sl_err(SL_EBUDGET, "--policy auto: no policy fits the budgets with the zstd store's buffers");
+		o->policy = best.pol;
+	}
 	if (!quiet) {
 		char flags[256];
 		policy_flags(&best.pol, flags, sizeof flags);
