@@ -93,6 +93,16 @@ static hwloc_bitmap_t process_binding(hwloc_topology_t t, bool start)
 
 /* ---- description ------------------------------------------------------------- */
 
+/* glibc's guess at the last-level cache (from cpuid: a VM's can be 10x
+ * off), where hwloc cannot say; 0: unknown. */
+static uint64_t sysconf_llc(void)
+{
+	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+	if (llc <= 0)
+		llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+	return llc > 0 ? (uint64_t)llc : 0;
+}
+
 static void fallback_info(sl_topo_info *out)
 {
 	long pus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -103,10 +113,7 @@ static void fallback_info(sl_topo_info *out)
 	out->node[0].memory_bytes = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
 	out->node[0].cores = out->node[0].pus = out->pus;
 	snprintf(out->node[0].cpus, sizeof out->node[0].cpus, "0-%d", out->pus - 1);
-	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-	if (llc <= 0)
-		llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-	out->llc_bytes = llc > 0 ? (uint64_t)llc : 0;
+	out->llc_bytes = sysconf_llc();
 	cpu_set_t cs;
 	CPU_ZERO(&cs);
 	if (sched_getaffinity(0, sizeof cs, &cs) == 0) {
@@ -146,6 +153,8 @@ int sl_topo_get(sl_topo_info *out)
 	if (!cache)
 		cache = hwloc_get_obj_by_type(t, HWLOC_OBJ_L2CACHE, 0);
 	out->llc_bytes = cache && cache->attr ? cache->attr->cache.size : 0;
+	if (!out->llc_bytes && !getenv("HWLOC_XMLFILE")) /* this machine, its caches hidden */
+		out->llc_bytes = sysconf_llc();
 	int i = 0;
 	hwloc_obj_t n = NULL;
 	while ((n = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, n)) != NULL && i < SL_TOPO_MAX_NODES) {

@@ -232,7 +232,7 @@ void sl_cpu_gemm_direct_avx512(const sl_gemm_args *a, float alpha, int n0, int n
 {
 	const int m = a->m;
 	int n = n0;
-	if (m < 4) { /* 1 row: 4 pairs; 2 or 3: 2 pairs */
+	if (m >= 1 && m < 4) { /* 1 row: 4 pairs; 2 or 3: 2 pairs */
 		const int np = m == 1 ? 4 : 2;
 		for (; n + 2 * np <= n1; n += 2 * np) {
 			if (np == 4) {
