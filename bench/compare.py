@@ -681,7 +681,7 @@ class Harness:
         try:
             if fits(a.max_batch):
                 lo = a.max_batch
-            elif not fits(1):
+            elif a.max_batch == 1 or not fits(1):
                 lo = None
             else:
                 lo, hi = 1, a.max_batch  # lo fits, hi does not
@@ -809,8 +809,8 @@ class Harness:
             for x in spec["batches"]:
                 for b in budgets:
                     n = x if x != "max" else self.largest_batch(model, mdir, b)
-                    if n:
-                        at.setdefault(n, []).append(b)
+                    if n and b not in at.setdefault(n, []):
+                        at[n].append(b)
             if not at:
                 continue
             self.ref[model] = self.reference_tokens(model, mdir, budgets[0], max(at))
@@ -1247,6 +1247,7 @@ def build_grid(a):
                    or (QUICK["batches"] if a.quick else d["batches"]))
         if isinstance(batches, str):
             batches = batches.split(",")
+        batches = [b.strip() if isinstance(b, str) else b for b in batches]
         try:
             ints = [int(b) for b in batches if b != "max"]
         except (TypeError, ValueError):
