@@ -84,6 +84,11 @@ if prof:
     seg = prof.get("disk_segment_read")
     if isinstance(seg, dict):
         rates += "; disk segment reads " + ", ".join(f"{b / 2**20:g} MiB {g:.3g}" for b, g in zip(seg["bytes"], seg["gbps"]))
+    if isinstance(prof.get("fit_prefill"), (int, float)):
+        rates += (f"; fitted (`--fit`, {prof.get('fit_model')} on the device): compute x {prof['fit_prefill']:.3f} "
+                  f"in the prefill, x {prof['fit_decode']:.3f} in the decode")
+    else:
+        rates += "; not fitted (the rates alone)"
     md.append(f"- profile (measured once at the start, used for every prediction): backend "
               f"{prof.get('backend')}, {prof.get('threads')} threads, build {prof.get('build', '?')}; {rates}")
 reps = [len(r.get("repeat_tok_s") or [1]) for r in runs]

@@ -4,7 +4,9 @@
 #
 # 1. One profile of this machine (`sluice profile --offload-dir`, with
 #    `--dummy` of every model measured, so that its GEMM rates include
-#    each model's own shapes), used for every run.
+#    each model's own shapes, and `--fit`: short jobs of dummy opt-350m,
+#    a model outside the grid, whose measured over predicted compute
+#    scales the model's), used for every run.
 # 2. A grid of policies spanning every placement (weights on the device,
 #    the host, the disk and split; the KV cache on the device, the host,
 #    the disk and split; cpu_cache_compute; activations on the host; H2O at
@@ -42,6 +44,7 @@
 #   that the script works, in about a minute).
 #   ONLY="w-disk c-disk ...": only these grid policies (default: all)
 #   SEARCH=0: leave out the search quality part (3.)
+#   FIT=0: the profile without --fit (the rates alone)
 # The plot needs matplotlib (without it the report writes a plain SVG and no
 # PNG):  python3 -m venv build-venv && build-venv/bin/pip install matplotlib
 #        PY=build-venv/bin/python bench/policy_validate.sh
@@ -58,6 +61,7 @@ REPEAT=${REPEAT:-3}
 REPEAT_BIG=${REPEAT_BIG:-$REPEAT}
 ONLY=${ONLY:-}
 SEARCH=${SEARCH:-1}
+FIT=${FIT:-1}
 stamp=$(date -u +%Y%m%d-%H%M%S)
 out=bench/results/policy-validate-$stamp
 work=$(mktemp -d)
@@ -156,6 +160,7 @@ print(json.dumps(med, separators=(",", ":")))' "$work"/rep.*.json >"$work/run.js
 # The profile every prediction uses, with the models' own GEMM shapes.
 shapes=()
 for model in $MODELS; do shapes+=(--dummy "$model"); done
+((FIT)) && shapes+=(--fit)
 echo "+ sluice profile --offload-dir $OFFLOAD/pv-store ${shapes[*]}" >&2
 "${common[@]}" profile --backend cpu "${thr[@]}" --offload-dir "$OFFLOAD/pv-store" "${shapes[@]}" \
 	--json "$work/profile.json" >&2
@@ -219,6 +224,6 @@ t_end=$(date +%s)
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 "$PY" bench/policy_report.py "$out.jsonl" "$out" \
 	--machine "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB; load average $load_start at the start, $load_end at the end" \
-	--cmd "$(basename "$0") (SLUICE=$SLUICE MODELS='$MODELS' TINY=$TINY REPEAT=$REPEAT REPEAT_BIG=$REPEAT_BIG ONLY='$ONLY' SEARCH=$SEARCH OFFLOAD=$OFFLOAD; nice $(nice))" \
+	--cmd "$(basename "$0") (SLUICE=$SLUICE MODELS='$MODELS' TINY=$TINY REPEAT=$REPEAT REPEAT_BIG=$REPEAT_BIG ONLY='$ONLY' SEARCH=$SEARCH FIT=$FIT OFFLOAD=$OFFLOAD; nice $(nice))" \
 	--wall $((t_end - t_start))
 echo "wrote $out.jsonl, $out.md and the plot" >&2

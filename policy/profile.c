@@ -197,6 +197,9 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	set_rate(j, "zstd_gbps", p->zstd_gbps, e);
 	sl_jset(j, "zstd_ratio", p->zstd_ratio > 0 ? json_real(p->zstd_ratio) : json_null(), e);
 	sl_jset(j, "dev_reserve_bytes", json_integer((json_int_t)p->dev_reserve_bytes), e);
+	set_rate(j, "fit_prefill", p->fit_prefill, e);
+	set_rate(j, "fit_decode", p->fit_decode, e);
+	sl_jset(j, "fit_model", p->fit_model[0] ? json_string(p->fit_model) : json_null(), e);
 	sl_jset_real(j, "seconds", p->seconds, e);
 	return j;
 }
@@ -736,6 +739,12 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 		p->zstd_gbps = get_opt_rate(r, root, "zstd_gbps");
 		p->zstd_ratio = get_share(r, root, "zstd_ratio");
 		p->dev_reserve_bytes = (uint64_t)get_int(r, root, "", "dev_reserve_bytes", 0, INT64_MAX);
+		/* sluice profile --fit, later: absent or null, not fitted */
+		p->fit_prefill = get_opt_rate(r, root, "fit_prefill");
+		p->fit_decode = get_opt_rate(r, root, "fit_decode");
+		p->fit_model[0] = 0;
+		if (r->rc == 0 && json_object_get(root, "fit_model"))
+			get_str(r, root, "", "fit_model", p->fit_model, sizeof p->fit_model, true);
 	}
 	json_t *s = field(r, root, "", "seconds");
 	if (s && !json_is_number(s))

@@ -257,6 +257,12 @@ typedef struct sl_profile {
 				     * (0, 1]; 0: not measured */
 	uint64_t dev_reserve_bytes; /* the backend's own device workspace (cuBLAS's,
 				     * its scratch), outside the run plan */
+	/* sluice profile --fit: what a whole job's compute takes over what the
+	 * model's rates predict, per phase (measured / predicted seconds of
+	 * short runs with everything on the device, the median); the cost model
+	 * multiplies its compute by them.  0: not fitted (taken as 1) */
+	double fit_prefill, fit_decode;
+	char fit_model[64];         /* the dummy model the fit ran ("": none) */
 	char build[64];             /* the sluice that measured (SL_VERSION+sl_build_id) */
 	char machine[768];          /* the cache's key (sl_profile_obtain); "": none */
 

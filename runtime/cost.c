@@ -54,6 +54,8 @@ typedef struct rates {
 	const sl_profile_curve *gemm_hot; /* CPU backend: weights in the cache; NULL: none */
 	double llc;                /* the last-level cache's bytes (with gemm_hot) */
 	bool hot_now;              /* this GEMM's weights are in the cache (gemm_hot) */
+	double fit_prefill, fit_decode; /* sluice profile --fit: the compute's
+				    * measured over predicted, per phase (1: none) */
 } rates;
 
 static double pos_or(double v, double fallback)
@@ -97,6 +99,8 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	r->overlap = host ? p->copy_overlap : 0;
 	r->disk_overlap = host && p->have_disk_overlap ? p->disk_overlap : 1;
 	r->zstd = pos_or(p->zstd_gbps, FALLBACK_ZSTD_GBPS) * 1e9;
+	r->fit_prefill = pos_or(p->fit_prefill, 1);
+	r->fit_decode = pos_or(p->fit_decode, 1);
 }
 
 /* GB/s of the disk's reads in requests of req bytes: the profile's segment
@@ -451,7 +455,7 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 			copy(a, r, true, (double)gh * qd * 4, 1);
 		}
 	}
-	add(a, SL_RES_COMPUTE, flop, sec);
+	add(a, SL_RES_COMPUTE, flop, sec * (prefill ? r->fit_prefill : r->fit_decode));
 	/* the host part of the cache (cpu_cache_compute: used where it lives,
 	 * the CPU backend's attention reading it in place) */
 	if (gh > 0 && !(s->ccc && !prefill)) {
@@ -556,8 +560,8 @@ static void forward(sl_cost_phase *ph, const shape *s, const rates *r, int t, do
 	acc head = { 0 };
 	const double e = c->embed_dim;
 	add(&head, SL_RES_COMPUTE, 2.0 * nseq * e * c->vocab,
-	    gemm_seconds(r, nseq, c->vocab, e) +
-		    (c->embed_dim != c->hidden ? gemm_seconds(r, nseq, e, s->h) : 0) + 6 * r->op_lat);
+	    (gemm_seconds(r, nseq, c->vocab, e) + (c->embed_dim != c->hidden ? gemm_seconds(r, nseq, e, s->h) : 0) +
+	     6 * r->op_lat) * (prefill ? r->fit_prefill : r->fit_decode));
 	if (act) {
 		/* the embedding's rows out to the host; the head's rows in */
 		copy(&head, r, false, all_rows, 1);

@@ -674,6 +674,32 @@ assert got == want, got
 assert all(s["m"] == [1, 8] and min(s["gflops"]) > 0 for s in p["gemm_shapes"]), p["gemm_shapes"]
 PY
 expect_fail "profile: unknown --dummy" "unknown model name 'opt-7b'" "" -- profile --quick --dummy opt-7b
+# --fit: short jobs of a dummy model on the device (--quick: opt-125m, two
+# workloads, one run each), their measured over predicted seconds kept as
+# fit_prefill and fit_decode; bench's prediction under the profile is the
+# rates' times those (everything on the device: all of it compute)
+if "$sluice" profile --quick --backend cpu --fit --json "$tmp/pfit.json" >"$tmp/pfit.out" &&
+	[ "$(grep -c '^fit run     opt-125m batch ' "$tmp/pfit.out")" -eq 2 ] &&
+	grep -qE '^fit         prefill [0-9.]+, decode [0-9.]+ ' "$tmp/pfit.out" &&
+	python3 - "$tmp/pfit.json" "$tmp/pnofit.json" <<'PY'; then ok; else bad "profile --fit: $(cat "$tmp/pfit.out")"; fi
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["fit_model"] == "opt-125m", p["fit_model"]
+assert 0 < p["fit_prefill"] < 50 and 0 < p["fit_decode"] < 50, (p["fit_prefill"], p["fit_decode"])
+assert (768, 3072) in [(s["n"], s["k"]) for s in p["gemm_shapes"]], "the fit model's shapes are measured"
+p["fit_prefill"] = p["fit_decode"] = p["fit_model"] = None
+json.dump(p, open(sys.argv[2], "w"))
+PY
+fb=(bench --dummy opt-125m --backend cpu --prompt-len 16 --gen-len 4 --batch 2 --json)
+"$sluice" "${fb[@]}" --profile "$tmp/pfit.json" >"$tmp/bfit.json" || bad "bench with a fitted profile"
+"$sluice" "${fb[@]}" --profile "$tmp/pnofit.json" >"$tmp/bnofit.json" || bad "bench with the fit removed"
+if python3 - "$tmp/bfit.json" "$tmp/bnofit.json" "$tmp/pfit.json" <<'PY'; then ok; else bad "bench under a fitted profile: $(cat "$tmp/bfit.json")"; fi
+import json, sys
+a, b, p = (json.load(open(f)) for f in sys.argv[1:4])
+for phase in ("prefill", "decode"):
+    want = b[f"predicted_{phase}_s"] * p[f"fit_{phase}"]
+    assert abs(a[f"predicted_{phase}_s"] - want) <= 1e-9 * want, (phase, a[f"predicted_{phase}_s"], want)
+PY
 expect_fail "profile: --model without a config" "$tmp/nodir/config.json" "" -- profile --quick --model "$tmp/nodir"
 
 # ---- exit status: 2 the command is wrong (found before anything ran), 1 the

@@ -139,6 +139,43 @@ START_TEST(test_hand_worked)
 }
 END_TEST
 
+/* sluice profile --fit: the profile's fit_prefill and fit_decode scale
+ * every phase's compute (the GEMMs, attention, ops, the head) and nothing
+ * else: the disk's time of weights on disk stays the rates'. */
+START_TEST(test_fit_scales_compute)
+{
+	const sl_model_config c = tiny_config();
+	const int B = 4, P = 8, G = 5;
+	sl_profile prof = round_profile(true);
+	sl_plan_params pp = sl_plan_defaults();
+	workload(&pp, B, P, G);
+	sl_plan pl;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
+	sl_cost k0, k1;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k0), 0);
+	prof.fit_prefill = 1.5;
+	prof.fit_decode = 0.75;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k1), 0);
+	ck_assert_double_eq_tol(k1.prefill.seconds, 1.5 * k0.prefill.seconds, 1e-15);
+	ck_assert_double_eq_tol(k1.decode.seconds, 0.75 * k0.decode.seconds, 1e-15);
+	ck_assert_double_eq_tol(k1.prefill.busy[SL_RES_COMPUTE], 1.5 * k0.prefill.busy[SL_RES_COMPUTE], 1e-15);
+	ck_assert_double_eq(k1.prefill.work[SL_RES_COMPUTE], k0.prefill.work[SL_RES_COMPUTE]);
+	/* the weights on disk, no overlap: the disk's seconds unchanged, the
+	 * compute's scaled */
+	pp.w_gpu = pp.w_cpu = 0;
+	pp.overlap = false;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
+	prof.fit_prefill = prof.fit_decode = 0; /* 0: not fitted, as 1 */
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k0), 0);
+	prof.fit_prefill = prof.fit_decode = 2;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k1), 0);
+	ck_assert(k0.decode.busy[SL_RES_DISK_READ] > 0);
+	ck_assert_double_eq(k1.decode.busy[SL_RES_DISK_READ], k0.decode.busy[SL_RES_DISK_READ]);
+	ck_assert_double_eq_tol(k1.decode.busy[SL_RES_COMPUTE], 2 * k0.decode.busy[SL_RES_COMPUTE], 1e-15);
+	ck_assert_double_eq_tol(k1.decode.seconds - k0.decode.seconds, k0.decode.busy[SL_RES_COMPUTE], 1e-12);
+}
+END_TEST
+
 /* Weights on the host, overlapped.  The CPU backend reads them in place:
  * no copy, the time of the weights on the device.  A GPU copies them and
  * the copies hide under the compute.  On the CPU backend copies (here the
@@ -903,6 +940,7 @@ int main(int argc, char **argv)
 	Suite *s = suite_create("cost");
 	TCase *tc = tcase_create("model");
 	tcase_add_test(tc, test_hand_worked);
+	tcase_add_test(tc, test_fit_scales_compute);
 	tcase_add_test(tc, test_hand_worked_streamed);
 	tcase_add_test(tc, test_hand_worked_disk);
 	tcase_add_test(tc, test_hand_worked_zstd);

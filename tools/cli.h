@@ -227,6 +227,14 @@ int run_job(const char *cmd, job_cli *j, bool score);
 
 /* ---- the commands (cmd_<command>.c) ----------------------------------- */
 
+/* sluice profile --fit: one run of sluice bench (its warm-up, then the
+ * timed prefill and decode) of the dummy model name with everything on the
+ * backend's device, batch prompts of plen tokens, glen new tokens each;
+ * the measured prefill and decode seconds, and the cost model's under
+ * prof (cmd_bench.c). */
+int bench_fit_run(const char *backend, int threads, const char *name, int batch, int plen, int glen,
+		  const sl_profile *prof, double measured[2], double predicted[2]);
+
 int cmd_generate(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -59,6 +59,7 @@ typedef struct bench_opts {
 	common_opts co;
 	int plen, glen, batch, seed;
 	bool batch_max, json, batch_given;
+	bool timing_only; /* profile --fit: the two phases' seconds, no memory probe */
 } bench_opts;
 
 /* The options; false when --help was asked for (and printed). */
@@ -304,7 +305,9 @@ static void bench_measure(const bench_opts *o, sl_backend *be, sl_model *m,
 	r->dc_gbps = glen > 1 && decode_s > 0 ? wbytes * (glen - 1) / decode_s / 1e9 : 0;
 	r->dc_gemm_gbps = glen > 1 && dc_gemm_s > 0 ? wbytes * (glen - 1) / dc_gemm_s / 1e9 : 0;
 	r->threads = co->threads > 0 ? co->threads : omp_get_max_threads();
-	r->mem_gbps = strcmp(be->ops->name, "cpu") ? 0 : sl_profile_mem_read_gbps((size_t)1 << 30, r->threads);
+	r->mem_gbps = strcmp(be->ops->name, "cpu") || o->timing_only
+			      ? 0
+			      : sl_profile_mem_read_gbps((size_t)1 << 30, r->threads);
 	/* the offload breakdown (model.h: sl_offload_stats) */
 	const double wall = prefill_s + decode_s;
 	r->wall = wall;
@@ -509,6 +512,40 @@ static void bench_print_table(const bench_opts *o, const sl_backend *be, const s
 			       probe_gbps > 0 ? 100 * disk_gbps / probe_gbps : 0,
 			       f->disk_write_bytes / 1e9, SL_MAX(compute_s, io_s) / wall, r->bound_s / wall);
 	}
+}
+
+int bench_fit_run(const char *backend, int threads, const char *name, int batch, int plen, int glen,
+		  const sl_profile *prof, double measured[2], double predicted[2])
+{
+	bench_opts o;
+	memset(&o, 0, sizeof o);
+	common_init(&o.co);
+	o.co.dummy = name;
+	o.co.backend = backend;
+	o.co.threads = threads;
+	o.plen = plen, o.glen = glen, o.batch = batch, o.seed = 1;
+	o.timing_only = true;
+	sl_model_config cfg;
+	sl_backend *be = NULL;
+	sl_model *m = NULL;
+	sl_cost cost;
+	int rc = model_config(&o.co, &cfg);
+	if (rc < 0)
+		return rc;
+	const sl_plan_params pp = bench_plan(&o, batch);
+	if ((rc = make_backend(&o.co, &be)) == 0 &&
+	    (rc = predict_run(&cfg, &pp, be->ops->dev_is_host, prof, plen, glen, &cost)) == 0 &&
+	    (rc = open_model(&o.co, &cfg, &pp, &be, &m)) == 0) {
+		bench_result r;
+		bench_measure(&o, be, m, &cfg, &pp, &r);
+		measured[0] = r.prefill_s;
+		measured[1] = r.decode_s;
+		predicted[0] = cost.prefill.seconds;
+		predicted[1] = cost.decode.seconds;
+	}
+	sl_model_free(m);
+	sl_backend_free(be);
+	return rc;
 }
 
 int cmd_bench(int argc, char **argv)

@@ -8,10 +8,12 @@
 
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const char profile_help[] =
 	"usage: sluice profile [--offload-dir DIR] [--backend B] [--threads N] [--json FILE] [--quick]\n"
-	"                      [--model DIR | --dummy NAME]...\n"
+	"                      [--model DIR | --dummy NAME]... [--fit]\n"
 	"The machine for the cost model: NUMA nodes, cores, the GPU and its node, where\n"
 	"pinned memory and the disk's I/O threads go; then host memory read GB/s, the\n"
 	"backend's GEMM GFLOP/s against the rows m, CPU GEMM GFLOP/s, decode attention\n"
@@ -29,14 +31,94 @@ static const char profile_help[] =
 	"  --model DIR, --dummy NAME  also the GEMM at that model's own shapes (its\n"
 	"                       decoder's matrices and head), for the cost model's\n"
 	"                       predictions of it; repeatable (a few seconds each)\n"
+	"  --fit                then run short jobs of a dummy model with everything on\n"
+	"                       the device (opt-350m on the CPU, opt-1.3b on a GPU; two\n"
+	"                       workloads, 3 runs each, about 30 s on a 2-core VM) and\n"
+	"                       keep what their prefill and decode took over what the\n"
+	"                       cost model predicts from these rates (fit_prefill,\n"
+	"                       fit_decode, the medians): its predictions are then\n"
+	"                       scaled by them\n"
 	"  --quick              small sizes: a check that it runs, not a measurement\n" EXIT_HELP;
+
+/* --fit's jobs: a dummy model on the device, two workloads (a long prompt
+ * at a small batch, a short one at a larger batch), each FIT_REPEAT times,
+ * interleaved.  Neither is a run bench/policy_validate.sh measures. */
+enum { FIT_WORKLOADS = 2, FIT_REPEAT = 3 };
+typedef struct fit_job {
+	int batch, plen, glen;
+} fit_job;
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The model --fit runs on backend: small enough to load in a second or
+ * two, large enough that its GEMMs are a real job's. */
+static const char *fit_model(const char *backend, bool quick)
+{
+	return quick ? "opt-125m" : !strcmp(backend, "cpu") ? "opt-350m" : "opt-1.3b";
+}
+
+/* Run --fit's jobs on p's backend and rates; p->fit_* become the medians of
+ * measured over predicted seconds, per phase. */
+static int profile_fit(const sl_profile_opts *po, sl_profile *p)
+{
+	const bool cpu = !strcmp(p->backend, "cpu");
+	const fit_job cpu_jobs[FIT_WORKLOADS] = { { 2, 128, 16 }, { 8, 32, 16 } },
+		      gpu_jobs[FIT_WORKLOADS] = { { 8, 256, 16 }, { 32, 64, 16 } },
+		      quick_jobs[FIT_WORKLOADS] = { { 1, 16, 4 }, { 2, 8, 4 } };
+	const fit_job *jobs = po->quick ? quick_jobs : cpu ? cpu_jobs : gpu_jobs;
+	const int repeat = po->quick ? 1 : FIT_REPEAT;
+	const char *model = fit_model(p->backend, po->quick);
+	/* the rates alone: what a profile without a fit predicts */
+	sl_profile *plain = malloc(sizeof *plain);
+	if (!plain)
+		return sl_err(SL_ENOMEM, "out of memory");
+	*plain = *p;
+	plain->fit_prefill = plain->fit_decode = 0;
+	double pf[FIT_WORKLOADS * FIT_REPEAT], dc[FIT_WORKLOADS * FIT_REPEAT];
+	const double t0 = sl_now();
+	int n = 0, rc = 0;
+	for (int rep = 0; rep < repeat && rc == 0; rep++)
+		for (int i = 0; i < FIT_WORKLOADS && rc == 0; i++) {
+			const fit_job *j = &jobs[i];
+			double meas[2], pred[2];
+			if ((rc = bench_fit_run(p->backend, po->threads, model, j->batch, j->plen, j->glen,
+						plain, meas, pred)) < 0)
+				break;
+			pf[n] = meas[0] / pred[0];
+			dc[n] = meas[1] / pred[1];
+			fprintf(po->log, "fit run     %s batch %d prompt %d gen %d: prefill %.3f s (predicted %.3f), decode %.3f s (%.3f)\n",
+				model, j->batch, j->plen, j->glen, meas[0], pred[0], meas[1], pred[1]);
+			n++;
+		}
+	free(plain);
+	if (rc < 0)
+		return rc;
+	p->fit_prefill = median(pf, n);
+	p->fit_decode = median(dc, n);
+	snprintf(p->fit_model, sizeof p->fit_model, "%s", model);
+	p->seconds += sl_now() - t0;
+	fprintf(po->log, "fit         prefill %.3f, decode %.3f  (measured over predicted, the median of %d runs of %s on the device)\n",
+		p->fit_prefill, p->fit_decode, n, model);
+	return 0;
+}
 
 
 int cmd_profile(int argc, char **argv)
 {
 	sl_profile_opts po = { .backend = "auto", .log = stdout };
 	const char *json_path = NULL;
-	enum { P_OFFLOAD = 1, P_BACKEND, P_THREADS, P_JSON, P_QUICK, P_MODEL, P_DUMMY };
+	bool fit = false;
+	enum { P_OFFLOAD = 1, P_BACKEND, P_THREADS, P_JSON, P_QUICK, P_MODEL, P_DUMMY, P_FIT };
 	static const struct option opts[] = {
 		{ "offload-dir", required_argument, 0, P_OFFLOAD },
 		{ "backend", required_argument, 0, P_BACKEND },
@@ -45,6 +127,7 @@ int cmd_profile(int argc, char **argv)
 		{ "quick", no_argument, 0, P_QUICK },
 		{ "model", required_argument, 0, P_MODEL },
 		{ "dummy", required_argument, 0, P_DUMMY },
+		{ "fit", no_argument, 0, P_FIT },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -69,6 +152,7 @@ int cmd_profile(int argc, char **argv)
 			    (rc = sl_cost_profile_shapes(&po, &cfg)) < 0)
 				die(rc);
 			break;
+		case P_FIT: fit = true; break;
 		case 'h': fputs(profile_help, stdout); return 0;
 		default: bad_option("profile", c, argv);
 		}
@@ -81,9 +165,21 @@ int cmd_profile(int argc, char **argv)
 		die(rc);
 	if (po.offload_dir && (rc = sl_profile_check_offload_dir(po.offload_dir)) < 0)
 		die(rc);
+	/* --fit's model: its GEMM shapes measured like any other's, so that the
+	 * fit corrects what the shapes leave, not the shapes themselves */
+	if (fit) {
+		sl_backend *be; /* "auto" made concrete: the fit's model is the backend's */
+		if ((rc = sl_backend_create(po.backend, po.threads, &be)) < 0)
+			die(rc);
+		const char *model = fit_model(be->ops->name, po.quick);
+		sl_backend_free(be);
+		if ((rc = sl_model_config_named(model, &cfg)) < 0 || (rc = sl_cost_profile_shapes(&po, &cfg)) < 0)
+			die(rc);
+	}
 	computing = true;
 	sl_profile p;
-	if ((rc = sl_profile_run(&po, &p)) < 0 || (json_path && (rc = sl_profile_save_json(&p, json_path)) < 0))
+	if ((rc = sl_profile_run(&po, &p)) < 0 || (fit && (rc = profile_fit(&po, &p)) < 0) ||
+	    (json_path && (rc = sl_profile_save_json(&p, json_path)) < 0))
 		die(rc);
 	return 0;
 }
