@@ -145,11 +145,7 @@ static void weight_bytes(const sl_model_config *c, const sl_plan_params *p, bool
 	sl_weights_host_bytes(c, &wp, dev_is_host, &resident, &loading);
 	pl->weights.device = sl_weights_device_bytes(c, &wp);
 	pl->weights.host = resident;
-	uint32_t window = 0;
-	if (p->w_zstd > 0)
-		window = p->w_zstd_window ? p->w_zstd_window
-					  : sl_weights_zstd_window(c, p->w_gpu, p->w_cpu, p->w_q4);
-	pl->weights.disk = sl_weights_store_bytes(c, p->w_gpu, p->w_cpu, p->w_q4, window);
+	pl->weights.disk = sl_weights_store_bytes(c, p->w_gpu, p->w_cpu, p->w_q4, sl_weight_place_window(c, &wp));
 	pl->weights_loading = loading;
 }
 

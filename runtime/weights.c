@@ -635,6 +635,13 @@ uint32_t sl_weights_zstd_window(const sl_model_config *c, double gpu_percent, do
 	return (uint32_t)conv_piece(c, sl_weights_disk_bytes(c, gpu_percent, cpu_percent, q4), q4);
 }
 
+uint32_t sl_weight_place_window(const sl_model_config *c, const sl_weight_place *p)
+{
+	if (!p->zstd)
+		return 0;
+	return p->zstd_window ? p->zstd_window : sl_weights_zstd_window(c, p->gpu_percent, p->cpu_percent, p->q4);
+}
+
 uint64_t sl_weights_store_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4,
 				uint32_t window)
 {
@@ -665,11 +672,8 @@ void sl_weights_host_bytes(const sl_model_config *c, const sl_weight_place *p, b
 		sl_wstage_slot_bytes(tmp.unit, tmp.halves, k, &dev, &b);
 		bounce += b;
 	}
-	if (p->zstd > 0 && tmp.streamed) {
-		const uint32_t window = p->zstd_window ? p->zstd_window
-						       : sl_weights_zstd_window(c, p->gpu_percent, p->cpu_percent, p->q4);
-		bounce += sl_wstage_zstd_bytes(tmp.unit, tmp.halves, window);
-	}
+	if (p->zstd && tmp.streamed)
+		bounce += sl_wstage_zstd_bytes(tmp.unit, tmp.halves, sl_weight_place_window(c, p));
 	*resident = homes + bounce;
 	*loading = homes + 2 * conv_piece(c, tmp.disk_bytes, tmp.q4);
 }

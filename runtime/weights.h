@@ -160,6 +160,9 @@ uint64_t sl_weights_store_bytes(const sl_model_config *c, double gpu_percent, do
 /* The frame size sluice convert --zstd writes a store with under a
  * placement (the conversion's piece: at most 4 MiB). */
 uint32_t sl_weights_zstd_window(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4);
+/* A placement's zstd frame size: 0 without a zstd store; else its
+ * zstd_window, or where that is 0 sl_weights_zstd_window's. */
+uint32_t sl_weight_place_window(const sl_model_config *c, const sl_weight_place *p);
 /* The pinned host memory loading takes while it converts (two buffers of
  * at most 4 MiB each, whatever the model), freed when loading ends: it
  * counts against the host budget with everything else.  (With q4 the

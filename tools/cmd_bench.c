@@ -464,18 +464,21 @@ static void bench_print_table(const bench_opts *o, const sl_backend *be, const s
 	printf("model %s on %s (%d thread%s): prompt %d, gen %d, batch %d\n",
 	       co->model_dir ? co->model_dir : cfg->name, be->ops->name, threads,
 	       threads == 1 ? "" : "s", o->plen, glen, o->batch);
-	if (kernels && r->blas_core)
-		printf("  CPU kernels     %s%s%s; GEMM: %s, %s core%s%s%s (not batch invariant)\n",
-		       kernels, kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "",
-		       r->blas_config, r->blas_core, coretype ? " (OPENBLAS_CORETYPE=" : "",
-		       coretype ? coretype : "", coretype ? ")" : "");
-	else if (kernels && r->gemm && (!strcmp(r->gemm, "amx") || !strcmp(r->gemm, "bf16")))
-		printf("  CPU kernels     %s%s%s; GEMM: the prefill's in bf16 on %s (not batch invariant)\n", kernels,
-		       kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "",
-		       !strcmp(r->gemm, "amx") ? "AMX tiles" : "AVX512-BF16 dot products");
-	else if (kernels)
-		printf("  CPU kernels     %s%s%s; GEMM: sluice's own (batch invariant)\n", kernels,
-		       kernels_env ? ", SLUICE_CPU_KERNELS=" : "", kernels_env ? kernels_env : "");
+	if (kernels) {
+		/* the GEMM that ran: OpenBLAS's (the core it chose), bf16's, or ours */
+		char gemm[512];
+		if (r->blas_core)
+			snprintf(gemm, sizeof gemm, "%s, %s core%s%s%s (not batch invariant)", r->blas_config,
+				 r->blas_core, coretype ? " (OPENBLAS_CORETYPE=" : "", coretype ? coretype : "",
+				 coretype ? ")" : "");
+		else if (r->gemm && (!strcmp(r->gemm, "amx") || !strcmp(r->gemm, "bf16")))
+			snprintf(gemm, sizeof gemm, "the prefill's in bf16 on %s (not batch invariant)",
+				 !strcmp(r->gemm, "amx") ? "AMX tiles" : "AVX512-BF16 dot products");
+		else
+			snprintf(gemm, sizeof gemm, "sluice's own (batch invariant)");
+		printf("  CPU kernels     %s%s%s; GEMM: %s\n", kernels, kernels_env ? ", SLUICE_CPU_KERNELS=" : "",
+		       kernels_env ? kernels_env : "", gemm);
+	}
 	printf("  throughput      %10.2f tokens/s\n", r->tput);
 	if (pr->have) {
 		const sl_cost *pc = &pr->cost;
