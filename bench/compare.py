@@ -113,6 +113,32 @@ class ConfigError(Exception):
     pass
 
 
+def policy_memory_flags(sluice_flags):
+    """What of --sluice-flags changes a job's bytes, as sluice policy takes
+    it: the 4-bit weights and cache, cpu_cache_compute and an H2O budget
+    pinned with --fix, the cache's dtype as it is. The others (--cpu-gemm,
+    --threads) move no byte."""
+    args, out, i = shlex.split(sluice_flags or ""), [], 0
+    switches = ("--compress-weight", "--compress-cache", "--cpu-cache-compute")
+    valued = ("--kv-dtype", "--hh-ratio", "--recent-ratio")
+    while i < len(args):
+        x, val = args[i], None
+        if "=" in x and x.split("=", 1)[0] in valued:
+            x, val = x.split("=", 1)
+        elif x in valued and i + 1 < len(args):
+            val = args[i + 1]
+            i += 1
+        field = x[2:].replace("-", "_")
+        if x in switches:
+            out += ["--fix", field + "=true"]
+        elif x == "--kv-dtype" and val is not None:
+            out += [x, val]
+        elif x in valued and val is not None:
+            out += ["--fix", f"{field}={val}"]
+        i += 1
+    return out
+
+
 # ---- sizes, budgets, prompts ---------------------------------------------
 
 def parse_size(s):
@@ -663,7 +689,8 @@ class Harness:
             if budget["cpu"]:
                 c += ["--cpu-mem", fmt_size(budget["cpu"])]
             return c + ["--offload-dir", os.path.join(self.work, "offload"), "--profile", self.profile,
-                        "--fix", f"gpu_batch_size={b}", "--fix", "num_gpu_batches=1", "--out", out]
+                        "--fix", f"gpu_batch_size={b}", "--fix", "num_gpu_batches=1", "--out", out] + \
+                policy_memory_flags(a.sluice_flags)
 
         probes = []
 

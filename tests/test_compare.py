@@ -250,7 +250,8 @@ try:
                  "exit 2\n")
     os.chmod(fake, 0o755)
     ha = type("A", (), dict(ns, work=tmp, sluice=fake, python=sys.executable, quiet=True, backend="cpu",
-                            prompt_len=64, gen_len=16, max_batch=64))()
+                            prompt_len=64, gen_len=16, max_batch=64,
+                            sluice_flags="--cpu-gemm bf16 --compress-weight"))()
     h = compare.Harness(ha, g)
     h.jsonl = os.path.join(tmp, "largest.jsonl")
     h.profile = os.path.join(tmp, "profile.json")
@@ -261,13 +262,20 @@ try:
         rec = h.recs[-1] if h.recs[-1]["type"] == "largest_batch" else h.recs[-2]
         check(got == want, f"largest batch with {fit} fitting: {got}, want {want}")
         if fit == "23":
-            check(len(rec["probes"]) <= 8 and "--fix gpu_batch_size=B" in rec["cmd"] and "--cpu-mem 64M" in rec["cmd"],
+            check(len(rec["probes"]) <= 8 and "--fix gpu_batch_size=B" in rec["cmd"] and "--cpu-mem 64M" in rec["cmd"]
+                  and "--fix compress_weight=true" in rec["cmd"] and "--cpu-gemm" not in rec["cmd"],
                   f"largest batch probes {rec}")
         if fit == "fail":
             check("the profile is corrupt" in rec.get("error", ""), f"a failing sluice policy: {rec}")
         if want is None:
             check(h.recs[-1]["type"] == "skip" and h.recs[-1]["batch"] == "max", f"skip recorded: {h.recs[-1]}")
     del os.environ["FIT"]
+    # --sluice-flags that change the job's bytes reach the probes; the rest not
+    got = compare.policy_memory_flags("--cpu-gemm bf16 --compress-weight --kv-dtype f32 --hh-ratio=0.2 --threads 2 "
+                                      "--recent-ratio 0.1 --cpu-cache-compute")
+    check(got == ["--fix", "compress_weight=true", "--kv-dtype", "f32", "--fix", "hh_ratio=0.2",
+                  "--fix", "recent_ratio=0.1", "--fix", "cpu_cache_compute=true"], f"policy flags {got}")
+    check(compare.policy_memory_flags(None) == [], "no flags")
     # the report: the largest batch's table and the rows run at it
     recs2 = [mach, {"type": "largest_batch", "model": "opt-125m", "budget": "disk", "cap": 64, "batch": 23,
                     "capped": False, "probes": [{"batch": b, "rc": 0} for b in range(7)], "cmd": "sluice policy ..."},
