@@ -119,30 +119,64 @@ static void pack_x(const sl_gemm_args *a, uint16_t *xb, int r0, int r1)
 	}
 }
 
+/* r[c] element p becomes r[p] element c: a 16 x 16 transpose of 32-bit
+ * elements in four rounds of shuffles (pairs of elements, of pairs, of
+ * 128-bit lanes, of lane pairs). */
+__attribute__((target(BF16_TARGET)))
+static void transpose16(__m512i r[16])
+{
+	__m512i t[16], u[16];
+	for (int i = 0; i < 16; i += 2) {
+		t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+		t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+	}
+	/* u[4j + e], lane L: elements 4L + e of rows 4j .. 4j + 3 */
+	for (int j = 0; j < 16; j += 4) {
+		u[j] = _mm512_unpacklo_epi64(t[j], t[j + 2]);
+		u[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 2]);
+		u[j + 2] = _mm512_unpacklo_epi64(t[j + 1], t[j + 3]);
+		u[j + 3] = _mm512_unpackhi_epi64(t[j + 1], t[j + 3]);
+	}
+	/* row 4L + e: lane L of u[e], u[4 + e], u[8 + e], u[12 + e] */
+	for (int e = 0; e < 4; e++) {
+		const __m512i s0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88),
+			      s1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd),
+			      s2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88),
+			      s3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
+		r[e] = _mm512_shuffle_i32x4(s0, s2, 0x88);
+		r[4 + e] = _mm512_shuffle_i32x4(s1, s3, 0x88);
+		r[8 + e] = _mm512_shuffle_i32x4(s0, s2, 0xdd);
+		r[12 + e] = _mm512_shuffle_i32x4(s1, s3, 0xdd);
+	}
+}
+
 /* Weight rows (columns of the product) [c0, c0 + cols) as tiles: for each
  * group of 16 columns g and k chunk q, the tile at ((g * nq) + q) * 512
- * values; columns past n zero. */
+ * values, its row p the 16 columns' k pair p; columns past n zero.  Each
+ * column's chunk rounds to 16 bf16 pairs in a register; a transpose of the
+ * group's 16 makes the tile's rows (a scatter per column took most of a
+ * short prompt's GEMM time). */
 __attribute__((target(BF16_TARGET)))
 static void pack_w(const sl_gemm_args *a, int c0, int cols, uint16_t *wb)
 {
 	const int k = a->k, nq = k / 32;
-	const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-					       _mm512_set1_epi32(16));
 	for (int g = 0; g < cols / 16; g++)
-		for (int c = 0; c < 16; c++) {
-			const int col = c0 + g * 16 + c;
-			for (int q = 0; q < nq; q++) {
-				uint32_t *tile = (uint32_t *)(wb + ((size_t)g * nq + q) * 512);
-				__m512i v = _mm512_setzero_si512();
+		for (int q = 0; q < nq; q++) {
+			__m512i v[16];
+			for (int c = 0; c < 16; c++) {
+				const int col = c0 + g * 16 + c;
+				v[c] = _mm512_setzero_si512();
 				if (col < a->n) {
 					const sl_half *w = a->w + (size_t)col * k + (size_t)q * 32;
 					const __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
 					const __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 16)));
-					v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+					v[c] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 				}
-				/* pair p of the column to tile row p, column c */
-				_mm512_i32scatter_epi32(tile + c, idx, v, 4);
 			}
+			transpose16(v);
+			uint16_t *tile = wb + ((size_t)g * nq + q) * 512;
+			for (int p = 0; p < 16; p++)
+				_mm512_storeu_si512(tile + p * 32, v[p]);
 		}
 }
 
