@@ -113,6 +113,17 @@ class ConfigError(Exception):
     pass
 
 
+def cpu_gemm_flags(sluice_flags):
+    """--sluice-flags' --cpu-gemm, as ["--cpu-gemm", NAME], or []."""
+    args = shlex.split(sluice_flags or "")
+    for i, x in enumerate(args):
+        if x.startswith("--cpu-gemm="):
+            return ["--cpu-gemm", x.split("=", 1)[1]]
+        if x == "--cpu-gemm" and i + 1 < len(args):
+            return ["--cpu-gemm", args[i + 1]]
+    return []
+
+
 def policy_memory_flags(sluice_flags):
     """What of --sluice-flags changes a job's bytes, as sluice policy takes
     it: the 4-bit weights and cache, cpu_cache_compute and an H2O budget
@@ -690,7 +701,7 @@ class Harness:
                 c += ["--cpu-mem", fmt_size(budget["cpu"])]
             return c + ["--offload-dir", os.path.join(self.work, "offload"), "--profile", self.profile,
                         "--fix", f"gpu_batch_size={b}", "--fix", "num_gpu_batches=1", "--out", out] + \
-                policy_memory_flags(a.sluice_flags)
+                policy_memory_flags(a.sluice_flags) + cpu_gemm_flags(a.sluice_flags)
 
         probes = []
 
@@ -814,10 +825,15 @@ class Harness:
         # is not the machine as this run's search and predictions need it
         build = re.search(r"\(([^;)]+)", vers.get("sluice") or "")
         tag = re.sub(r"[^A-Za-z0-9._-]", "_", build.group(1) if build else "unknown")
-        self.profile = os.path.join(self.work, f"profile-{tag}{'-quick' if a.quick else ''}.json")
+        # and per CPU GEMM: the profile's products are those of the runs'
+        # --cpu-gemm (sluice refuses a profile of another)
+        gemm = cpu_gemm_flags(a.sluice_flags)
+        gtag = f"-{gemm[1]}" if gemm else ""
+        self.profile = os.path.join(self.work, f"profile-{tag}{gtag}{'-quick' if a.quick else ''}.json")
         if not os.path.exists(self.profile):
             pcmd = [self.sluice, "profile", "--backend", a.backend, "--offload-dir",
-                    os.path.join(self.work, "offload"), "--json", self.profile] + (["--quick"] if a.quick else [])
+                    os.path.join(self.work, "offload"), "--json", self.profile] + gemm + \
+                (["--quick"] if a.quick else [])
             os.makedirs(os.path.join(self.work, "offload"), exist_ok=True)
             self.log("  " + " ".join(pcmd))
             r = run_proc(pcmd, 0)

@@ -197,6 +197,7 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	set_rate(j, "zstd_gbps", p->zstd_gbps, e);
 	sl_jset(j, "zstd_ratio", p->zstd_ratio > 0 ? json_real(p->zstd_ratio) : json_null(), e);
 	sl_jset(j, "dev_reserve_bytes", json_integer((json_int_t)p->dev_reserve_bytes), e);
+	sl_jset(j, "cpu_gemm", p->cpu_gemm[0] ? json_string(p->cpu_gemm) : json_null(), e);
 	set_rate(j, "fit_prefill", p->fit_prefill, e);
 	set_rate(j, "fit_decode", p->fit_decode, e);
 	sl_jset(j, "fit_model", p->fit_model[0] ? json_string(p->fit_model) : json_null(), e);
@@ -742,7 +743,9 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 		/* sluice profile --fit, later: absent or null, not fitted */
 		p->fit_prefill = get_opt_rate(r, root, "fit_prefill");
 		p->fit_decode = get_opt_rate(r, root, "fit_decode");
-		p->fit_model[0] = 0;
+		p->fit_model[0] = p->cpu_gemm[0] = 0;
+		if (r->rc == 0 && json_object_get(root, "cpu_gemm"))
+			get_str(r, root, "", "cpu_gemm", p->cpu_gemm, sizeof p->cpu_gemm, true);
 		if (r->rc == 0 && json_object_get(root, "fit_model"))
 			get_str(r, root, "", "fit_model", p->fit_model, sizeof p->fit_model, true);
 	}

@@ -200,6 +200,9 @@ typedef struct sl_profile {
 	int pinned_node;       /* node for pinned host memory; -1: none chosen */
 	int io_node;           /* node for the disk's I/O threads; -1: none */
 	int threads;
+	char cpu_gemm[16];     /* the CPU backend's GEMM every CPU product was
+				* measured with (--cpu-gemm: sluice, openblas, amx,
+				* bf16); "": a file before it (sluice's) */
 
 	double mem_read_gbps;
 	uint64_t mem_bytes;

@@ -4,6 +4,7 @@
  */
 #include "profile_measure.h"
 #include "backend.h"
+#include "cpu/cpu_backend.h"
 #include "disk_store.h"
 #include "sl_common.h"
 #include "sl_config.h"
@@ -954,13 +955,19 @@ static void cpu_model(char *buf, size_t cap)
 }
 
 /* What a cached profile must match: the backend measured, the threads, the
- * build, the CPU and its PU count, the GPU. */
-static void machine_key(const char *backend, int threads, int pus, const char *gpu, char *buf, size_t cap)
+ * CPU backend's GEMM, the build, the CPU and its PU count, the GPU. */
+static void machine_key(const char *backend, int threads, const char *cpu_gemm, int pus, const char *gpu,
+			char *buf, size_t cap)
 {
 	char cpu[256];
 	cpu_model(cpu, sizeof cpu);
-	snprintf(buf, cap, "backend=%s; threads=%d; build=%s+%s; cpu=%s; pus=%d; gpu=%s", backend, threads,
-		 SL_VERSION, sl_build_id, cpu, pus, gpu && gpu[0] ? gpu : "none");
+	snprintf(buf, cap, "backend=%s; threads=%d; cpu_gemm=%s; build=%s+%s; cpu=%s; pus=%d; gpu=%s", backend,
+		 threads, cpu_gemm, SL_VERSION, sl_build_id, cpu, pus, gpu && gpu[0] ? gpu : "none");
+}
+
+static const char *gemm_of(const sl_profile_opts *o)
+{
+	return o->cpu_gemm ? o->cpu_gemm : "sluice";
 }
 
 /* ---- the profile ------------------------------------------------------------------- */
@@ -1276,6 +1283,10 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 		cpu = be;
 	else if ((rc = sl_backend_create("cpu", o->threads, &cpu)) < 0)
 		goto out;
+	/* every CPU product below with the GEMM a run of --cpu-gemm uses */
+	if ((rc = sl_cpu_backend_set_gemm(cpu, gemm_of(o))) < 0)
+		goto out;
+	snprintf(out->cpu_gemm, sizeof out->cpu_gemm, "%s", gemm_of(o));
 
 	if (out->have_gpu)
 		out->pinned_node = out->gpu.numa_node;
@@ -1283,9 +1294,12 @@ int sl_profile_run(const sl_profile_opts *o, sl_profile *out)
 		out->pinned_node = out->topo.node[0].os_index;
 	out->io_node = sl_topo_io_node(out->have_gpu ? out->gpu.pci_bus_id : NULL);
 	out->threads = o->threads > 0 ? o->threads : omp_get_max_threads();
-	machine_key(out->backend, out->threads, out->topo.pus, out->have_gpu ? out->gpu.name : NULL, out->machine,
-		    sizeof out->machine);
+	machine_key(out->backend, out->threads, out->cpu_gemm, out->topo.pus, out->have_gpu ? out->gpu.name : NULL,
+		    out->machine, sizeof out->machine);
 	print_topology(o, out);
+	if (strcmp(out->cpu_gemm, "sluice"))
+		say(o, "cpu gemm    --cpu-gemm %s  (every CPU product below, as a run with it computes)\n",
+		    out->cpu_gemm);
 	const double target = o->quick ? SAMPLE_S / 10 : SAMPLE_S;
 
 	const size_t mem_bytes = (o->quick ? 16 : 512) * MIB;
@@ -1403,7 +1417,7 @@ static int expected_key(const sl_profile_opts *o, char *backend, size_t bcap, ch
 	sl_topo_info topo;
 	sl_topo_get(&topo);
 	const int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
-	machine_key(backend, threads, topo.pus, gpu ? d.name : NULL, key, kcap);
+	machine_key(backend, threads, gemm_of(o), topo.pus, gpu ? d.name : NULL, key, kcap);
 	return 0;
 }
 

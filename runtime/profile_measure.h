@@ -22,6 +22,8 @@ typedef struct sl_profile_opts {
 	const char *backend;     /* "cpu", "cuda" or "auto" (NULL: auto) */
 	const char *offload_dir; /* NULL: the disk is not measured */
 	int threads;             /* CPU threads; 0: all */
+	const char *cpu_gemm;    /* the CPU backend's GEMM (--cpu-gemm): sluice,
+				  * openblas, amx or bf16; NULL: sluice */
 	bool quick;              /* small sizes, for tests */
 	bool cache_only;         /* sl_profile_obtain: never measure (a prediction
 				  * must not slow its run down) */

@@ -700,6 +700,25 @@ for phase in ("prefill", "decode"):
     want = b[f"predicted_{phase}_s"] * p[f"fit_{phase}"]
     assert abs(a[f"predicted_{phase}_s"] - want) <= 1e-9 * want, (phase, a[f"predicted_{phase}_s"], want)
 PY
+# --cpu-gemm: a profile's CPU products are of one GEMM (cpu_gemm in the
+# JSON); a run or a search with another refuses it, naming both
+if python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["cpu_gemm"] == "sluice"' "$tmp/pfit.json"; then ok; else bad "profile: cpu_gemm not sluice"; fi
+expect_fail "policy: a profile of another --cpu-gemm" \
+	"pfit.json: a profile of --cpu-gemm sluice; this run uses --cpu-gemm bf16 (sluice profile --cpu-gemm bf16 --json FILE measures one)" \
+	"$tmp/pg.json" -- policy --dummy opt-125m --backend cpu --prompt-len 16 --gen-len 4 --cpu-gemm bf16 --profile "$tmp/pfit.json" --out "$tmp/pg.json"
+expect_fail "profile: an unknown --cpu-gemm" "--cpu-gemm must be sluice, openblas, amx or bf16, got 'fp8'" "" -- profile --quick --cpu-gemm fp8
+# one this CPU and build have, measured with it and run with it
+gm=
+for g in bf16 amx openblas; do
+	if "$sluice" profile --quick --backend cpu --cpu-gemm "$g" --json "$tmp/pg-$g.json" >"$tmp/pg.out" 2>&1; then gm=$g; break; fi
+done
+if [ -n "$gm" ]; then
+	if grep -q "^cpu gemm    --cpu-gemm $gm " "$tmp/pg.out" &&
+		python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["cpu_gemm"] == sys.argv[2]' "$tmp/pg-$gm.json" "$gm" &&
+		"$sluice" "${fb[@]}" --cpu-gemm "$gm" --profile "$tmp/pg-$gm.json" >"$tmp/bg.json"; then ok; else bad "profile --cpu-gemm $gm: $(cat "$tmp/pg.out")"; fi
+	expect_fail "bench: a profile of sluice's GEMM under --cpu-gemm $gm" "a profile of --cpu-gemm sluice; this run uses --cpu-gemm $gm" \
+		"" -- "${fb[@]}" --cpu-gemm "$gm" --profile "$tmp/pfit.json"
+fi
 expect_fail "profile: --model without a config" "$tmp/nodir/config.json" "" -- profile --quick --model "$tmp/nodir"
 
 # ---- exit status: 2 the command is wrong (found before anything ran), 1 the

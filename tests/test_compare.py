@@ -263,7 +263,7 @@ try:
         check(got == want, f"largest batch with {fit} fitting: {got}, want {want}")
         if fit == "23":
             check(len(rec["probes"]) <= 8 and "--fix gpu_batch_size=B" in rec["cmd"] and "--cpu-mem 64M" in rec["cmd"]
-                  and "--fix compress_weight=true" in rec["cmd"] and "--cpu-gemm" not in rec["cmd"],
+                  and "--fix compress_weight=true" in rec["cmd"] and "--cpu-gemm bf16" in rec["cmd"],
                   f"largest batch probes {rec}")
         if fit == "fail":
             check("the profile is corrupt" in rec.get("error", ""), f"a failing sluice policy: {rec}")
@@ -276,6 +276,9 @@ try:
     check(got == ["--fix", "compress_weight=true", "--kv-dtype", "f32", "--fix", "hh_ratio=0.2",
                   "--fix", "recent_ratio=0.1", "--fix", "cpu_cache_compute=true"], f"policy flags {got}")
     check(compare.policy_memory_flags(None) == [], "no flags")
+    check(compare.cpu_gemm_flags("--threads 2 --cpu-gemm bf16") == ["--cpu-gemm", "bf16"], "--cpu-gemm")
+    check(compare.cpu_gemm_flags("--cpu-gemm=amx") == ["--cpu-gemm", "amx"], "--cpu-gemm=")
+    check(compare.cpu_gemm_flags("--compress-weight") == [], "no --cpu-gemm")
     # the report: the largest batch's table and the rows run at it
     recs2 = [mach, {"type": "largest_batch", "model": "opt-125m", "budget": "disk", "cap": 64, "batch": 23,
                     "capped": False, "probes": [{"batch": b, "rc": 0} for b in range(7)], "cmd": "sluice policy ..."},

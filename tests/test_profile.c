@@ -136,6 +136,7 @@ static void full_profile(sl_profile *p)
 	p->fit_prefill = 1.125 + 1e-9;
 	p->fit_decode = 0.875 / 3;
 	snprintf(p->fit_model, sizeof p->fit_model, "opt-350m");
+	snprintf(p->cpu_gemm, sizeof p->cpu_gemm, "bf16");
 	snprintf(p->build, sizeof p->build, "0.1.0");
 	snprintf(p->machine, sizeof p->machine, "backend=cuda; threads=96; build=0.1.0; cpu=AMD EPYC \"9654\"; "
 		 "pus=192; gpu=NVIDIA H200");
@@ -274,6 +275,7 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 	SAME_BITS(fit_prefill);
 	SAME_BITS(fit_decode);
 	SAME_STR(fit_model);
+	SAME_STR(cpu_gemm);
 	SAME_STR(build);
 	SAME_STR(machine);
 	SAME_BITS(seconds);
@@ -342,11 +344,12 @@ START_TEST(test_round_trip)
 	ck_assert_int_eq(json_object_del(root, "fit_prefill"), 0);
 	ck_assert_int_eq(json_object_del(root, "fit_decode"), 0);
 	ck_assert_int_eq(json_object_del(root, "fit_model"), 0);
+	ck_assert_int_eq(json_object_del(root, "cpu_gemm"), 0); /* and the GEMM: "" (sluice's) */
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
 	memset(q, 0xa5, sizeof *q);
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	p->fit_prefill = p->fit_decode = 0;
-	p->fit_model[0] = 0;
+	p->fit_model[0] = p->cpu_gemm[0] = 0;
 	check_same(p, q);
 	json_object_set_new(root, "copy_overlap", json_null());
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
@@ -556,6 +559,7 @@ static const bad_case bad_cases[] = {
 	{ "fit_prefill", "0", SL_ERANGE, "fit_prefill = 0, must be a positive number or null" },
 	{ "fit_decode", "\"1.1\"", SL_EFORMAT, "fit_decode must be a positive number or null, got a string" },
 	{ "fit_model", "@300 x", SL_EFORMAT, "fit_model is longer than 63 bytes" },
+	{ "cpu_gemm", "3", SL_EFORMAT, "cpu_gemm must be a string or null, got an integer" },
 	{ "llc_bytes", "\"300M\"", SL_EFORMAT, "llc_bytes must be an integer or null, got a string" },
 };
 
@@ -699,7 +703,7 @@ START_TEST(test_format_1)
 	want->disk_overlap = 0;
 	want->load_average = -1;
 	want->fit_prefill = want->fit_decode = 0;
-	want->fit_model[0] = 0;
+	want->fit_model[0] = want->cpu_gemm[0] = 0;
 	want->build[0] = want->machine[0] = 0;
 	check_same(want, q);
 	for (int i = 0; i < SL_PROFILE_CURVE_MAX; i++)

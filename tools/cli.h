@@ -39,6 +39,9 @@ void bad_option(const char *cmd, int c, char **argv);
 int parse_int(const char *cmd, const char *opt, const char *s, int lo, int hi);
 float parse_float(const char *cmd, const char *opt, const char *s, float lo, float hi);
 int parse_threads(const char *cmd, const char *s);
+/* --cpu-gemm's value, one of sluice, openblas, amx, bf16 (else a usage
+ * error); whether this CPU and build have it is the backend's to say. */
+const char *parse_cpu_gemm(const char *cmd, const char *s);
 size_t parse_budget(const char *cmd, const char *opt, const char *s);
 
 /* Options every command shares. */
@@ -171,6 +174,10 @@ int dir_free_bytes(const char *dir, size_t *out);
  * Returns SL_PROFILE_NOT_CACHED when it measured one it could not cache. */
 int cli_profile(common_opts *o, const sl_model_config *cfg, const char *backend, bool measure,
 		sl_profile *prof, bool *have);
+/* 0 when the profile p (read from path) measured the CPU products with
+ * the GEMM cpu_gemm names (--cpu-gemm; a file before the field: sluice's)
+ * or the backend is not the CPU's; else SL_EINVAL saying which. */
+int profile_gemm_matches(const char *path, const sl_profile *p, const char *backend, const char *cpu_gemm);
 /* --policy auto: search with the job's shapes (its longest prompt and
  * gen_len new tokens, at most max_batch sequences a block) and the
  * options' budgets, under the profile cli_profile gives (measured when

@@ -11,6 +11,16 @@
 #include <stdio.h>
 #include <string.h>
 
+int profile_gemm_matches(const char *path, const sl_profile *p, const char *backend, const char *cpu_gemm)
+{
+	const char *had = p->cpu_gemm[0] ? p->cpu_gemm : "sluice";
+	if (strcmp(backend, "cpu") || !strcmp(had, cpu_gemm))
+		return 0; /* a GPU's products are the GPU's */
+	return sl_err(SL_EINVAL,
+		      "%s: a profile of --cpu-gemm %s; this run uses --cpu-gemm %s (sluice profile --cpu-gemm %s --json FILE measures one)",
+		      path, had, cpu_gemm, cpu_gemm);
+}
+
 int cli_profile(common_opts *o, const sl_model_config *cfg, const char *backend, bool measure,
 		sl_profile *prof, bool *have)
 {
@@ -21,6 +31,7 @@ int cli_profile(common_opts *o, const sl_model_config *cfg, const char *backend,
 			return sl_err(SL_EINVAL,
 				      "%s: a profile of the %s backend; this run is on %s (sluice profile --backend %s --json FILE measures one)",
 				      o->profile_path, o->profile.backend, backend, backend);
+		SL_TRY(profile_gemm_matches(o->profile_path, &o->profile, backend, o->cpu_gemm));
 		*prof = o->profile;
 		*have = true;
 		o->profile_src = o->profile_path;
@@ -30,7 +41,7 @@ int cli_profile(common_opts *o, const sl_model_config *cfg, const char *backend,
 	 * (sl_profile_obtain): only looked up for a prediction, measured and
 	 * cached for a search */
 	sl_profile_opts po = { .backend = backend, .offload_dir = o->offload_dir,
-			       .threads = o->threads, .cache_only = !measure };
+			       .threads = o->threads, .cpu_gemm = o->cpu_gemm, .cache_only = !measure };
 	int rc = cfg ? sl_cost_profile_shapes(&po, cfg) : 0; /* the model's own GEMMs */
 	if (rc < 0)
 		return rc;

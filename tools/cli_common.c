@@ -128,6 +128,13 @@ float parse_float(const char *cmd, const char *opt, const char *s, float lo, flo
 	return v;
 }
 
+const char *parse_cpu_gemm(const char *cmd, const char *s)
+{
+	if (strcmp(s, "sluice") && strcmp(s, "openblas") && strcmp(s, "amx") && strcmp(s, "bf16"))
+		usage_error(cmd, "--cpu-gemm must be sluice, openblas, amx or bf16, got '%s'", s);
+	return s;
+}
+
 void common_init(common_opts *o)
 {
 	memset(o, 0, sizeof *o);
@@ -151,12 +158,7 @@ bool common_opt(const char *cmd, int c, common_opts *o)
 	case OPT_DUMMY: o->dummy = optarg; return true;
 	case OPT_BACKEND: o->backend = optarg; return true;
 	case OPT_THREADS: o->threads = parse_threads(cmd, optarg); return true;
-	case OPT_CPU_GEMM:
-		if (strcmp(optarg, "sluice") && strcmp(optarg, "openblas") && strcmp(optarg, "amx") &&
-		    strcmp(optarg, "bf16"))
-			usage_error(cmd, "--cpu-gemm must be sluice, openblas, amx or bf16, got '%s'", optarg);
-		o->cpu_gemm = optarg;
-		return true;
+	case OPT_CPU_GEMM: o->cpu_gemm = parse_cpu_gemm(cmd, optarg); return true;
 	case OPT_GPU_MEM: o->gpu_mem = parse_budget(cmd, "--gpu-mem", optarg); return true;
 	case OPT_CPU_MEM: o->cpu_mem = parse_budget(cmd, "--cpu-mem", optarg); return true;
 	case OPT_POLICY: {

@@ -526,6 +526,8 @@ int bench_fit_run(const char *backend, int threads, const char *name, int batch,
 	o.co.dummy = name;
 	o.co.backend = backend;
 	o.co.threads = threads;
+	if (prof->cpu_gemm[0])
+		o.co.cpu_gemm = prof->cpu_gemm; /* the GEMM the rates are of */
 	o.plen = plen, o.glen = glen, o.batch = batch, o.seed = 1;
 	o.timing_only = true;
 	sl_model_config cfg;

@@ -29,7 +29,7 @@
 
 static const char policy_help[] =
 	"usage: sluice policy (--model DIR | --dummy NAME) (--prompt-len P --gen-len G | --prompts FILE)\n"
-	"          [--gpu-mem B] [--cpu-mem B] [--disk-mem B] [--offload-dir DIR] [--backend B] [--threads N] [--kv-dtype T] [--profile FILE]\n"
+	"          [--gpu-mem B] [--cpu-mem B] [--disk-mem B] [--offload-dir DIR] [--backend B] [--threads N] [--kv-dtype T] [--cpu-gemm G] [--profile FILE]\n"
 	"          [--hh-ratio H | --min-kv-budget F | --calibration FILE --max-ppl-increase X] [--fix FIELD=VALUE]... [--allow-compress] [--zstd-store] [--top N] [--json] (--out POLICY.json | --evaluate POLICY.json)\n"
 "The policy with the most predicted tokens/s for a workload under the budgets:\n"
 	"batching, placement of weights, KV cache and activations, overlap, sep_layer,\n"
@@ -50,6 +50,8 @@ static const char policy_help[] =
 	"                       where a GPU is found); a --profile's backend must match\n"
 	"  --threads N          CPU threads, 1 to the cores available (default: all cores)\n"
 	"  --kv-dtype f16|f32   KV cache precision (default f16)\n"
+	"  --cpu-gemm G         the CPU backend's GEMM the jobs will run (sluice, openblas,\n"
+	"                       amx, bf16; default sluice): the profile's rates are of it\n"
 	"  --profile FILE       the machine's rates (sluice profile --json FILE); default:\n"
 	"                       measured once (a few seconds) and cached in --offload-dir or\n"
 	"                       $XDG_CACHE_HOME/sluice while the machine and build match\n"
@@ -136,6 +138,7 @@ static void parse_args(int argc, char **argv, policy_cli *o)
 		{ "gpu-mem", required_argument, 0, OPT_GPU_MEM },
 		{ "cpu-mem", required_argument, 0, OPT_CPU_MEM },
 		{ "kv-dtype", required_argument, 0, OPT_KV_DTYPE },
+		{ "cpu-gemm", required_argument, 0, OPT_CPU_GEMM },
 		{ "offload-dir", required_argument, 0, OPT_OFFLOAD_DIR },
 		{ "prompt-len", required_argument, 0, OPT_PROMPT_LEN },
 		{ "gen-len", required_argument, 0, OPT_GEN_LEN },
@@ -503,10 +506,10 @@ static int get_profile(const policy_cli *o, const sl_model_config *cfg, profile_
 		if (strcmp(o->co.backend, "auto") && strcmp(o->co.backend, ps->p.backend))
 			return sl_err(SL_EINVAL, "%s: measured the %s backend, and --backend asks for %s",
 				      o->profile, ps->p.backend, o->co.backend);
-		return 0;
+		return profile_gemm_matches(o->profile, &ps->p, ps->p.backend, o->co.cpu_gemm);
 	}
 	sl_profile_opts po = { .backend = o->co.backend, .offload_dir = o->co.offload_dir,
-			       .threads = o->co.threads };
+			       .threads = o->co.threads, .cpu_gemm = o->co.cpu_gemm };
 	SL_TRY(sl_cost_profile_shapes(&po, cfg)); /* the model's own GEMMs */
 	if (o->co.threads > 0)
 		omp_set_num_threads(o->co.threads);

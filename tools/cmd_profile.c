@@ -12,7 +12,7 @@
 #include <string.h>
 
 static const char profile_help[] =
-	"usage: sluice profile [--offload-dir DIR] [--backend B] [--threads N] [--json FILE] [--quick]\n"
+	"usage: sluice profile [--offload-dir DIR] [--backend B] [--threads N] [--cpu-gemm G] [--json FILE] [--quick]\n"
 	"                      [--model DIR | --dummy NAME]... [--fit]\n"
 	"The machine for the cost model: NUMA nodes, cores, the GPU and its node, where\n"
 	"pinned memory and the disk's I/O threads go; then host memory read GB/s, the\n"
@@ -27,6 +27,8 @@ static const char profile_help[] =
 	"  --offload-dir DIR    measure the disk there (a 1.5 GiB file, removed after)\n"
 	"  --backend B          cpu, cuda or auto (default: cuda where a GPU is found)\n"
 	"  --threads N          CPU threads, 1 to the cores available (default: all cores)\n"
+	"  --cpu-gemm G         the CPU backend's GEMM to measure (sluice, openblas, amx,\n"
+	"                       bf16; default sluice): that of the runs the profile is for\n"
 	"  --json FILE          also write the results as one JSON object (atomically)\n"
 	"  --model DIR, --dummy NAME  also the GEMM at that model's own shapes (its\n"
 	"                       decoder's matrices and head), for the cost model's\n"
@@ -118,7 +120,7 @@ int cmd_profile(int argc, char **argv)
 	sl_profile_opts po = { .backend = "auto", .log = stdout };
 	const char *json_path = NULL;
 	bool fit = false;
-	enum { P_OFFLOAD = 1, P_BACKEND, P_THREADS, P_JSON, P_QUICK, P_MODEL, P_DUMMY, P_FIT };
+	enum { P_OFFLOAD = 1, P_BACKEND, P_THREADS, P_JSON, P_QUICK, P_MODEL, P_DUMMY, P_FIT, P_GEMM };
 	static const struct option opts[] = {
 		{ "offload-dir", required_argument, 0, P_OFFLOAD },
 		{ "backend", required_argument, 0, P_BACKEND },
@@ -128,6 +130,7 @@ int cmd_profile(int argc, char **argv)
 		{ "model", required_argument, 0, P_MODEL },
 		{ "dummy", required_argument, 0, P_DUMMY },
 		{ "fit", no_argument, 0, P_FIT },
+		{ "cpu-gemm", required_argument, 0, P_GEMM },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -153,6 +156,7 @@ int cmd_profile(int argc, char **argv)
 				die(rc);
 			break;
 		case P_FIT: fit = true; break;
+		case P_GEMM: po.cpu_gemm = parse_cpu_gemm("profile", optarg); break;
 		case 'h': fputs(profile_help, stdout); return 0;
 		default: bad_option("profile", c, argv);
 		}
