@@ -489,9 +489,12 @@ static bool gemm_shape(int i, int ki, int *m, int *n, int *k)
 	return ki < GEMM_NK;
 }
 
-/* test_gemm_amx: the reference rounds x and w to bf16 (nearest even) where
- * the AMX path runs (rows above the direct kernel's 8, k a multiple of 32). */
+/* test_gemm_amx and _bf16: the reference rounds x and w to bf16 (nearest
+ * even) where those paths run: k a multiple of 32 and at least
+ * gemm_ref_bf16_rows rows (AMX: above the direct kernel's 8; the dot
+ * products: from 5). */
 static bool gemm_ref_bf16;
+static int gemm_ref_bf16_rows;
 
 static double bf16_round(double v)
 {
@@ -534,7 +537,7 @@ static void gemm_check(sl_backend *b, sl_queue *q, int m, int n, int k, uint64_t
 		bias[j] = rand_half(&r);
 	for (size_t i = 0; i < (size_t)m * n; i++)
 		y0[i] = rng_unif(&r);
-	const bool rb = gemm_ref_bf16 && m > 8 && k % 32 == 0;
+	const bool rb = gemm_ref_bf16 && m >= gemm_ref_bf16_rows && k % 32 == 0;
 	for (int j = 0; j < n; j++) {
 		for (int kk = 0; kk < k; kk++)
 			wd[kk] = rb ? bf16_round(ref_half(w[(size_t)j * k + kk])) : ref_half(w[(size_t)j * k + kk]);
@@ -2890,14 +2893,15 @@ END_TEST
 
 /*
  * --cpu-gemm amx and bf16: the products above the direct kernel's rows on
- * AMX tiles or with AVX512-BF16 dot products, against the reference on
- * bf16-rounded operands (k a multiple of 32; the other shapes fall back on
- * the packed kernel and its exact reference), a rotating seventh of the
+ * AMX tiles, or from 5 rows with AVX512-BF16 dot products, against the
+ * reference on bf16-rounded operands (k a multiple of 32; the other shapes
+ * fall back on the fp32 kernels and their exact reference), a rotating seventh of the
  * variants; then shapes of several k chunks, row blocks and weight panels
  * with columns past n.  Where the CPU (or for AMX the kernel) lacks them
  * each is refused, saying why.
  */
-static const int amx_extra[][3] = { { 40, 300, 2048 }, { 33, 1100, 512 }, { 100, 50, 96 }, { 9, 16, 32 } };
+static const int amx_extra[][3] = { { 40, 300, 2048 }, { 33, 1100, 512 }, { 100, 50, 96 }, { 9, 16, 32 },
+				    { 8, 300, 2048 }, { 5, 1100, 96 }, { 6, 50, 512 } };
 
 static void gemm_bf16_case(const char *mode, int i)
 {
@@ -2916,6 +2920,7 @@ static void gemm_bf16_case(const char *mode, int i)
 	ck_assert_msg(rc == 0, "--cpu-gemm %s: %s", mode, sl_errmsg());
 	ck_assert_str_eq(sl_cpu_backend_gemm(b), mode);
 	gemm_ref_bf16 = true;
+	gemm_ref_bf16_rows = strcmp(mode, "bf16") ? 9 : 5;
 	int m, n, k;
 	for (int ki = 0; gemm_shape(_i, ki, &m, &n, &k); ki++)
 		gemm_check(b, NULL, m, n, k, 9500 + 8 * (uint64_t)_i + (uint64_t)ki, (_i + ki) % 7, 7);

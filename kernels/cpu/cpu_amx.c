@@ -213,13 +213,14 @@ static void block(const uint16_t *xb, int k, const uint16_t *wb, int g, int r0, 
  * columns, the products of a k pair added to its fp32 sum): 8 rows at a
  * time, 16 accumulators (8 rows x the two groups); per k pair the two
  * groups' rows of the tile (the pair layout is what the instruction
- * reads) and each x row's pair broadcast. */
+ * reads) and each x row's pair broadcast.  Only the block's first rows
+ * (rounded up to 8): a decode step's 5 to 8 rows are one pass, not four. */
 __attribute__((target(BF16_TARGET)))
-static void block_dp(const uint16_t *xb, int k, const uint16_t *wb, int g, int r0, float *out)
+static void block_dp(const uint16_t *xb, int k, const uint16_t *wb, int g, int r0, int rows, float *out)
 {
 	const int nq = k / 32;
 	const uint16_t *w0 = wb + (size_t)g * nq * 512, *w1 = w0 + (size_t)nq * 512;
-	for (int rs = 0; rs < 32; rs += 8) {
+	for (int rs = 0; rs < rows; rs += 8) {
 		__m512 c0[8], c1[8];
 		for (int i = 0; i < 8; i++)
 			c0[i] = c1[i] = _mm512_setzero_ps();
@@ -286,6 +287,9 @@ int sl_cpu_bf16_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
 	if (k % 32 || !a->w)
 		return SL_EUNSUPPORTED; /* the caller's packed kernel instead */
 	const int mp = (m + 31) & ~31;
+	/* the x rows the blocks read: AMX's tiles all 32 of a block, the dot
+	 * products the rows up to the next 8 */
+	const int mx = amx ? mp : (m + 7) & ~7;
 	/* a panel of up to 1 MiB of packed weights per thread, whole 32s */
 	int np = (int)(AMX_PANEL_BYTES / ((size_t)k * sizeof(uint16_t))) & ~31;
 	np = SL_MAX(32, SL_MIN(np, (n + 31) & ~31));
@@ -294,8 +298,8 @@ int sl_cpu_bf16_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
 	uint16_t *xb = (uint16_t *)c->gemm_c;
 	float *tbase = c->gemm_c + xfl;
 #pragma omp parallel for num_threads(nt) schedule(static)
-	for (int r = 0; r < mp; r += 32)
-		pack_x(a, xb, r, r + 32);
+	for (int r = 0; r < mx; r += 32)
+		pack_x(a, xb, r, SL_MIN(r + 32, mx));
 	const int npanels = (n + np - 1) / np;
 #pragma omp parallel num_threads(nt)
 	{
@@ -313,7 +317,7 @@ int sl_cpu_bf16_gemm(sl_backend *b, const sl_gemm_args *a, float alpha)
 					if (amx)
 						block(xb, k, wb, g, r0, out);
 					else
-						block_dp(xb, k, wb, g, r0, out);
+						block_dp(xb, k, wb, g, r0, SL_MIN(32, m - r0), out);
 					const int n0 = c0 + g * 16;
 					epilogue(a, out, r0, SL_MIN(32, m - r0), n0, SL_MIN(32, n - n0), alpha);
 				}

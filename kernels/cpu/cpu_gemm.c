@@ -42,7 +42,8 @@
  * in bf16 where the CPU has them: several times the packed path's rate,
  * at bf16's precision, not batch invariant.  --cpu-gemm bf16 computes the
  * same products with AVX512-BF16 dot products (AMD Zen 4 and later, Intel
- * Cooper Lake and later): up to twice the fp32 FMAs' rate.
+ * Cooper Lake and later): up to twice the fp32 FMAs' rate; and those of 5
+ * to 8 rows (bf16_rows) the direct kernel would compute.
  *
  * --cpu-gemm openblas (sl_cpu_backend_set_gemm, in a build with OpenBLAS)
  * replaces the packed path by OpenBLAS's sgemm on weights widened panel by
@@ -66,6 +67,20 @@ enum {
 	GEMM_KSTEPS_CHUNK = 96,    /* k steps of an x tile at a time, at most */
 	GEMM_MR_GENERIC = 4,       /* rows of the generic tile kernel */
 };
+
+/* --cpu-gemm bf16 also takes the direct kernel's products of BF16_MIN_M
+ * rows and more (fp16 weights, k a multiple of 32): with 5 to 8 rows a
+ * decode step's fp32 FMAs are compute-bound (opt-1.3b's weights at 13 GB/s
+ * on a Zen 4), the dot products' two products an instruction less so (17
+ * GB/s: the weights' conversion and transpose into tiles is now the cost),
+ * 1.23x to 1.25x the decode; at 4 rows the fp32 kernel is still the faster
+ * (bench/results/bf16-decode-20261206.md). */
+enum { BF16_MIN_M = 5 };
+
+static bool bf16_rows(const sl_cpu_ctx *c, const sl_gemm_args *a)
+{
+	return c->gemm_bf16 == SL_CPU_GEMM_DPBF16 && a->m >= BF16_MIN_M && a->w && a->k % 32 == 0;
+}
 
 /* Rows up to which the direct kernel is used; SLUICE_GEMM_SMALL_M overrides. */
 static int small_m_limit(void)
@@ -353,7 +368,7 @@ int sl_cpu_gemm(sl_backend *b, sl_queue *q, const sl_gemm_args *a)
 				float *y = a->y + (size_t)r * a->ldy + n;
 				*y = sl_cpu_epilogue(a, 0.0f, n, alpha, *y);
 			}
-	} else if (a->m <= small_m_limit() || a->k < 8) {
+	} else if ((a->m <= small_m_limit() && !bf16_rows(c, a)) || a->k < 8) {
 		/* split n across threads in even chunks */
 		const int nt = c->nthreads;
 		const int chunk = ((a->n + nt - 1) / nt + 7) & ~7;
