@@ -86,6 +86,15 @@ static void workload(sl_plan_params *pp, int B, int P, int G)
 	pp->max_rows = B * P;
 }
 
+/* The default policy's plan (everything on the device, dense, one
+ * micro-batch) of that workload, on the CPU backend. */
+static void device_plan(const sl_model_config *c, int B, int P, int G, sl_plan_params *pp, sl_plan *pl)
+{
+	*pp = sl_plan_defaults();
+	workload(pp, B, P, G);
+	ck_assert_int_eq(sl_plan_make(c, pp, true, pl), 0);
+}
+
 /* Everything on the device, dense, one micro-batch: the FLOPs of each
  * phase and its time from the round rates, worked by hand. */
 START_TEST(test_hand_worked)
@@ -95,10 +104,9 @@ START_TEST(test_hand_worked)
 	const double h = 64, f = 256, V = 512, L = 2;
 	const int B = 4, P = 8, G = 5;
 	sl_profile prof = round_profile(true);
-	sl_plan_params pp = sl_plan_defaults();
-	workload(&pp, B, P, G);
+	sl_plan_params pp;
 	sl_plan pl;
-	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
+	device_plan(&c, B, P, G, &pp, &pl);
 	sl_cost k;
 	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k), 0);
 	/* prefill: six GEMMs of B*P rows per layer, causal attention, the head
@@ -147,10 +155,9 @@ START_TEST(test_fit_scales_compute)
 	const sl_model_config c = tiny_config();
 	const int B = 4, P = 8, G = 5;
 	sl_profile prof = round_profile(true);
-	sl_plan_params pp = sl_plan_defaults();
-	workload(&pp, B, P, G);
+	sl_plan_params pp;
 	sl_plan pl;
-	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
+	device_plan(&c, B, P, G, &pp, &pl);
 	sl_cost k0, k1;
 	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, P, G, &k0), 0);
 	prof.fit_prefill = 1.5;
