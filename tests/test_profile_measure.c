@@ -127,7 +127,7 @@ START_TEST(test_measure)
 	ck_assert_msg(p->zstd_ratio > 0.5 && p->zstd_ratio < 0.95, "zstd ratio %g", p->zstd_ratio);
 	/* the load it was measured at, from /proc/loadavg */
 	ck_assert_msg(p->load_average >= 0, "load %g", p->load_average);
-	snprintf(want_key, sizeof want_key, "backend=cpu; threads=2; build=%s; cpu=", build);
+	snprintf(want_key, sizeof want_key, "backend=cpu; threads=2; cpu_gemm=sluice; build=%s; cpu=", build);
 	ck_assert_msg(strstr(p->machine, want_key), "key '%s'", p->machine);
 	check_model_name(p->machine);
 	ck_assert_msg(strstr(p->machine, "; gpu=none"), "key '%s'", p->machine);
@@ -212,9 +212,21 @@ START_TEST(test_cache)
 	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && m, "another machine's profile is measured again");
 	ck_assert_msg(sl_profile_load(path, f) == 0 && !strcmp(f->machine, b->machine), "and replaced");
 
+	/* a profile of another CPU GEMM (--cpu-gemm bf16): measured again */
+	char key[sizeof b->machine + 16];
+	j = json_load_file(path, 0, NULL);
+	snprintf(key, sizeof key, "%s", b->machine);
+	char *gv = strstr(key, "cpu_gemm=sluice;");
+	ck_assert_msg(gv, "%s", b->machine);
+	memmove(gv + strlen("cpu_gemm=bf16;"), gv + strlen("cpu_gemm=sluice;"), strlen(gv + strlen("cpu_gemm=sluice;")) + 1);
+	memcpy(gv, "cpu_gemm=bf16;", strlen("cpu_gemm=bf16;"));
+	json_object_set_new(j, "machine", json_string(key));
+	ck_assert_int_eq(json_dump_file(j, path, JSON_INDENT(2)), 0);
+	json_decref(j);
+	ck_assert_msg(obtain(&o, dir, b, &m) == 0 && m, "another GEMM's profile is measured again");
+
 	/* another build's file: measured again */
 	j = json_load_file(path, 0, NULL);
-	char key[sizeof b->machine + 16];
 	snprintf(key, sizeof key, "%s", b->machine);
 	char *bv = strstr(key, "build=");
 	ck_assert_ptr_nonnull(bv);
