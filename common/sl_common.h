@@ -151,4 +151,8 @@ int sl_parse_size(const char *s, size_t *out);
 /* Monotonic seconds. */
 double sl_now(void);
 
+/* The median of v[0..n) (n >= 1; the mean of the middle two when n is even).
+ * Sorts v in place. */
+double sl_median(double *v, int n);
+
 #endif

@@ -37,12 +37,6 @@ static void say(const sl_profile_opts *o, const char *fmt, ...)
 	fflush(o->log);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	const double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
 static double median3(double a[3])
 {
 	double lo = SL_MIN(a[0], SL_MIN(a[1], a[2])), hi = SL_MAX(a[0], SL_MAX(a[1], a[2]));
@@ -412,8 +406,7 @@ static int measure_overlap(sl_backend *b, double target_s, double *share)
 		const double v = (tg + tc - tb) / SL_MAX(SL_MIN(tg, tc), 1e-9);
 		r[s] = SL_MAX(0.0, SL_MIN(1.0, v));
 	}
-	qsort(r, 5, sizeof r[0], cmp_double);
-	*share = r[2];
+	*share = sl_median(r, 5);
 out:
 	if (qc)
 		sl_queue_free(b, qc);
@@ -632,8 +625,7 @@ static int open_probe(probe_job *j)
 /* The median of n (sorted in place) and the spread (max - min) / median. */
 static double median_spread(double *v, int n, double *spread)
 {
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	const double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	const double med = sl_median(v, n);
 	*spread = med > 0 ? (v[n - 1] - v[0]) / med : 0;
 	return med;
 }
@@ -762,8 +754,7 @@ static int measure_disk_overlap(sl_backend *b, sl_disk_probe_file *f, bool quick
 		const double v = (tg + td - tb) / SL_MAX(SL_MIN(tg, td), 1e-9);
 		r[s] = SL_MAX(0.0, SL_MIN(1.0, v));
 	}
-	qsort(r, DISK_OVL_REPS, sizeof r[0], cmp_double);
-	*share = r[DISK_OVL_REPS / 2];
+	*share = sl_median(r, DISK_OVL_REPS);
 out:
 	ovl_gemm_free(b, &o);
 	return rc;
@@ -1038,8 +1029,7 @@ static int measure_shapes(const sl_profile_opts *o, sl_profile *out, sl_backend 
 		memcpy(s->m, shape_ms, (size_t)nm * sizeof(int));
 		say(o, "gemm shape  n=%d k=%d, GFLOP/s at m =", s->n, s->k);
 		for (int j = 0; j < nm; j++) {
-			qsort(ratio[i][j], (size_t)rounds, sizeof(double), cmp_double);
-			const double x = ratio[i][j][rounds / 2];
+			const double x = sl_median(ratio[i][j], rounds);
 			s->gflops[j] = x * curve_at(c, s->m[j]);
 			say(o, " %d: %.1f (%.2fx the curve)%s", s->m[j], s->gflops[j], x, j + 1 < nm ? "," : "\n");
 		}

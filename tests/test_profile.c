@@ -15,7 +15,10 @@
  *    file and the field ("topology.numa_nodes[1].cores"), the right code,
  *    and the destination left as it was;
  *  - a missing file, a directory and text that is not JSON are refused
- *    naming the file; fields a later sluice may add are ignored.
+ *    naming the file; fields a later sluice may add are ignored;
+ *  - the median every measured rate and the fit are taken with
+ *    (sl_median): the middle of an odd count, the mean of the middle two of
+ *    an even one, whatever the order.
  */
 #include "profile.h"
 #include "sl_common.h"
@@ -723,6 +726,19 @@ START_TEST(test_format_1)
 }
 END_TEST
 
+START_TEST(test_median)
+{
+	double one[] = { 4.0 }, odd[] = { 9.0, 1.0, 5.0, 3.0, 7.0 }, even[] = { 8.0, 2.0, 6.0, 4.0 },
+	       ties[] = { 2.0, 1.0, 2.0 };
+	ck_assert_double_eq(sl_median(one, 1), 4.0);
+	ck_assert_double_eq(sl_median(odd, 5), 5.0);
+	ck_assert_double_eq(sl_median(even, 4), 5.0);
+	ck_assert_double_eq(sl_median(ties, 3), 2.0);
+	ck_assert_double_eq(odd[0], 1.0); /* sorted in place, as documented */
+	ck_assert_double_eq(odd[4], 9.0);
+}
+END_TEST
+
 static Suite *profile_suite(void)
 {
 	Suite *s = suite_create("profile");
@@ -731,6 +747,7 @@ static Suite *profile_suite(void)
 	tcase_add_loop_test(tc, test_malformed, 0, (int)SL_ARRAY_LEN(bad_cases));
 	tcase_add_test(tc, test_files);
 	tcase_add_test(tc, test_format_1);
+	tcase_add_test(tc, test_median);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -50,18 +50,6 @@ typedef struct fit_job {
 	int batch, plen, glen;
 } fit_job;
 
-static int cmp_dbl(const void *a, const void *b)
-{
-	const double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp_dbl);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* The model --fit runs on backend: small enough to load in a second or
  * two, large enough that its GEMMs are a real job's. */
 static const char *fit_model(const char *backend, bool quick)
@@ -105,8 +93,8 @@ static int profile_fit(const sl_profile_opts *po, sl_profile *p)
 	free(plain);
 	if (rc < 0)
 		return rc;
-	p->fit_prefill = median(pf, n);
-	p->fit_decode = median(dc, n);
+	p->fit_prefill = sl_median(pf, n);
+	p->fit_decode = sl_median(dc, n);
 	snprintf(p->fit_model, sizeof p->fit_model, "%s", model);
 	p->seconds += sl_now() - t0;
 	fprintf(po->log, "fit         prefill %.3f, decode %.3f  (measured over predicted, the median of %d runs of %s on the device)\n",
