@@ -130,8 +130,8 @@ float parse_float(const char *cmd, const char *opt, const char *s, float lo, flo
 
 const char *parse_cpu_gemm(const char *cmd, const char *s)
 {
-	if (strcmp(s, "sluice") && strcmp(s, "openblas") && strcmp(s, "amx") && strcmp(s, "bf16"))
-		usage_error(cmd, "--cpu-gemm must be sluice, openblas, amx or bf16, got '%s'", s);
+	if (!sl_cpu_gemm_known(s))
+		usage_error(cmd, "--cpu-gemm must be " SL_CPU_GEMM_NAMES ", got '%s'", s);
 	return s;
 }
 

@@ -585,8 +585,19 @@ const char *sl_cpu_backend_kernels(const sl_backend *b)
 	return b && b->ops == &cpu_ops ? isa_names[((const sl_cpu_ctx *)b->ctx)->isa] : NULL;
 }
 
+bool sl_cpu_gemm_known(const char *name)
+{
+	static const char *const names[] = { "sluice", "openblas", "amx", "bf16" };
+	for (size_t i = 0; i < SL_ARRAY_LEN(names); i++)
+		if (!strcmp(name, names[i]))
+			return true;
+	return false;
+}
+
 int sl_cpu_backend_set_gemm(sl_backend *b, const char *name)
 {
+	if (!sl_cpu_gemm_known(name))
+		return sl_err(SL_EINVAL, "--cpu-gemm must be " SL_CPU_GEMM_NAMES ", got '%s'", name);
 	if (!b || b->ops != &cpu_ops)
 		return 0; /* the GEMMs run elsewhere */
 	sl_cpu_ctx *c = sl_cpu(b);
@@ -604,8 +615,6 @@ int sl_cpu_backend_set_gemm(sl_backend *b, const char *name)
 		c->gemm_bf16 = amx ? SL_CPU_GEMM_AMX : SL_CPU_GEMM_DPBF16;
 		return 0;
 	}
-	if (strcmp(name, "openblas"))
-		return sl_err(SL_EINVAL, "--cpu-gemm must be sluice, openblas, amx or bf16, got '%s'", name);
 	c->gemm_bf16 = SL_CPU_GEMM_FP32;
 #if defined(SL_HAVE_OPENBLAS) && SL_HAVE_OPENBLAS
 	openblas_set_num_threads(c->nthreads);

@@ -23,10 +23,20 @@ const char *sl_cpu_backend_kernels(const sl_backend *b);
  * on Intel AMX tiles with both operands rounded to bf16 (kernels/cpu/
  * cpu_amx.c): not batch invariant either, at bf16's precision; refused
  * (SL_EUNSUPPORTED, saying why) where the CPU or the kernel has no AMX.
+ * "bf16" rounds both operands to bf16 and runs AVX512-BF16's dot products
+ * (cpu_amx.c), refused likewise where the CPU has none.
  */
 int sl_cpu_backend_set_gemm(sl_backend *b, const char *name);
 
-/* "sluice", "openblas" or "amx", or NULL when b is not a CPU backend. */
+/* The names sl_cpu_backend_set_gemm knows, for usage messages. */
+#define SL_CPU_GEMM_NAMES "sluice, openblas, amx or bf16"
+
+/* Whether name is one of SL_CPU_GEMM_NAMES (whether or not this build and
+ * CPU can run it: sl_cpu_backend_set_gemm says that). */
+bool sl_cpu_gemm_known(const char *name);
+
+/* "sluice", "openblas", "amx" or "bf16", or NULL when b is not a CPU
+ * backend. */
 const char *sl_cpu_backend_gemm(const sl_backend *b);
 
 /* OpenBLAS's build and the core it chose (OPENBLAS_CORETYPE overrides it);
