@@ -27,6 +27,17 @@ static int cuda_create(int nthreads, sl_backend **out)
 }
 #endif
 
+const char *sl_backend_resolve(const char *name)
+{
+	if (name && strcmp(name, "auto"))
+		return name;
+#if SL_HAVE_CUDA
+	if (sl_cuda_usable())
+		return "cuda";
+#endif
+	return "cpu";
+}
+
 int sl_backend_create(const char *name, int nthreads, sl_backend **out)
 {
 	*out = NULL;

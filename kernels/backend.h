@@ -360,6 +360,10 @@ struct sl_backend {
  */
 int sl_backend_create(const char *name, int nthreads, sl_backend **out);
 void sl_backend_free(sl_backend *b);
+
+/* The backend sl_backend_create(name) would make, without making it: "auto"
+ * becomes "cuda" or "cpu" as it would; any other name is returned as is. */
+const char *sl_backend_resolve(const char *name);
 bool sl_backend_cuda_built(void);
 
 /* The device's name, PCI bus id and memory, where the backend knows them

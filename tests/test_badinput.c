@@ -765,6 +765,12 @@ START_TEST(test_budget_too_small)
 	ck_assert_int_eq(be->dev_used, 0);
 	sl_backend_free(be);
 	ck_assert_int_eq(sl_backend_create("tpu", 1, &be), SL_EINVAL);
+	/* "auto" resolves, without a backend, to the one it would create */
+	ck_assert_int_eq(sl_backend_create("auto", 1, &be), 0);
+	ck_assert_str_eq(sl_backend_resolve("auto"), be->ops->name);
+	ck_assert_str_eq(sl_backend_resolve(NULL), be->ops->name);
+	ck_assert_str_eq(sl_backend_resolve("cpu"), "cpu");
+	sl_backend_free(be);
 }
 END_TEST
 

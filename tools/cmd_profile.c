@@ -160,11 +160,7 @@ int cmd_profile(int argc, char **argv)
 	/* --fit's model: its GEMM shapes measured like any other's, so that the
 	 * fit corrects what the shapes leave, not the shapes themselves */
 	if (fit) {
-		sl_backend *be; /* "auto" made concrete: the fit's model is the backend's */
-		if ((rc = sl_backend_create(po.backend, po.threads, &be)) < 0)
-			die(rc);
-		const char *model = fit_model(be->ops->name, po.quick);
-		sl_backend_free(be);
+		const char *model = fit_model(sl_backend_resolve(po.backend), po.quick);
 		if ((rc = sl_model_config_named(model, &cfg)) < 0 || (rc = sl_cost_profile_shapes(&po, &cfg)) < 0)
 			die(rc);
 	}
