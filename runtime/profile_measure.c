@@ -1099,8 +1099,10 @@ static int measure_compute(const sl_profile_opts *o, sl_profile *out, sl_backend
 			goto out;
 		out->cpu_gemm_gflops = r / 1e9;
 	}
-	say(o, "cpu gemm    %8.1f GFLOP/s  (sl_gemm, fp32 x fp16 weights, m=%d n=%d k=%d, %d threads, median of 3)\n",
-	    out->cpu_gemm_gflops, out->cpu_gemm_m, out->cpu_gemm_n, out->cpu_gemm_k, out->threads);
+	const char *g = gemm_of(o);
+	const bool bf16 = !strcmp(g, "bf16") || !strcmp(g, "amx");
+	say(o, "cpu gemm    %8.1f GFLOP/s  (--cpu-gemm %s, fp16 weights%s, m=%d n=%d k=%d, %d threads, median of 3)\n",
+	    out->cpu_gemm_gflops, g, bf16 ? " and activations rounded to bf16" : " x fp32 activations", out->cpu_gemm_m, out->cpu_gemm_n, out->cpu_gemm_k, out->threads);
 
 	/* attention: decode over 16 sequences' 1024 cached tokens, prefill of
 	 * 4 sequences' 512-token prompts */
