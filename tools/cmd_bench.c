@@ -9,6 +9,7 @@
 #include "profile_measure.h"
 #include "sl_config.h"
 #include "sl_json.h"
+#include "topology.h"
 
 #include <math.h>
 #include <omp.h>
@@ -216,6 +217,18 @@ static void bench_open(bench_opts *o, sl_model_config *bcfg, sl_plan_params *pp,
 	}
 }
 
+/* The memory read probe's buffer, after the run: 8 times the last-level
+ * cache, so that the caches do not serve it, from 256 MiB to 1 GiB.  It is
+ * memory beyond the budgets (a run's peak RSS includes it), so no larger
+ * than that needs. */
+static size_t mem_probe_bytes(void)
+{
+	sl_topo_info topo;
+	sl_topo_get(&topo);
+	const uint64_t lo = (uint64_t)256 << 20, hi = (uint64_t)1 << 30;
+	return (size_t)SL_MIN(hi, SL_MAX(lo, 8 * topo.llc_bytes));
+}
+
 /* What one run measured, and what ran it. */
 typedef struct bench_result {
 	int threads;
@@ -307,7 +320,7 @@ static void bench_measure(const bench_opts *o, sl_backend *be, sl_model *m,
 	r->threads = co->threads > 0 ? co->threads : omp_get_max_threads();
 	r->mem_gbps = strcmp(be->ops->name, "cpu") || o->timing_only
 			      ? 0
-			      : sl_profile_mem_read_gbps((size_t)1 << 30, r->threads);
+			      : sl_profile_mem_read_gbps(mem_probe_bytes(), r->threads);
 	/* the offload breakdown (model.h: sl_offload_stats) */
 	const double wall = prefill_s + decode_s;
 	r->wall = wall;
