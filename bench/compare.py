@@ -47,7 +47,12 @@ disk the work folder. Accelerate on a CPU-only machine has one memory tier,
 "cpu", and the disk: it gets max_memory={"cpu": gpu + cpu}, the whole RAM
 sluice may use, and its offload folder for the rest; with the host
 uncapped it gets no max_memory (all in RAM, as sluice may keep all in RAM).
-Where CUDA is present, Accelerate gets {0: gpu, "cpu": cpu}.
+Where CUDA is present, Accelerate gets {0: gpu, "cpu": cpu}. A budget's
+"ram" (e.g. disk:gpu=2G,cpu=6G,ram=10G) runs every system's process in a
+memory cgroup of that limit, RSS and page cache together, as on a machine
+with that much RAM, the run's files dropped from the page cache first
+(RamCap below): without it Accelerate, which reads offloaded weights
+through the page cache, reads them from spare RAM.
 
 Set-up (nothing in the C build depends on it):
   tools/compare-venv.sh /work/venv-cmp     # torch (CPU), transformers,
@@ -173,19 +178,25 @@ def fmt_size(n):
 
 
 def parse_budget(spec):
-    """'NAME:gpu=96M[,cpu=64M]' -> {"name", "gpu", "cpu", "gpu_s", "cpu_s"}."""
+    """'NAME:gpu=96M[,cpu=64M][,ram=8G]' -> {"name", "gpu", "cpu", "ram", "spec"}.
+    ram: every system's process runs in a memory cgroup of that limit (its
+    RSS and the page cache it fills together), as on a machine with that
+    much RAM."""
     name, sep, rest = str(spec).partition(":")
     if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ConfigError(f"budget '{spec}': want NAME:gpu=SIZE[,cpu=SIZE]")
-    b = {"name": name, "gpu": None, "cpu": None}
+        raise ConfigError(f"budget '{spec}': want NAME:gpu=SIZE[,cpu=SIZE][,ram=SIZE]")
+    b = {"name": name, "gpu": None, "cpu": None, "ram": None}
     for part in rest.split(","):
         k, eq, v = part.partition("=")
         k = k.strip()
-        if not eq or k not in ("gpu", "cpu"):
-            raise ConfigError(f"budget '{spec}': '{part}' is not gpu=SIZE or cpu=SIZE")
+        if not eq or k not in ("gpu", "cpu", "ram"):
+            raise ConfigError(f"budget '{spec}': '{part}' is not gpu=SIZE, cpu=SIZE or ram=SIZE")
         b[k] = parse_size(v)
     if b["gpu"] is None:
         raise ConfigError(f"budget '{spec}': gpu=SIZE is required (sluice's --gpu-mem)")
+    if b["ram"] is not None and b["ram"] < b["gpu"] + (b["cpu"] or 0):
+        raise ConfigError(f"budget '{spec}': ram={fmt_size(b['ram'])} is below gpu + cpu, the memory the "
+                          f"budget gives (leave room for each process's own memory too)")
     b["spec"] = spec
     return b
 
@@ -370,14 +381,130 @@ def loadavg():
         return None
 
 
+# ---- a RAM cap: one memory cgroup per run ------------------------------------
+#
+# A budget's ram=SIZE emulates a machine with that much RAM: the run's
+# process goes into a fresh memory cgroup limited to SIZE, which charges its
+# RSS and the page cache its reads and writes fill. Without it, a system
+# that reads its offloaded weights through the page cache (Accelerate's
+# safetensors and memmaps) reads them from RAM once the machine has spare
+# memory, while sluice reads its disk tier with O_DIRECT. The files of the
+# run are dropped from the page cache first (posix_fadvise DONTNEED), since
+# pages cached before the cgroup existed are not charged to it.
+
+def memory_cgroup_dir(proc_cgroup, mounts):
+    """(version, folder) of the memory cgroup /proc/self/cgroup's text names,
+    under the cgroup mounts of /proc/self/mounts' text; None if there is none."""
+    v1 = v2 = None
+    for line in mounts.splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[2] == "cgroup" and "memory" in f[3].split(","):
+            v1 = v1 or f[1]
+        elif len(f) >= 3 and f[2] == "cgroup2":
+            v2 = v2 or f[1]
+    for line in proc_cgroup.splitlines():
+        hid, _, rest = line.partition(":")
+        ctrl, _, path = rest.partition(":")
+        if v1 and "memory" in ctrl.split(","):
+            return 1, v1.rstrip("/") + path.rstrip("/")
+        if v2 and hid == "0" and ctrl == "":
+            d = v2.rstrip("/") + path.rstrip("/")
+            try:
+                if "memory" in open(os.path.join(d, "cgroup.controllers")).read().split():
+                    return 2, d
+            except OSError:
+                pass
+    return None
+
+
+class RamCap:
+    """A memory cgroup of limit bytes for one process: enter() in the child
+    (preexec_fn), usage() after it exits, close() to remove it."""
+
+    def __init__(self, limit, tag):
+        try:
+            found = memory_cgroup_dir(open("/proc/self/cgroup").read(), open("/proc/self/mounts").read())
+        except OSError:
+            found = None
+        if not found:
+            raise ConfigError("ram=SIZE needs a memory cgroup (v1, or v2 with the memory controller); "
+                              "this machine has none")
+        self.v, parent = found
+        self.dir = os.path.join(parent, f"sluice-compare-{os.getpid()}-{tag}")
+        try:
+            os.mkdir(self.dir)
+            knob = "memory.limit_in_bytes" if self.v == 1 else "memory.max"
+            with open(os.path.join(self.dir, knob), "w") as f:
+                f.write(str(limit))
+        except OSError as e:
+            self.close()
+            raise ConfigError(f"ram=SIZE: cannot make a memory cgroup in {parent}: {e.strerror} "
+                              f"(it needs root, or a delegated cgroup)")
+        self.procs = os.path.join(self.dir, "cgroup.procs")
+
+    def enter(self):
+        with open(self.procs, "w") as f:
+            f.write(str(os.getpid()))
+
+    def usage(self):
+        """Peak bytes charged (RSS and page cache) and whether the limit
+        killed the process (or, v1, was hit)."""
+        def rd(name):
+            try:
+                return open(os.path.join(self.dir, name)).read()
+            except OSError:
+                return ""
+        if self.v == 1:
+            peak = rd("memory.max_usage_in_bytes").strip()
+            oom = re.search(r"oom_kill (\d+)", rd("memory.oom_control"))
+            return {"cgroup_peak_bytes": int(peak) if peak else None,
+                    "cgroup_limit_hits": int(rd("memory.failcnt").strip() or 0),
+                    "cgroup_oom_kills": int(oom.group(1)) if oom else None}
+        peak = rd("memory.peak").strip()
+        oom = re.search(r"oom_kill (\d+)", rd("memory.events"))
+        return {"cgroup_peak_bytes": int(peak) if peak else None,
+                "cgroup_oom_kills": int(oom.group(1)) if oom else None}
+
+    def close(self):
+        for _ in range(50):
+            try:
+                os.rmdir(self.dir)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)  # the exited process is still leaving it
+
+
+def drop_page_cache(paths):
+    """posix_fadvise(DONTNEED) every file under paths: their pages leave the
+    page cache (clean ones; nothing here writes them). Returns the bytes."""
+    n = 0
+    for top in paths:
+        for d, _, files in os.walk(top):
+            for name in files:
+                p = os.path.join(d, name)
+                try:
+                    fd = os.open(p, os.O_RDONLY)
+                except OSError:
+                    continue
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    n += os.fstat(fd).st_size
+                finally:
+                    os.close(fd)
+    return n
+
+
 # ---- running a process -----------------------------------------------------
 
-def run_proc(cmd, timeout, env=None):
-    """Run cmd; its stdout, stderr, rc, wall time and own rusage (wait4)."""
+def run_proc(cmd, timeout, env=None, cap=None):
+    """Run cmd (in cap's cgroup, a RamCap, if given); its stdout, stderr, rc,
+    wall time and own rusage (wait4)."""
     import tempfile
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env)
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env, preexec_fn=cap.enter if cap else None)
         deadline = t0 + timeout if timeout else None
         while True:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -654,8 +781,19 @@ class Harness:
                    "--percent", str(wg), str(wc), "0", "100", "0", "100", "--cpu-cache-compute",
                    "--offload-dir", os.path.join(self.work, "flexgen-offload"), "--log-file", logf]
         rec["cmd"] = " ".join(shlex.quote(c) for c in cmd)
+        cap = None
+        if budget and budget.get("ram"):
+            # the checkpoint and sluice's store start on disk, not in RAM
+            rec["ram_cap_bytes"] = budget["ram"]
+            rec["page_cache_dropped_bytes"] = drop_page_cache([mdir, os.path.join(self.work, "offload")])
+            cap = RamCap(budget["ram"], f"{system}-{rep}")
         rec["loadavg_start"] = loadavg()
-        r = run_proc(cmd, a.timeout, env)
+        try:
+            r = run_proc(cmd, a.timeout, env, cap)
+        finally:
+            if cap:
+                rec.update(cap.usage())
+                cap.close()
         rec["loadavg_end"] = loadavg()
         for k in ("rc", "wall_s", "peak_rss_bytes", "os_read_bytes", "os_write_bytes"):
             rec[k] = r[k]
@@ -915,8 +1053,9 @@ def summarize(recs):
         for k in ("throughput_tok_s", "prefill_s", "decode_s"):
             s[k] = med([r["result"].get(k) for r in ok])
         s["tok_s_runs"] = [round(r["result"]["throughput_tok_s"], 4) for r in ok]
-        for k in ("peak_rss_bytes", "os_write_bytes", "os_read_bytes"):
+        for k in ("peak_rss_bytes", "os_write_bytes", "os_read_bytes", "cgroup_peak_bytes"):
             s[k] = med([r.get(k) for r in ok])
+        s["ram_cap_bytes"] = rs[0].get("ram_cap_bytes")
         s["batch_run"] = med([r["result"].get("batch") for r in ok])
         pols = sorted({r["result"].get("policy") for r in ok if r["result"].get("policy")})
         if pols:
@@ -1021,8 +1160,8 @@ def report(jsonl, plots=True):
          f"other repetition); medians. Hugging Face dtype: {mach['hf_dtype']} (the checkpoint is fp16).",
          f"- Command: `{' '.join(shlex.quote(x) for x in mach['argv'])}`\n"]
     L.append("## Budgets\n")
-    L.append("| model | budget | sluice | Accelerate (max_memory) |")
-    L.append("|---|---|---|---|")
+    L.append("| model | budget | sluice | Accelerate (max_memory) | RAM per run (cgroup) |")
+    L.append("|---|---|---|---|---|")
     for model, spec in mach["grid"].items():
         for bs in spec["budgets"]:
             b = parse_budget(bs)
@@ -1031,13 +1170,21 @@ def report(jsonl, plots=True):
                         and r["model"] == model and r["budget"] == b["name"] and r["ok"]), "?")
             acc = ("none (all in RAM)" if acc is None else
                    ", ".join(f"{k}: {fmt_size(x)}" for k, x in acc.items()) if isinstance(acc, dict) else acc)
-            L.append(f"| {model} | {b['name']} | {sl}, the rest on disk | {acc}, the rest in its offload folder |")
+            ram = fmt_size(b["ram"]) if b["ram"] else "the machine's"
+            L.append(f"| {model} | {b['name']} | {sl}, the rest on disk | {acc}, the rest in its offload folder "
+                     f"| {ram} |")
     L.append("\nOn the CPU backend sluice's \"device\" (--gpu-mem) is an arena in RAM and its host tier "
              "(--cpu-mem) is RAM too; Accelerate on a CPU-only machine has one memory tier, so it is given "
              "the sum (the RAM sluice may hold weights, cache and activations in) and the disk for the rest; "
              "with the host uncapped it is given no cap, as sluice may then hold everything in RAM. "
              "max_memory bounds Accelerate's weights only (its KV cache and activations come on top); "
-             "sluice's budgets bound its weights, cache and activations together.\n")
+             "sluice's budgets bound its weights, cache and activations together. "
+             "Where a budget has a RAM cap (ram=SIZE), every system's run is a process in a memory cgroup of "
+             "that limit, which counts its RSS and the page cache it fills together, as on a machine with that "
+             "much RAM; the checkpoint's and sluice's store's pages are dropped from the page cache before "
+             "each run (posix_fadvise). Without one, a system that reads offloaded weights through the page "
+             "cache (Accelerate) reads them from the machine's spare RAM after the first pass; sluice reads "
+             "its disk tier with O_DIRECT either way.\n")
     largest = {(r["model"], r["budget"]): r for r in recs if r.get("type") == "largest_batch"}
     if largest:
         L.append("## Largest batch that fits\n")
@@ -1055,9 +1202,10 @@ def report(jsonl, plots=True):
         L.append(f"\nProbe command: `{next(iter(largest.values()))['cmd']}`\n")
     L.append("## Results (medians)\n")
     hdr = ["model", "budget", "batch", "system", "tok/s", "prefill s", "decode s", "peak RSS MiB",
-           "on disk MiB", "same tokens as sluice", "placement", "load"]
+           "RAM peak MiB (cgroup)", "on disk MiB", "read from disk MiB", "same tokens as sluice", "placement",
+           "load"]
     L.append("| " + " | ".join(hdr) + " |")
-    L.append("|---|---|---:|---|---:|---:|---:|---:|---:|---|---|---:|")
+    L.append("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|")
     for s in sums:
         place = ""
         if s.get("policy"):
@@ -1075,7 +1223,8 @@ def report(jsonl, plots=True):
         bcol = str(s["batch"]) + (" (largest)" if lb and lb.get("batch") == s["batch"] else "")
         row = [s["model"], s["budget"] or "all in RAM", bcol, s["system"],
                fmt(s["throughput_tok_s"]), fmt(s["prefill_s"], 3), fmt(s["decode_s"], 3), mib(s["peak_rss_bytes"]),
-               mib(s.get("disk_bytes")), ags, place or "-", fmt(s["loadavg_1m"], 1)]
+               mib(s.get("cgroup_peak_bytes")), mib(s.get("disk_bytes")), mib(s.get("os_read_bytes")), ags,
+               place or "-", fmt(s["loadavg_1m"], 1)]
         if s["n_ok"] < s["n_runs"]:
             row[4] += f" ({s['n_ok']}/{s['n_runs']} ok)"
         L.append("| " + " | ".join(row) + " |")
@@ -1099,8 +1248,11 @@ def report(jsonl, plots=True):
     if bad:
         L.append("\n## Failed runs\n")
         for r in bad:
+            why = tail(r.get('stderr_tail') or r.get('stdout_tail') or '', 1)[:200]
+            if r.get("cgroup_oom_kills"):
+                why = f"killed at the RAM cap ({fmt_size(r['ram_cap_bytes'])}); " + why
             L.append(f"- {r['system']} {r['model']} {r['budget']} batch {r['batch']} rep {r['repeat_idx']}: "
-                     f"rc {r['rc']}: {tail(r.get('stderr_tail') or r.get('stdout_tail') or '', 1)[:200]}")
+                     f"rc {r['rc']}: {why}")
     refs = [r for r in recs if r.get("type") == "reference"]
     if refs:
         L.append("\n## Reference tokens\n")
@@ -1129,7 +1281,9 @@ def report(jsonl, plots=True):
     L.append("\ntokens/s = batch x new tokens / (prefill + decode), a warm-up excluded (FlexGen's metric). "
              "sluice: `sluice bench` (prefill = the prompt's forward pass and the first token). Hugging Face: one "
              "`generate` call, prefill = its start to its first new token (a streamer's clock). Each run is a "
-             "process of its own; peak RSS is its wait4(2) rusage (ru_maxrss). \"on disk\": what the system "
+             "process of its own; peak RSS is its wait4(2) rusage (ru_maxrss); \"RAM peak\" (under a RAM "
+             "cap) its cgroup's peak charge, RSS and page cache together; \"read from disk\" the bytes it read "
+             "through the block layer (ru_inblock x 512: page cache hits are not reads). \"on disk\": what the system "
              "keeps on disk for the job (sluice: its disk tier's peak, the weight store and cache pages; "
              "Accelerate: the weights its device map puts on disk, read from the checkpoint in place or from "
              "its offload folder); the .jsonl also has each process's block-layer writes "
@@ -1370,6 +1524,8 @@ def main(argv=None):
         grid = build_grid(a)
         if not (os.path.isfile(a.sluice) and os.access(a.sluice, os.X_OK)):
             raise ConfigError(f"{a.sluice}: not an executable (build sluice: ninja -C build)")
+        if any(parse_budget(b)["ram"] for spec in grid.values() for b in spec["budgets"]):
+            RamCap(1 << 30, "check").close()  # a RAM cap that cannot be had: said before anything runs
         return Harness(a, grid).run()
     except ConfigError as e:
         print(f"compare.py: {e}", file=sys.stderr)

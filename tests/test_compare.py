@@ -43,9 +43,39 @@ check(compare.fmt_size(640 << 20) == "640M" and compare.fmt_size(1 << 30) == "1G
 b = compare.parse_budget("disk:gpu=96M,cpu=64M")
 check((b["name"], b["gpu"], b["cpu"]) == ("disk", 96 << 20, 64 << 20), f"parse_budget {b}")
 check(compare.parse_budget("host:gpu=1G")["cpu"] is None, "an uncapped host")
+check(compare.parse_budget("host:gpu=1G")["ram"] is None, "no RAM cap")
+check(compare.parse_budget("d:gpu=1G,cpu=2G,ram=5G")["ram"] == 5 << 30, "a RAM cap")
+
+# the RAM cap's cgroup: v1's memory hierarchy, or v2's where it has the
+# memory controller, from /proc/self/cgroup and /proc/self/mounts
+V1_MOUNTS = ("cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n"
+             "cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0\n"
+             "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n")
+V1_SELF = "4:memory:/process_api/abc\n1:cpu:/\n0::/\n"
+check(compare.memory_cgroup_dir(V1_SELF, V1_MOUNTS) == (1, "/sys/fs/cgroup/memory/process_api/abc"),
+      f"v1 cgroup {compare.memory_cgroup_dir(V1_SELF, V1_MOUNTS)}")
+check(compare.memory_cgroup_dir("0::/\n", "proc /proc proc rw 0 0\n") is None, "no cgroup mounted")
+_cg = tempfile.mkdtemp()
+try:
+    os.makedirs(os.path.join(_cg, "user.slice"))
+    with open(os.path.join(_cg, "user.slice", "cgroup.controllers"), "w") as fh:
+        fh.write("cpu io memory pids\n")
+    got = compare.memory_cgroup_dir("0::/user.slice\n", f"cgroup2 {_cg} cgroup2 rw 0 0\n")
+    check(got == (2, os.path.join(_cg, "user.slice")), f"v2 cgroup {got}")
+    with open(os.path.join(_cg, "user.slice", "cgroup.controllers"), "w") as fh:
+        fh.write("cpu pids\n")
+    got = compare.memory_cgroup_dir("0::/user.slice\n", f"cgroup2 {_cg} cgroup2 rw 0 0\n")
+    check(got is None, f"v2 without the memory controller: {got}")
+    # the page cache of a run's files is dropped: every file, its bytes
+    with open(os.path.join(_cg, "a.bin"), "wb") as fh:
+        fh.write(b"x" * 5000)
+    check(compare.drop_page_cache([_cg, os.path.join(_cg, "missing")]) == 5000 + len("cpu pids\n"),
+          "drop_page_cache's bytes")
+finally:
+    shutil.rmtree(_cg)
 for bad, msg in (("disk", "want NAME:gpu=SIZE"), ("d:cpu=1G", "gpu=SIZE is required"),
-                 ("d:gpu=0", "must be above 0"), ("d:gpu=1G,ram=2G", "is not gpu=SIZE or cpu=SIZE"),
-                 ("d:gpu=lots", "is not a size")):
+                 ("d:gpu=0", "must be above 0"), ("d:gpu=1G,disk=2G", "is not gpu=SIZE, cpu=SIZE or ram=SIZE"),
+                 ("d:gpu=lots", "is not a size"), ("d:gpu=1G,cpu=2G,ram=2G", "ram=2G is below gpu + cpu")):
     try:
         compare.parse_budget(bad)
         check(False, f"budget '{bad}' accepted")
@@ -116,7 +146,8 @@ try:
             "versions": {"sluice": "sluice 1.0", "git": "abc", "torch": "2", "transformers": "5",
                          "accelerate": "1", "flexgen": None, "cuda": False},
             "loadavg_start": [0.5, 0.4, 0.3], "nice": 0, "argv": ["bench/compare.py", "--quick"],
-            "grid": {"opt-125m": {"budgets": ["host:gpu=96M", "disk:gpu=96M,cpu=64M"], "batches": [4]}},
+            "grid": {"opt-125m": {"budgets": ["host:gpu=96M", "disk:gpu=96M,cpu=64M", "ram:gpu=96M,cpu=64M,ram=1G"],
+                                  "batches": [4]}},
             "prompt_len": 64, "gen_len": 16, "repeat": 3, "hf_dtype": "fp32", "systems": list(compare.SYSTEMS)}
 
     def run(system, budget, tput, rep, ok=True, agree=None, extra=None):
@@ -125,7 +156,7 @@ try:
         d = {"type": "run", "system": system, "model": "opt-125m", "budget": budget, "batch": 4,
              "repeat_idx": rep, "cmd": f"{system} --rep {rep}", "rc": 0 if ok else 1, "ok": ok,
              "result": res if ok else None, "peak_rss_bytes": 300 << 20, "os_write_bytes": 10 << 20,
-             "loadavg_start": [1.0, 1, 1]}
+             "os_read_bytes": 5 << 20, "loadavg_start": [1.0, 1, 1]}
         if agree:
             d["agree"] = agree
         if not ok:
@@ -146,6 +177,15 @@ try:
                                "device_map_bytes": {"cpu": 40 << 20, "disk": 120 << 20},
                                "offload_folder_bytes": 0}))
     recs.append(run("sluice-auto", "disk", 0, 1, ok=False))
+    # under a RAM cap: the cgroup's peak and the block-layer reads; a run
+    # the cap killed says so
+    for rep in (1, 2):
+        r_ = run("accelerate", "ram", 1.5, rep, extra={"max_memory": {"cpu": 160 << 20}})
+        r_.update(ram_cap_bytes=1 << 30, cgroup_peak_bytes=(900 + rep) << 20, os_read_bytes=(400 + rep) << 20)
+        recs.append(r_)
+    r_ = run("sluice-auto", "ram", 0, 1, ok=False)
+    r_.update(ram_cap_bytes=1 << 30, cgroup_oom_kills=1, rc=137)
+    recs.append(r_)
     recs.append({"type": "skip", "system": "sluice-flexgen", "model": "opt-125m", "budget": "disk", "batch": 4,
                  "reason": "no FlexGen-style policy fits (22 tried)"})
     jl = os.path.join(tmp, "compare-x.jsonl")
@@ -158,12 +198,12 @@ try:
     def has(s, what):
         check(s in text, f"report: {what}: '{s}' not in the report")
 
-    has("| opt-125m | host | 4 | sluice-auto | 11.00 | 1.000 | 2.000 | 300 | 0 | (itself) | "
+    has("| opt-125m | host | 4 | sluice-auto | 11.00 | 1.000 | 2.000 | 300 | n/a | 0 | 5 | (itself) | "
         "4x1 --percent 0 100 0 100 0 100 peak 50/200/0 MiB dev/host/disk | 1.0 |", "the sluice-auto row (median 11)")
-    has("| opt-125m | host | 4 | accelerate | 5.00 | 1.000 | 2.000 | 300 | 0 | 9/12 | cpu 250 MiB | 1.0 |",
+    has("| opt-125m | host | 4 | accelerate | 5.00 | 1.000 | 2.000 | 300 | n/a | 0 | 5 | 9/12 | cpu 250 MiB | 1.0 |",
         "the accelerate row (median 5, 9 of 12 the same)")
     # on disk: Accelerate's device map's disk share, read from the checkpoint
-    has("| opt-125m | disk | 4 | accelerate | 2.00 | 1.000 | 2.000 | 300 | 120 | 12/12 | cpu 40 MiB, disk 120 MiB |",
+    has("| opt-125m | disk | 4 | accelerate | 2.00 | 1.000 | 2.000 | 300 | n/a | 120 | 5 | 12/12 | cpu 40 MiB, disk 120 MiB |",
         "the accelerate row with weights on disk (its device map's disk bytes)")
     has("| opt-125m | all in RAM | 4 | transformers | 20.00 |", "the transformers row")
     has("| opt-125m | disk | 4 | sluice-auto | n/a (0/1 ok) |", "a cell whose runs all failed")
@@ -178,6 +218,10 @@ try:
     has("**published**", "the published numbers labelled")
     has("- sluice-auto: `sluice-auto --rep 1`", "the first command of each system")
     has("(the run did not finish)", "no end record")
+    has("| opt-125m | ram | 4 | accelerate | 1.50 | 1.000 | 2.000 | 300 | 902 | 0 | 402 |", "a run under a RAM cap")
+    has("| opt-125m | ram | --gpu-mem 96M --cpu-mem 64M, the rest on disk | cpu: 160M, the rest in its offload "
+        "folder | 1G |", "the RAM cap in the budgets")
+    has("- sluice-auto opt-125m ram batch 4 rep 1: rc 137: killed at the RAM cap (1G); ", "a run the cap killed")
     sums = [json.loads(l) for l in open(jl) if '"summary"' in l]
     s = next(x for x in sums if x["system"] == "sluice-auto" and x["budget"] == "host")
     check(s["tok_s_runs"] == [10, 12, 11] and s["throughput_tok_s"] == statistics.median([10, 12, 11]),
