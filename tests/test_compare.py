@@ -73,6 +73,38 @@ try:
           "drop_page_cache's bytes")
 finally:
     shutil.rmtree(_cg)
+
+# a RAM cap that cannot be had is one line; where one can (root with a
+# writable memory cgroup), a process past it is killed and one within it is not
+_real = compare.memory_cgroup_dir
+compare.memory_cgroup_dir = lambda *a: None
+try:
+    compare.RamCap(1 << 30, "t")
+    check(False, "RamCap without a cgroup accepted")
+except compare.ConfigError as e:
+    check("needs a memory cgroup" in str(e) and "\n" not in str(e), f"RamCap without a cgroup: {e}")
+compare.memory_cgroup_dir = _real
+try:
+    cap = compare.RamCap(64 << 20, "test")
+except compare.ConfigError as e:
+    cap = None
+    print(f"test_compare: no RAM cap here, its limit not checked ({e})")
+if cap:
+    try:
+        hog = [sys.executable, "-c", "b = bytearray(256 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1"]
+        r = compare.run_proc(hog, 120, None, cap)
+        u = cap.usage()
+        check(r["rc"] != 0 and (u.get("cgroup_oom_kills") or 0) >= 1, f"a process past the cap: rc {r['rc']}, {u}")
+    finally:
+        cap.close()
+    cap = compare.RamCap(256 << 20, "test2")
+    try:
+        r = compare.run_proc([sys.executable, "-c", "b = bytearray(16 << 20)"], 120, None, cap)
+        u = cap.usage()
+        check(r["rc"] == 0 and 0 < (u["cgroup_peak_bytes"] or 0) <= 256 << 20, f"a process within the cap: {r['rc']}, {u}")
+    finally:
+        cap.close()
+    check(not os.path.exists(cap.dir), "the cgroup removed")
 for bad, msg in (("disk", "want NAME:gpu=SIZE"), ("d:cpu=1G", "gpu=SIZE is required"),
                  ("d:gpu=0", "must be above 0"), ("d:gpu=1G,disk=2G", "is not gpu=SIZE, cpu=SIZE or ram=SIZE"),
                  ("d:gpu=lots", "is not a size"), ("d:gpu=1G,cpu=2G,ram=2G", "ram=2G is below gpu + cpu")):
