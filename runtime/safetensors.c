@@ -357,6 +357,17 @@ done:
 	return 0;
 }
 
+void sl_st_release(const sl_st_tensor *t, size_t off, size_t len)
+{
+	if (off >= t->nbytes)
+		return;
+	len = SL_MIN(len, t->nbytes - off);
+	const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), p = (uintptr_t)t->data + off;
+	const uintptr_t a = (p + pg - 1) & ~(pg - 1), e = (p + len) & ~(pg - 1);
+	if (e > a)
+		(void)madvise((void *)a, e - a, MADV_DONTNEED); /* a hint: a failure changes nothing */
+}
+
 void sl_st_close(sl_st_set *s)
 {
 	if (!s)

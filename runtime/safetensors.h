@@ -55,6 +55,15 @@ const sl_st_tensor *sl_st_find(const sl_st_set *s, const char *name);
 size_t sl_st_count(const sl_st_set *s);
 const sl_st_tensor *sl_st_at(const sl_st_set *s, size_t i);
 
+/* Bytes [off, off + len) of t, read and no longer needed, leave the
+ * process's memory: the whole pages among them are unmapped from its RSS
+ * (madvise MADV_DONTNEED; the page cache keeps them as long as the kernel
+ * does).  The mapping is private and never written, so reading them again
+ * maps the file's bytes again: a hint, never a change of contents.  So a
+ * checkpoint converted a tensor at a time is not resident beside its
+ * converted copy. */
+void sl_st_release(const sl_st_tensor *t, size_t off, size_t len);
+
 /* The files of the set (one, or every shard), in the order opened. */
 size_t sl_st_nfiles(const sl_st_set *s);
 const sl_st_file *sl_st_file_at(const sl_st_set *s, size_t i);

@@ -355,10 +355,16 @@ static int fill_tensor(const sl_model_config *c, const source *src, const tdesc 
 	if (t->dtype == SL_DT_OTHER)
 		return sl_err(SL_ESHAPE, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16",
 			      t->file, t->name, t->dtype_name);
+	const size_t es = t->dtype == SL_DT_F32 ? 4 : 2;
 	sl_st_tensor part = *t; /* the range: its bytes start first elements in */
-	part.data = (const unsigned char *)t->data + first * (t->dtype == SL_DT_F32 ? 4 : 2);
+	part.data = (const unsigned char *)t->data + first * es;
 	const size_t bad = convert_to_half(&part, dst, n);
-	return bad < n ? unrepresentable(t, first + bad) : 0;
+	if (bad < n)
+		return unrepresentable(t, first + bad);
+	/* the checkpoint's copy of the range is done with: not resident beside
+	 * the converted one (the loading's peak RSS) */
+	sl_st_release(t, first * es, n * es);
+	return 0;
 }
 
 /* Rows [0, n) of a (n, k) fp16 matrix into sl_q4's layout at dst (its

@@ -247,6 +247,34 @@ START_TEST(test_header_hash_pinned)
 }
 END_TEST
 
+/* A tensor's bytes released after conversion (sl_st_release: unmapped
+ * from the process's memory) read back the same, in part, whole, past the
+ * end and again; so the loader may release what it has converted. */
+START_TEST(test_release_keeps_contents)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/opt-pre", fixtures_dir);
+	sl_st_set *st = NULL;
+	ck_assert_msg(sl_st_open_dir(dir, &st) == 0, "%s", sl_errmsg());
+	const sl_st_tensor *big = NULL;
+	for (size_t i = 0; i < sl_st_count(st); i++)
+		if (!big || sl_st_at(st, i)->nbytes > big->nbytes)
+			big = sl_st_at(st, i);
+	ck_assert(big && big->nbytes > 3 * 4096);
+	unsigned char *copy = malloc(big->nbytes);
+	ck_assert(copy);
+	memcpy(copy, big->data, big->nbytes);
+	sl_st_release(big, 100, 2 * 4096 + 7);
+	ck_assert(memcmp(copy, big->data, big->nbytes) == 0);
+	sl_st_release(big, 0, big->nbytes);
+	sl_st_release(big, big->nbytes, 4096);
+	sl_st_release(big, big->nbytes - 1, (size_t)-1);
+	ck_assert(memcmp(copy, big->data, big->nbytes) == 0);
+	free(copy);
+	sl_st_close(st);
+}
+END_TEST
+
 /*
  * The issue's reproduction, on a one-file checkpoint (opt-pre) and a sharded
  * bf16 one (opt-wide, the change in its second shard): weights on disk,
@@ -674,6 +702,7 @@ int main(int argc, char **argv)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_fnv1a64_reference);
 	tcase_add_test(tc, test_header_hash_pinned);
+	tcase_add_test(tc, test_release_keeps_contents);
 	tcase_add_loop_test(tc, test_changed_checkpoint, 0, 2);
 	tcase_add_test(tc, test_replaced_while_open);
 	tcase_add_test(tc, test_store_per_placement);
