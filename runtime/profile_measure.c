@@ -37,12 +37,6 @@ static void say(const sl_profile_opts *o, const char *fmt, ...)
 	fflush(o->log);
 }
 
-static double median3(double a[3])
-{
-	double lo = SL_MIN(a[0], SL_MIN(a[1], a[2])), hi = SL_MAX(a[0], SL_MAX(a[1], a[2]));
-	return a[0] + a[1] + a[2] - lo - hi;
-}
-
 static double gib(uint64_t b)
 {
 	return (double)b / (double)(1ull << 30);
@@ -95,7 +89,7 @@ double sl_profile_mem_read_gbps(size_t bytes, int threads)
 	}
 	free(buf);
 	/* n(n-1)/2 summed three times: the compiler cannot drop the loop */
-	return sink == 3 * ((uint64_t)n * (n - 1) / 2) ? median3(r) : 0;
+	return sink == 3 * ((uint64_t)n * (n - 1) / 2) ? sl_median(r, 3) : 0;
 }
 
 /* ---- backends: GEMM and copies -------------------------------------------------- */
@@ -129,7 +123,7 @@ static int time_calls(sl_backend *b, sl_queue *q, issue_fn issue, const void *ar
 		SL_TRY(sl_queue_sync(b, q));
 		r[s] = (sl_now() - t0) / calls;
 	}
-	*per_call = median3(r);
+	*per_call = sl_median(r, 3);
 	return 0;
 }
 
@@ -309,8 +303,8 @@ static int measure_copies(sl_backend *b, size_t bytes, double *h2d, double *d2h)
 			double dt = sl_now() - t0;
 			r[dir][s] = dt > 0 ? (double)bytes / dt / 1e9 : 0;
 		}
-	*h2d = median3(r[0]);
-	*d2h = median3(r[1]);
+	*h2d = sl_median(r[0], 3);
+	*d2h = sl_median(r[1], 3);
 out:
 	if (q)
 		sl_queue_free(b, q);
@@ -1214,7 +1208,7 @@ static int measure_zstd(bool quick, double target_s, double *gbps, double *ratio
 		if (clen[f] && memcmp(out + (size_t)f * win, raw + (size_t)f * win, win) != 0)
 			rc = sl_err(SL_EFORMAT, "profile: zstd frames did not decompress to what was compressed");
 	if (!rc)
-		*gbps = (double)raw_bytes / median3(sec) / 1e9;
+		*gbps = (double)raw_bytes / sl_median(sec, 3) / 1e9;
 out:
 	for (int t = 0; t < nthr && dctx; t++)
 		ZSTD_freeDCtx(dctx[t]);
