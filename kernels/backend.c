@@ -41,13 +41,7 @@ const char *sl_backend_resolve(const char *name)
 int sl_backend_create(const char *name, int nthreads, sl_backend **out)
 {
 	*out = NULL;
-	if (!name || !strcmp(name, "auto")) {
-#if SL_HAVE_CUDA
-		if (sl_cuda_usable())
-			return cuda_create(nthreads, out);
-#endif
-		return sl_cpu_backend_create(nthreads, out);
-	}
+	name = sl_backend_resolve(name); /* "auto": cuda where usable, else cpu */
 	if (!strcmp(name, "cpu"))
 		return sl_cpu_backend_create(nthreads, out);
 	if (!strcmp(name, "cuda")) {
