@@ -276,6 +276,31 @@ static int linear_q(sl_model *m, bool q4, int rows, const float *x, int ldx, con
 	return sl_gemm(m->be, m->q, &g);
 }
 
+/* y (+)= x wt^T (+ bias) for a matrix wt of layer view lw: one GEMM per
+ * piece where the placement split it by rows (sl_wcut), each writing its
+ * own columns of y with its own part of the bias. */
+static int layer_linear(sl_model *m, const sl_layer_w *lw, int rows, const float *x, int ldx,
+			const sl_half *wt, const sl_half *bias, int n, int k, float *y, int ldy, float alpha,
+			unsigned flags)
+{
+	int r0 = 0;
+	const sl_half *p = wt;
+	while (p) {
+		int r1 = n;
+		const sl_half *next = NULL;
+		for (int i = 0; i < lw->ncut; i++)
+			if (lw->cut[i].first == wt && lw->cut[i].row > r0 && lw->cut[i].row < r1) {
+				r1 = lw->cut[i].row;
+				next = lw->cut[i].rest;
+			}
+		SL_TRY(linear_q(m, lw->q4, rows, x, ldx, p, bias ? bias + r0 : NULL, r1 - r0, k, y + r0, ldy,
+				alpha, flags));
+		r0 = r1;
+		p = next;
+	}
+	return 0;
+}
+
 /* The embeddings' side (project_in, project_out, the head): always fp16. */
 static int linear(sl_model *m, int rows, const float *x, int ldx, const sl_half *w,
 		  const sl_half *bias, int n, int k, float *y, int ldy, float alpha, unsigned flags)
@@ -441,9 +466,9 @@ static int llama_attn_block(sl_model *m, sl_kv *kv, int l, const sl_layer_w *w, 
 	const int rows = g * t;
 	const float scale = 1.0f / sqrtf((float)hd);
 	SL_TRY(sl_rmsnorm(m->be, m->q, rows, h, hg, h, w->ln1_g, c->llama.rms_eps, m->x, h));
-	SL_TRY(linear_q(m, w->q4, rows, m->x, h, w->q_w, w->q_b, qd, h, m->qb, qd, scale, 0));
-	SL_TRY(linear_q(m, w->q4, rows, m->x, h, w->k_w, w->k_b, kd, h, m->kb, kd, 1.0f, 0));
-	SL_TRY(linear_q(m, w->q4, rows, m->x, h, w->v_w, w->v_b, kd, h, m->vb, kd, 1.0f, 0));
+	SL_TRY(layer_linear(m, w, rows, m->x, h, w->q_w, w->q_b, qd, h, m->qb, qd, scale, 0));
+	SL_TRY(layer_linear(m, w, rows, m->x, h, w->k_w, w->k_b, kd, h, m->kb, kd, 1.0f, 0));
+	SL_TRY(layer_linear(m, w, rows, m->x, h, w->v_w, w->v_b, kd, h, m->vb, kd, 1.0f, 0));
 	/* the block's rows s0 * t.. have their positions in pos_host */
 	const sl_rope_args ra = { .rows = rows, .hd = hd, .nh_q = c->n_head, .nh_k = c->n_kv_head,
 				  .q = m->qb, .ldq = qd, .k = m->kb, .ldk = kd,
@@ -451,7 +476,7 @@ static int llama_attn_block(sl_model *m, sl_kv *kv, int l, const sl_layer_w *w, 
 	SL_TRY(sl_rope(m->be, m->q, &ra));
 	for (int i = 0; i < nparts; i++)
 		SL_TRY(attend(m, kv, l, s0, &parts[i], t, npad, prefill));
-	return linear_q(m, w->q4, rows, m->ab, qd, w->o_w, NULL, h, qd, hg, h, 1.0f, SL_GEMM_ACCUM);
+	return layer_linear(m, w, rows, m->ab, qd, w->o_w, NULL, h, qd, hg, h, 1.0f, SL_GEMM_ACCUM);
 }
 
 /* The LLaMA family's MLP half: RMSNorm, gate and up side by side in fb,
@@ -463,10 +488,10 @@ static int llama_mlp_block(sl_model *m, const sl_layer_w *w, float *hg, int g, i
 	const int rows = g * t;
 	float *gate = m->fb, *up = m->fb + f;
 	SL_TRY(sl_rmsnorm(m->be, m->q, rows, h, hg, h, w->ln2_g, c->llama.rms_eps, m->x, h));
-	SL_TRY(linear_q(m, w->q4, rows, m->x, h, w->gate_w, NULL, f, h, gate, 2 * f, 1.0f, 0));
-	SL_TRY(linear_q(m, w->q4, rows, m->x, h, w->up_w, NULL, f, h, up, 2 * f, 1.0f, 0));
+	SL_TRY(layer_linear(m, w, rows, m->x, h, w->gate_w, NULL, f, h, gate, 2 * f, 1.0f, 0));
+	SL_TRY(layer_linear(m, w, rows, m->x, h, w->up_w, NULL, f, h, up, 2 * f, 1.0f, 0));
 	SL_TRY(sl_swiglu(m->be, m->q, rows, f, gate, 2 * f, up, 2 * f, gate, 2 * f));
-	return linear_q(m, w->q4, rows, gate, 2 * f, w->down_w, NULL, h, f, hg, h, 1.0f, SL_GEMM_ACCUM);
+	return layer_linear(m, w, rows, gate, 2 * f, w->down_w, NULL, h, f, hg, h, 1.0f, SL_GEMM_ACCUM);
 }
 
 /* The attention half of decoder layer l for the g sequences from s0,
@@ -487,12 +512,12 @@ static int attn_block(sl_model *m, sl_kv *kv, int l, const sl_layer_w *w, float 
 		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, oc->ln_eps, m->x, h));
 		xin = m->x;
 	}
-	SL_TRY(linear_q(m, w->q4, rows, xin, h, w->q_w, w->q_b, h, h, m->qb, h, scale, 0));
-	SL_TRY(linear_q(m, w->q4, rows, xin, h, w->k_w, w->k_b, h, h, m->kb, h, 1.0f, 0));
-	SL_TRY(linear_q(m, w->q4, rows, xin, h, w->v_w, w->v_b, h, h, m->vb, h, 1.0f, 0));
+	SL_TRY(layer_linear(m, w, rows, xin, h, w->q_w, w->q_b, h, h, m->qb, h, scale, 0));
+	SL_TRY(layer_linear(m, w, rows, xin, h, w->k_w, w->k_b, h, h, m->kb, h, 1.0f, 0));
+	SL_TRY(layer_linear(m, w, rows, xin, h, w->v_w, w->v_b, h, h, m->vb, h, 1.0f, 0));
 	for (int i = 0; i < nparts; i++)
 		SL_TRY(attend(m, kv, l, s0, &parts[i], t, npad, prefill));
-	SL_TRY(linear_q(m, w->q4, rows, m->ab, h, w->o_w, w->o_b, h, h, hg, h, 1.0f, SL_GEMM_ACCUM));
+	SL_TRY(layer_linear(m, w, rows, m->ab, h, w->o_w, w->o_b, h, h, hg, h, 1.0f, SL_GEMM_ACCUM));
 	if (!oc->pre_ln)
 		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln1_g, w->ln1_b, oc->ln_eps, hg, h));
 	return 0;
@@ -513,8 +538,8 @@ static int mlp_block(sl_model *m, const sl_layer_w *w, float *hg, int g, int t)
 		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, oc->ln_eps, m->x, h));
 		xin = m->x;
 	}
-	SL_TRY(linear_q(m, w->q4, rows, xin, h, w->fc1_w, w->fc1_b, f, h, m->fb, f, 1.0f, SL_GEMM_RELU));
-	SL_TRY(linear_q(m, w->q4, rows, m->fb, f, w->fc2_w, w->fc2_b, h, f, hg, h, 1.0f, SL_GEMM_ACCUM));
+	SL_TRY(layer_linear(m, w, rows, xin, h, w->fc1_w, w->fc1_b, f, h, m->fb, f, 1.0f, SL_GEMM_RELU));
+	SL_TRY(layer_linear(m, w, rows, m->fb, f, w->fc2_w, w->fc2_b, h, f, hg, h, 1.0f, SL_GEMM_ACCUM));
 	if (!oc->pre_ln)
 		SL_TRY(sl_layernorm(m->be, m->q, rows, h, hg, h, w->ln2_g, w->ln2_b, oc->ln_eps, hg, h));
 	return 0;

@@ -155,13 +155,20 @@ static size_t tensor_elems(const sl_model_config *c, const tdesc *d)
 	return (size_t)dim_value(c, d->rows) * (size_t)dim_value(c, d->cols);
 }
 
-/* A layer tensor's bytes in its homes: fp16, or (q4: compress_weight) a
- * matrix in sl_q4's layout; vectors (biases, norms) stay fp16. */
+/* The bytes of rows of a layer matrix in its homes: fp16, or (q4:
+ * compress_weight) sl_q4's layout of those rows; a vector (bias, norm) is
+ * whole and fp16 (rows is ignored). */
+static size_t piece_bytes(const sl_model_config *c, const tdesc *d, bool q4, size_t rows)
+{
+	if (d->kind != 0)
+		return tensor_elems(c, d) * 2;
+	const size_t k = (size_t)dim_value(c, d->cols);
+	return q4 ? sl_q4_bytes(rows, k) : rows * k * 2;
+}
+
 static size_t tensor_bytes(const sl_model_config *c, const tdesc *d, bool q4)
 {
-	if (q4 && d->kind == 0)
-		return sl_q4_bytes((size_t)dim_value(c, d->rows), (size_t)dim_value(c, d->cols));
-	return tensor_elems(c, d) * 2;
+	return piece_bytes(c, d, q4, (size_t)dim_value(c, d->rows));
 }
 
 static size_t align64(size_t n)
@@ -390,8 +397,9 @@ static void quantize_rows(const sl_half *h, size_t n, size_t k, uint8_t *dst)
 #define Q4_SCRATCH ((size_t)1 << 20)
 
 /*
- * Bytes [lo, hi) of a matrix's quantised form (sl_q4: the codes of every
- * row, then every row's metadata) into dst.  The rows whose codes or
+ * Bytes [lo, hi) of the quantised form (sl_q4: the codes of every row,
+ * then every row's metadata) of rows [row0, row0 + rows) of a matrix into
+ * dst.  The rows whose codes or
  * metadata fall in the range are read as fp16 (fill_tensor) a bounded
  * chunk at a time and quantised, so no fp16 copy of the matrix (or of a
  * layer) is ever made, and a range may start and end anywhere: in a row's
@@ -399,9 +407,9 @@ static void quantize_rows(const sl_half *h, size_t n, size_t k, uint8_t *dst)
  * piece).
  */
 static int q4_fill(const sl_model_config *c, const source *src, const tdesc *d, const char *name,
-		   uint64_t id, size_t lo, size_t hi, uint8_t *dst)
+		   uint64_t id, size_t row0, size_t rows, size_t lo, size_t hi, uint8_t *dst)
 {
-	const size_t rows = (size_t)dim_value(c, d->rows), k = (size_t)dim_value(c, d->cols);
+	const size_t k = (size_t)dim_value(c, d->cols);
 	const size_t ng = sl_q4_groups(k), rc = ng * SL_Q4_CODE_BYTES, rm = ng * SL_Q4_META_BYTES;
 	const size_t cb = rows * rc; /* the codes' bytes; the metadata follow */
 	/* the rows whose codes, and whose metadata, the range touches */
@@ -433,7 +441,7 @@ static int q4_fill(const sl_model_config *c, const source *src, const tdesc *d, 
 	for (int s = 0; s < nspan && !err; s++)
 		for (size_t r0 = span[s][0]; r0 < span[s][1] && !err; r0 += per) {
 			const size_t n = SL_MIN(per, span[s][1] - r0);
-			if ((err = fill_tensor(c, src, d, name, id, r0 * k, n * k, h)) < 0)
+			if ((err = fill_tensor(c, src, d, name, id, (row0 + r0) * k, n * k, h)) < 0)
 				break;
 			quantize_rows(h, n, k, q);
 			/* this chunk's codes and metadata, where they meet [lo, hi) */
@@ -449,14 +457,16 @@ static int q4_fill(const sl_model_config *c, const source *src, const tdesc *d, 
 	return err;
 }
 
-/* Bytes [lo, hi) of a layer tensor as its homes hold it (tensor_bytes):
- * fp16 values (lo and hi even), or a quantised matrix. */
+/* Bytes [lo, hi) of a layer tensor's piece (rows [p->row0, p->row1)) as
+ * its home holds it (piece_bytes): fp16 values (lo and hi even), or a
+ * quantised matrix of those rows. */
 static int fill_bytes(const sl_model_config *c, const source *src, const tdesc *d, const char *name,
-		      uint64_t id, bool q4, size_t lo, size_t hi, void *dst)
+		      uint64_t id, bool q4, const sl_wpiece *p, size_t lo, size_t hi, void *dst)
 {
 	if (q4 && d->kind == 0)
-		return q4_fill(c, src, d, name, id, lo, hi, dst);
-	return fill_tensor(c, src, d, name, id, lo / 2, (hi - lo) / 2, dst);
+		return q4_fill(c, src, d, name, id, (size_t)p->row0, (size_t)(p->row1 - p->row0), lo, hi, dst);
+	const size_t first = d->kind == 0 ? (size_t)p->row0 * (size_t)dim_value(c, d->cols) : 0;
+	return fill_tensor(c, src, d, name, id, first + lo / 2, (hi - lo) / 2, dst);
 }
 
 static size_t align4k(size_t n)
@@ -473,13 +483,25 @@ size_t sl_weights_layer_bytes(const sl_model_config *c, bool q4)
 	return n;
 }
 
-/* FlexGen's rule: tiers by byte midpoint, ordered [disk, cpu, device].
- * Within each tier the tensors keep their order, so each half's tensors
- * are one range of its tier's home; the MLP half's disk tensors start on
- * a page, so either half is one O_DIRECT read (the layout does not depend
- * on how the weights are streamed).  With compress_weight (p->q4) the
- * bytes are the homes' own: the matrices quantised, so a percentage is
- * of the compressed layer. */
+/* The row a tier boundary at byte cut of a layer falls on in a tensor
+ * that starts at byte start and has rows rows of row bytes each: a
+ * multiple of SL_WSPLIT_ROWS (a vector: one row, so it goes whole where
+ * its midpoint falls), clamped to [0, rows]. */
+static int cut_row(double cut, double start, size_t row, int rows, int step)
+{
+	const double r = (cut - start) / (double)row / step;
+	if (r <= 0)
+		return 0;
+	return (int)SL_MIN((double)rows, floor(r + 0.5) * step);
+}
+
+/* The tiers, ordered [disk, cpu, device] over the layer's bytes (weights.h:
+ * sl_weight_place), in pieces.  Within each tier the pieces keep their
+ * order, so each half's pieces are one range of its tier's home; the MLP
+ * half's disk pieces start on a page, so either half is one O_DIRECT read
+ * (the layout does not depend on how the weights are streamed).  With
+ * compress_weight (p->q4) the bytes are the homes' own: the matrices
+ * quantised, so a percentage is of the compressed layer. */
 static void place_layer(const sl_model_config *c, const sl_weight_place *p, sl_model_weights *w)
 {
 	memset(w->unit, 0, sizeof w->unit);
@@ -493,23 +515,34 @@ static void place_layer(const sl_model_config *c, const sl_weight_place *p, sl_m
 	size_t total = 0;
 	for (int i = 0; i < tb.n; i++)
 		total += tensor_bytes(c, &tb.t[i], w->q4);
+	const double cut[2] = { disk / 100.0 * (double)total, (disk + cpu) / 100.0 * (double)total };
 	size_t cum = 0;
 	w->dev_bytes = w->host_bytes = w->disk_bytes = 0;
+	w->npiece = 0;
 	for (int i = 0; i < tb.n; i++) {
-		size_t nb = tensor_bytes(c, &tb.t[i], w->q4);
-		double mid = 100.0 * ((double)cum + nb / 2.0) / (double)total;
+		const tdesc *d = &tb.t[i];
+		const int rows = d->kind == 0 ? (int)dim_value(c, d->rows) : 1;
+		const size_t nb = tensor_bytes(c, d, w->q4);
+		const int step = d->kind == 0 ? SL_WSPLIT_ROWS : 1;
+		/* the rows in each tier: [0, r[0]) disk, [r[0], r[1]) host, the rest device */
+		int r[3] = { cut_row(cut[0], (double)cum, nb / (size_t)rows, rows, step), 0, rows };
+		r[1] = SL_MAX(r[0], cut_row(cut[1], (double)cum, nb / (size_t)rows, rows, step));
 		cum += nb;
-		enum sl_tier t = mid < disk ? SL_TIER_DISK : mid < disk + cpu ? SL_TIER_HOST : SL_TIER_DEVICE;
-		w->tier[i] = (unsigned char)t;
 		if (i == tb.attn) { /* the MLP half begins */
 			w->unit[SL_UNIT_MLP].host_off = w->host_bytes;
 			w->disk_bytes = align4k(w->disk_bytes);
 			w->unit[SL_UNIT_MLP].disk_off = w->disk_bytes;
 		}
-		size_t *home = t == SL_TIER_DISK ? &w->disk_bytes : t == SL_TIER_HOST ? &w->host_bytes
-										   : &w->dev_bytes;
-		w->home_off[i] = *home;
-		*home += align64(nb);
+		for (int t = 0, row0 = 0; t < 3; row0 = r[t], t++) {
+			if (r[t] == row0)
+				continue;
+			const int tier = t == 0 ? SL_TIER_DISK : t == 1 ? SL_TIER_HOST : SL_TIER_DEVICE;
+			size_t *home = tier == SL_TIER_DISK ? &w->disk_bytes : tier == SL_TIER_HOST ? &w->host_bytes
+											  : &w->dev_bytes;
+			w->piece[w->npiece++] = (sl_wpiece){ .t = (unsigned char)i, .tier = (unsigned char)tier,
+							     .row0 = row0, .row1 = r[t], .off = *home };
+			*home += align64(piece_bytes(c, d, w->q4, (size_t)(r[t] - row0)));
+		}
 	}
 	sl_wstage_unit *un = w->unit;
 	const size_t attn_disk = un[SL_UNIT_MLP].disk_off; /* page aligned */
@@ -583,7 +616,7 @@ size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, doubl
 
 /* Pointers of layer l's tensors: home for device ones (and host ones read
  * in place), the slot holding unit u for the unit's other ones (NULL:
- * none), NULL for the rest. */
+ * none), NULL for the rest; a split matrix's later pieces in cut[]. */
 static void layer_view(const sl_model_weights *w, const sl_layer_w *lw, void *slot, int u,
 		       sl_layer_w *view)
 {
@@ -592,16 +625,21 @@ static void layer_view(const sl_model_weights *w, const sl_layer_w *lw, void *sl
 	/* the unit's tensors: [first, end) of the table */
 	const int first = u == SL_UNIT_MLP ? w->nattn : 0;
 	const int end = u == SL_UNIT_ATTN ? w->nattn : w->ntensors;
-	for (int i = 0; i < w->ntensors; i++) {
-		const bool in = slot && i >= first && i < end;
+	view->ncut = 0;
+	for (int j = 0; j < w->npiece; j++) {
+		const sl_wpiece *p = &w->piece[j];
+		const bool in = slot && p->t >= first && p->t < end;
 		const sl_wstage_unit *x = &w->unit[u];
-		char *base = w->tier[i] == SL_TIER_DEVICE ? (char *)lw->block.p + w->home_off[i]
-			     : w->tier[i] == SL_TIER_HOST && w->host_in_place
-				     ? (char *)lw->host.p + w->home_off[i]
+		char *base = p->tier == SL_TIER_DEVICE ? (char *)lw->block.p + p->off
+			     : p->tier == SL_TIER_HOST && w->host_in_place ? (char *)lw->host.p + p->off
 			     : !in ? NULL
-			     : w->tier[i] == SL_TIER_HOST ? (char *)slot + (w->home_off[i] - x->host_off)
-			     : (char *)slot + x->stage_disk + (w->home_off[i] - x->disk_off);
-		*(sl_half **)((char *)view + tt[i].off) = (sl_half *)base;
+			     : p->tier == SL_TIER_HOST ? (char *)slot + (p->off - x->host_off)
+			     : (char *)slot + x->stage_disk + (p->off - x->disk_off);
+		sl_half **field = (sl_half **)((char *)view + tt[p->t].off);
+		if (p->row0 == 0) /* a tensor's first piece (pieces are in row order) */
+			*field = (sl_half *)base;
+		else if (*field && base && view->ncut < (int)SL_ARRAY_LEN(view->cut))
+			view->cut[view->ncut++] = (sl_wcut){ *field, p->row0, (sl_half *)base };
 	}
 }
 
@@ -743,19 +781,22 @@ static int conv_drain(conv *v)
 	return rc;
 }
 
-/* One tensor to device memory at dst, a piece at a time (q4: a layer
- * matrix, quantised). */
-static int conv_device(conv *v, const tdesc *d, const char *name, uint64_t id, bool q4, void *dst)
+/* A tensor's rows p (NULL: the whole) to device memory at dst, a
+ * conversion piece at a time (q4: a layer matrix, quantised). */
+static int conv_device(conv *v, const tdesc *d, const char *name, uint64_t id, bool q4, const sl_wpiece *p,
+		       void *dst)
 {
-	const size_t n = tensor_bytes(v->c, d, q4), per = v->piece;
+	const sl_wpiece whole = { .row0 = 0, .row1 = (int)dim_value(v->c, d->rows) };
+	p = p ? p : &whole;
+	const size_t n = piece_bytes(v->c, d, q4, (size_t)(p->row1 - p->row0)), per = v->piece;
 	if (v->b->ops->dev_is_host) /* nothing to copy: straight into place */
-		return fill_bytes(v->c, v->src, d, name, id, q4, 0, n, dst);
+		return fill_bytes(v->c, v->src, d, name, id, q4, p, 0, n, dst);
 	for (size_t first = 0; first < n; first += per) {
 		const size_t k = SL_MIN(per, n - first);
 		unsigned char *buf;
 		SL_TRY(conv_take(v, &buf));
 		const int b = v->next ^ 1; /* the buffer conv_take handed out */
-		SL_TRY(fill_bytes(v->c, v->src, d, name, id, q4, first, first + k, buf));
+		SL_TRY(fill_bytes(v->c, v->src, d, name, id, q4, p, first, first + k, buf));
 		SL_TRY(sl_copy_h2d(v->b, v->q, (char *)dst + first, buf, k));
 		SL_TRY(sl_event_record(v->b, v->copied[b], v->q));
 		v->copying[b] = true;
@@ -764,21 +805,22 @@ static int conv_device(conv *v, const tdesc *d, const char *name, uint64_t id, b
 }
 
 /* Bytes [off, off + len) of layer l's disk segment into buf: its disk
- * tensors where they fall in the window, zeros between them. */
+ * pieces where they fall in the window, zeros between them. */
 static int fill_window(conv *v, const sl_model_weights *w, int l, size_t off, size_t len, unsigned char *buf)
 {
 	memset(buf, 0, len);
-	for (int i = 0; i < w->ntensors; i++) {
-		if (w->tier[i] != SL_TIER_DISK)
+	for (int j = 0; j < w->npiece; j++) {
+		const sl_wpiece *p = &w->piece[j];
+		if (p->tier != SL_TIER_DISK)
 			continue;
-		const tdesc *d = &((const tdesc *)w->tensors)[i];
-		const size_t a = w->home_off[i], e = a + tensor_bytes(v->c, d, v->q4);
+		const tdesc *d = &((const tdesc *)w->tensors)[p->t];
+		const size_t a = p->off, e = a + piece_bytes(v->c, d, v->q4, (size_t)(p->row1 - p->row0));
 		const size_t lo = SL_MAX(a, off), hi = SL_MIN(e, off + len);
 		if (lo >= hi)
 			continue;
 		char name[160];
 		snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
-		SL_TRY(fill_bytes(v->c, v->src, d, name, (uint64_t)l * 64 + (uint64_t)i, v->q4, lo - a, hi - a,
+		SL_TRY(fill_bytes(v->c, v->src, d, name, (uint64_t)l * 64 + p->t, v->q4, p, lo - a, hi - a,
 				  buf + (lo - off)));
 	}
 	return 0;
@@ -900,13 +942,13 @@ static int load_globals(conv *v, const sl_st_tensor *head, sl_model_weights *w)
 			continue;
 		sl_half **slot = (sl_half **)((char *)w + d->off);
 		*slot = (sl_half *)((char *)w->block.p + off);
-		SL_TRY(conv_device(v, d, d->name, 1000000 + i, false, *slot));
+		SL_TRY(conv_device(v, d, d->name, 1000000 + i, false, NULL, *slot));
 		off += align64(tensor_elems(c, d) * 2);
 	}
 	w->lm_head = w->embed_tokens;
 	if (!tied) {
 		w->lm_head = (sl_half *)((char *)w->block.p + off);
-		SL_TRY(conv_device(v, &hd, "lm_head.weight", 0, false, w->lm_head));
+		SL_TRY(conv_device(v, &hd, "lm_head.weight", 0, false, NULL, w->lm_head));
 	}
 	return 0;
 }
@@ -1003,16 +1045,18 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 		if (!store_only && w->host_bytes &&
 		    (rc = sl_buf_alloc(b, SL_MEM_HOST, w->host_bytes, what, &lw->host)) < 0)
 			break;
-		for (int i = 0; i < w->ntensors && !rc && !store_only; i++) {
-			const tdesc *d = &((const tdesc *)w->tensors)[i];
-			const uint64_t id = (uint64_t)l * 64 + i;
+		for (int j = 0; j < w->npiece && !rc && !store_only; j++) {
+			const sl_wpiece *p = &w->piece[j];
+			const tdesc *d = &((const tdesc *)w->tensors)[p->t];
+			const uint64_t id = (uint64_t)l * 64 + p->t;
 			char name[160];
 			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
-			if (w->tier[i] == SL_TIER_HOST)
-				rc = fill_bytes(c, src, d, name, id, w->q4, 0, tensor_bytes(c, d, w->q4),
-						(char *)lw->host.p + w->home_off[i]);
-			else if (w->tier[i] == SL_TIER_DEVICE)
-				rc = conv_device(&v, d, name, id, w->q4, (char *)lw->block.p + w->home_off[i]);
+			if (p->tier == SL_TIER_HOST)
+				rc = fill_bytes(c, src, d, name, id, w->q4, p, 0,
+						piece_bytes(c, d, w->q4, (size_t)(p->row1 - p->row0)),
+						(char *)lw->host.p + p->off);
+			else if (p->tier == SL_TIER_DEVICE)
+				rc = conv_device(&v, d, name, id, w->q4, p, (char *)lw->block.p + p->off);
 		}
 		if (!rc && write_disk) {
 			rc = v.zt ? conv_disk_frames(&v, w, l, lw->disk_off) : conv_disk_segment(&v, w, l, lw->disk_off);

@@ -20,6 +20,16 @@
 #include "safetensors.h"
 #include "wstage.h" /* the staging engine; enum sl_unit, sl_weight_stats */
 
+/* A matrix placed in two or three tiers (sl_weight_place) is split by
+ * rows: its rows from row on are at rest, a matrix of their own (fp16, or
+ * sl_q4's layout of those rows); the rows before are at first, the
+ * matrix's pointer in the view (model.c: layer_linear). */
+typedef struct sl_wcut {
+	const sl_half *first;
+	int row;
+	const sl_half *rest;
+} sl_wcut;
+
 /* One decoder layer's tensors; those its family lacks are NULL. */
 typedef struct sl_layer_w {
 	/* q (q_dim, h), k and v (kv_dim, h), o (h, q_dim) (OPT: all (h, h));
@@ -35,6 +45,10 @@ typedef struct sl_layer_w {
 	 * down) point at common/sl_q4.h's layout (sl_q4_bytes(rows, cols)),
 	 * not fp16 (the GEMM's wq); biases and norms stay fp16 */
 	bool q4;
+	/* the split matrices' later pieces (a view's: valid where its
+	 * matrices are) */
+	sl_wcut cut[2];
+	int ncut;
 	/* (owned by sl_model_weights.layers; a view copies them, never frees) */
 	sl_buf block;      /* device home: the tensors placed on the device */
 	sl_buf host;       /* pinned home: the tensors placed on the host */
@@ -44,11 +58,16 @@ typedef struct sl_layer_w {
 enum sl_tier { SL_TIER_DEVICE, SL_TIER_HOST, SL_TIER_DISK };
 
 /*
- * Where weights live.  Each decoder layer's tensors are placed by
- * FlexGen's rule, the same in every layer: a tensor whose byte midpoint (as
- * a percentage of its layer's bytes) falls in [0, disk%) goes to the disk,
- * in [disk%, disk% + cpu%) to pinned host memory, the rest to the device.
- * The embeddings, positions, projections and final norm stay on the device.
+ * Where weights live.  Each decoder layer is placed the same way: its
+ * tensors in table order, as bytes, are cut at disk% and disk% + cpu% of
+ * the layer's bytes; [0, disk%) goes to the disk, [disk%, disk% + cpu%)
+ * to pinned host memory, the rest to the device.  A matrix a cut falls in
+ * is split by rows (at a multiple of SL_WSPLIT_ROWS rows, the nearest to
+ * the cut), so each tier holds its share to within those rows rather than
+ * to within a tensor (FlexGen moves whole tensors, by their byte
+ * midpoints: an OPT layer's fc1 and fc2 are a third of it each).  A
+ * vector goes whole where its byte midpoint falls.  The embeddings,
+ * positions, projections and final norm stay on the device.
  */
 typedef struct sl_weight_place {
 	double gpu_percent, cpu_percent; /* disk holds the rest */
@@ -68,6 +87,16 @@ typedef struct sl_weight_place {
 } sl_weight_place;
 
 #define SL_LAYER_TENSORS 16
+#define SL_WSPLIT_ROWS 16
+
+/* One piece of a layer tensor: rows [row0, row1) of table tensor t (a
+ * vector: the whole, rows 0 to 1) in one tier, at off in that tier's
+ * layer home. */
+typedef struct sl_wpiece {
+	unsigned char t, tier;
+	int row0, row1;
+	size_t off;
+} sl_wpiece;
 
 typedef struct sl_model_weights {
 	sl_half *embed_tokens;   /* (vocab, e) */
@@ -85,9 +114,10 @@ typedef struct sl_model_weights {
 	 * them, the first nattn the attention half */
 	const void *tensors;
 	int ntensors, nattn;
-	/* placement, the same for every layer */
-	unsigned char tier[SL_LAYER_TENSORS];
-	size_t home_off[SL_LAYER_TENSORS];  /* offset in its tier's layer block */
+	/* placement, the same for every layer: the tensors' pieces in table
+	 * order (two cuts split at most two tensors, or one in three) */
+	sl_wpiece piece[SL_LAYER_TENSORS + 2];
+	int npiece;
 	size_t dev_bytes, host_bytes, disk_bytes; /* per layer */
 	/* per unit (enum sl_unit): its host tensors' range of the host home,
 	 * its disk tensors' range of the disk segment, and where its disk

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #define KEY_FORMAT "sluice weights"
-#define KEY_LAYOUT 2 /* the data area's layout (weights.c: place_layer) */
+#define KEY_LAYOUT 3 /* the data area's layout (weights.c: place_layer; 3: matrices split by rows) */
 
 static const char *base_name(const char *path)
 {
