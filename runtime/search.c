@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The grid: weight shares in steps of W_STEP percent, cache shares in
- * steps of C_STEP. */
+/* The grid: weight shares in steps of W_STEP percent (then refined to the
+ * percent: finest), cache shares in steps of C_STEP. */
 #define W_STEP 10
 #define C_STEP 25
 
@@ -162,6 +162,39 @@ static void h2o_of(const sl_search_params *sp, sl_policy *p)
 	}
 }
 
+/* Weights' share v for step which: 0 the device's (the host takes the
+ * rest where the disk is not allowed), 1 the host's. */
+static void set_wshare(search *S, sl_policy *p, int which, int v)
+{
+	if (which == 0) {
+		p->w_gpu_percent = v;
+		p->w_cpu_percent = S->sp->disk ? 0 : 100 - v;
+	} else {
+		p->w_cpu_percent = v;
+	}
+}
+
+/* The largest whole percent in [lo, hi] for step which that is admitted
+ * (try_fit 1, or with not_device any but 2), lo admitted, into p: by
+ * bisection, as a larger share only fills its own tier more (the
+ * placement holds a percentage to within a few rows: weights.h). */
+static int finest(search *S, sl_policy *p, int which, int lo, int hi, bool not_device)
+{
+	while (lo < hi) {
+		const int mid = (lo + hi + 1) / 2;
+		set_wshare(S, p, which, mid);
+		const int rc = try_fit(S, *p);
+		if (rc < 0)
+			return rc;
+		if (rc == 1 || (not_device && rc == 0))
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	set_wshare(S, p, which, lo);
+	return 0;
+}
+
 /*
  * The placements of one block shape and set of switches.  For each split
  * of the cache (device, host, disk shares on the grid), the weights take
@@ -183,23 +216,28 @@ static int placements(search *S, sl_policy base, bool *fitted)
 			p.cache_cpu_percent = cc;
 			int wg = 100, rc = 0;
 			for (; wg >= 0; wg -= W_STEP) {
-				p.w_gpu_percent = wg;
-				p.w_cpu_percent = disk ? 0 : 100 - wg;
+				set_wshare(S, &p, 0, wg);
 				if ((rc = try_fit(S, p)) < 0)
 					return rc;
 				if (rc == 1 || (rc == 0 && disk))
 					break; /* the device holds it (the host, perhaps not yet) */
 			}
-			if (wg < 0)
+			if (wg < 0 || (rc != 1 && !disk))
 				continue;
+			if (wg < 100) {
+				SL_TRY(finest(S, &p, 0, wg, wg + W_STEP - 1, disk));
+				wg = (int)p.w_gpu_percent;
+			}
 			int wc = 100 - wg;
-			for (; wc >= 0; wc -= W_STEP) {
-				p.w_cpu_percent = wc;
+			for (; wc >= 0 && disk; wc -= W_STEP) {
+				set_wshare(S, &p, 1, wc);
 				if ((rc = try_fit(S, p)) < 0)
 					return rc;
-				if (rc == 1 || !disk)
+				if (rc == 1)
 					break;
 			}
+			if (disk && wc >= 0 && wc < 100 - wg)
+				SL_TRY(finest(S, &p, 1, wc, SL_MIN(wc + W_STEP - 1, 100 - wg), false));
 			if (rc != 1)
 				continue;
 			bool dev_over = false;

@@ -641,6 +641,18 @@ START_TEST(test_search_fits_and_ranks)
 	}
 	/* the weights (2.6 GB) cannot all sit in 1G of device and 2G of host */
 	ck_assert(best[0].pol.w_gpu_percent + best[0].pol.w_cpu_percent < 100);
+	/* and the host holds its most, to the percent (not the grid's 10):
+	 * one percent more is over the host budget */
+	for (int i = 0; i < n; i++) {
+		sl_policy more = best[i].pol;
+		more.w_cpu_percent += 1;
+		sl_choice e;
+		int fit = 0;
+		ck_assert_int_eq(sl_search_evaluate(&c, &prof, &sp, &more, &e, &fit), 0);
+		ck_assert_msg(fit == SL_EBUDGET && strstr(sl_errmsg(), "host: needs"),
+			      "candidate %d (w %g/%g): one percent more on the host: %d %s", i,
+			      best[i].pol.w_gpu_percent, best[i].pol.w_cpu_percent, fit, sl_errmsg());
+	}
 	/* the default policy (all on the device) does not fit */
 	sl_policy d;
 	sl_policy_default(&d);
