@@ -45,7 +45,7 @@ static const pfield fields[] = {
 	INT_F(num_gpu_batches, 1, 4096, 1,
 	      "Micro-batches per block (ngb): one layer's weights serve all of them before the next layer's are loaded."),
 	NUM_F(w_gpu_percent, 0, 100, 100,
-	      "Share of each layer's weight bytes on the GPU. Tensors are not split, so the share is approximate."),
+	      "Share of each layer's weight bytes on the GPU, held to within 16 rows of a matrix (a matrix a tier boundary falls in is split by rows)."),
 	NUM_F(w_cpu_percent, 0, 100, 0,
 	      "Share of each layer's weight bytes in CPU memory; disk holds 100 - w_gpu_percent - w_cpu_percent."),
 	NUM_F(cache_gpu_percent, 0, 100, 100,
