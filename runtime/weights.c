@@ -171,6 +171,12 @@ static size_t tensor_bytes(const sl_model_config *c, const tdesc *d, bool q4)
 	return piece_bytes(c, d, q4, (size_t)dim_value(c, d->rows));
 }
 
+/* The bytes of piece p of layer tensor d in its home. */
+static size_t wpiece_bytes(const sl_model_config *c, const tdesc *d, bool q4, const sl_wpiece *p)
+{
+	return piece_bytes(c, d, q4, (size_t)(p->row1 - p->row0));
+}
+
 static size_t align64(size_t n)
 {
 	return (n + 63) & ~(size_t)63;
@@ -519,6 +525,12 @@ static void place_layer(const sl_model_config *c, const sl_weight_place *p, sl_m
 	size_t cum = 0;
 	w->dev_bytes = w->host_bytes = w->disk_bytes = 0;
 	w->npiece = 0;
+	/* the tiers in the layer's byte order, and each one's running size */
+	static const unsigned char by_bytes[3] = { SL_TIER_DISK, SL_TIER_HOST, SL_TIER_DEVICE };
+	size_t *home[3];
+	home[SL_TIER_DEVICE] = &w->dev_bytes;
+	home[SL_TIER_HOST] = &w->host_bytes;
+	home[SL_TIER_DISK] = &w->disk_bytes;
 	for (int i = 0; i < tb.n; i++) {
 		const tdesc *d = &tb.t[i];
 		const int rows = d->kind == 0 ? (int)dim_value(c, d->rows) : 1;
@@ -536,12 +548,10 @@ static void place_layer(const sl_model_config *c, const sl_weight_place *p, sl_m
 		for (int t = 0, row0 = 0; t < 3; row0 = r[t], t++) {
 			if (r[t] == row0)
 				continue;
-			const int tier = t == 0 ? SL_TIER_DISK : t == 1 ? SL_TIER_HOST : SL_TIER_DEVICE;
-			size_t *home = tier == SL_TIER_DISK ? &w->disk_bytes : tier == SL_TIER_HOST ? &w->host_bytes
-											  : &w->dev_bytes;
-			w->piece[w->npiece++] = (sl_wpiece){ .t = (unsigned char)i, .tier = (unsigned char)tier,
-							     .row0 = row0, .row1 = r[t], .off = *home };
-			*home += align64(piece_bytes(c, d, w->q4, (size_t)(r[t] - row0)));
+			sl_wpiece *pc = &w->piece[w->npiece++];
+			*pc = (sl_wpiece){ .t = (unsigned char)i, .tier = by_bytes[t], .row0 = row0, .row1 = r[t],
+					   .off = *home[by_bytes[t]] };
+			*home[pc->tier] += align64(wpiece_bytes(c, d, w->q4, pc));
 		}
 	}
 	sl_wstage_unit *un = w->unit;
@@ -788,7 +798,7 @@ static int conv_device(conv *v, const tdesc *d, const char *name, uint64_t id, b
 {
 	const sl_wpiece whole = { .row0 = 0, .row1 = (int)dim_value(v->c, d->rows) };
 	p = p ? p : &whole;
-	const size_t n = piece_bytes(v->c, d, q4, (size_t)(p->row1 - p->row0)), per = v->piece;
+	const size_t n = wpiece_bytes(v->c, d, q4, p), per = v->piece;
 	if (v->b->ops->dev_is_host) /* nothing to copy: straight into place */
 		return fill_bytes(v->c, v->src, d, name, id, q4, p, 0, n, dst);
 	for (size_t first = 0; first < n; first += per) {
@@ -814,7 +824,7 @@ static int fill_window(conv *v, const sl_model_weights *w, int l, size_t off, si
 		if (p->tier != SL_TIER_DISK)
 			continue;
 		const tdesc *d = &((const tdesc *)w->tensors)[p->t];
-		const size_t a = p->off, e = a + piece_bytes(v->c, d, v->q4, (size_t)(p->row1 - p->row0));
+		const size_t a = p->off, e = a + wpiece_bytes(v->c, d, v->q4, p);
 		const size_t lo = SL_MAX(a, off), hi = SL_MIN(e, off + len);
 		if (lo >= hi)
 			continue;
@@ -1052,8 +1062,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 			char name[160];
 			snprintf(name, sizeof name, "layers.%d.%s", l, d->name);
 			if (p->tier == SL_TIER_HOST)
-				rc = fill_bytes(c, src, d, name, id, w->q4, p, 0,
-						piece_bytes(c, d, w->q4, (size_t)(p->row1 - p->row0)),
+				rc = fill_bytes(c, src, d, name, id, w->q4, p, 0, wpiece_bytes(c, d, w->q4, p),
 						(char *)lw->host.p + p->off);
 			else if (p->tier == SL_TIER_DEVICE)
 				rc = conv_device(&v, d, name, id, w->q4, p, (char *)lw->block.p + p->off);
