@@ -616,6 +616,22 @@ void sl_weights_layer_split(const sl_model_config *c, double gpu_percent, double
 	*disk = tmp.disk_bytes;
 }
 
+int sl_weights_layer_pieces(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4,
+			    sl_wpiece *piece, size_t *bytes, int *rows, int *ntensors)
+{
+	sl_model_weights tmp;
+	sl_weight_place p = { .gpu_percent = gpu_percent, .cpu_percent = cpu_percent, .q4 = q4 };
+	place_layer(c, &p, &tmp);
+	const tdesc *d = tmp.tensors;
+	for (int i = 0; i < tmp.ntensors; i++) {
+		bytes[i] = tensor_bytes(c, &d[i], q4);
+		rows[i] = d[i].kind == 0 ? (int)dim_value(c, d[i].rows) : 1;
+	}
+	memcpy(piece, tmp.piece, (size_t)tmp.npiece * sizeof *piece);
+	*ntensors = tmp.ntensors;
+	return tmp.npiece;
+}
+
 size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4)
 {
 	sl_model_weights tmp;

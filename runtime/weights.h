@@ -181,6 +181,13 @@ void sl_weights_host_bytes(const sl_model_config *c, const sl_weight_place *p, b
  * streams per layer from the host and the disk. */
 void sl_weights_layer_split(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4,
 			    size_t *dev, size_t *host, size_t *disk);
+/* One decoder layer's pieces under a placement (what place_layer lays
+ * out: SL_LAYER_TENSORS + 2 at most, in table order), and for each table
+ * tensor its bytes (unaligned; q4: quantised) and rows (1 for a vector,
+ * which is never split); returns the number of pieces, *ntensors the
+ * table's length.  For tests and reports of where a cut fell. */
+int sl_weights_layer_pieces(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4,
+			    sl_wpiece *piece, size_t *bytes, int *rows, int *ntensors);
 /* The disk segment of one layer (page aligned) under a placement. */
 size_t sl_weights_disk_bytes(const sl_model_config *c, double gpu_percent, double cpu_percent, bool q4);
 /* A store's data area: every layer's segment, and with zstd frames of at

@@ -227,6 +227,92 @@ START_TEST(test_split_shares)
 }
 END_TEST
 
+/* Where each cut falls (weights.h): the pieces tile each tensor's rows,
+ * the tiers in the layer's byte order (disk, host, device); a matrix is cut
+ * at a multiple of SL_WSPLIT_ROWS rows within half of them of the cut (the
+ * nearest); a vector (a bias or a norm) is one piece, in the tier its byte
+ * midpoint falls in.  split_check checks one placement, counting in seen[]
+ * the vectors whose midpoint lies in each tier with a cut inside them
+ * (*cut_in) and the matrices cut (seen[3]). */
+static void split_check(const sl_model_config *c, const char *name, double g, double k, bool q4, int seen[4])
+{
+	static const int rank[3] = { [SL_TIER_DISK] = 0, [SL_TIER_HOST] = 1, [SL_TIER_DEVICE] = 2 };
+	sl_wpiece pc[SL_LAYER_TENSORS + 2];
+	size_t bytes[SL_LAYER_TENSORS];
+	int rows[SL_LAYER_TENSORS], nt;
+	const int npc = sl_weights_layer_pieces(c, g, k, q4, pc, bytes, rows, &nt);
+	double total = 0, start = 0;
+	for (int t = 0; t < nt; t++)
+		total += (double)bytes[t];
+	const double cut[2] = { (100 - g - k) / 100.0 * total, (100 - g) / 100.0 * total };
+	int j = 0, lastg = 0;
+	for (int t = 0; t < nt; t++) {
+		const double row = (double)bytes[t] / rows[t], end = start + (double)bytes[t];
+		int row0 = 0, last = -1;
+		for (; j < npc && pc[j].t == t; j++) {
+			const int r = rank[pc[j].tier];
+			ck_assert_int_eq(pc[j].row0, row0);
+			ck_assert_int_gt(pc[j].row1, row0);
+			ck_assert_int_gt(r, last);
+			ck_assert_int_ge(r, lastg);
+			last = lastg = r;
+			row0 = pc[j].row1;
+			if (row0 == rows[t])
+				continue;
+			/* a cut inside a matrix: the one above tier r */
+			seen[3]++;
+			ck_assert_int_eq(row0 % SL_WSPLIT_ROWS, 0);
+			ck_assert_msg(fabs(start + row0 * row - cut[r]) <= SL_WSPLIT_ROWS / 2 * row + 1,
+				      "%s %g/%g: tensor %d cut at row %d, %.0f bytes from the cut", name, g, k, t,
+				      row0, start + row0 * row - cut[r]);
+		}
+		ck_assert_int_eq(row0, rows[t]);
+		const double mid = (start + end) / 2;
+		if (rows[t] == 1 && fabs(mid - cut[0]) >= 1 && fabs(mid - cut[1]) >= 1) {
+			const int want = mid < cut[0] ? 0 : mid < cut[1] ? 1 : 2;
+			ck_assert_msg(last == want, "%s %g/%g: vector %d (bytes %.0f to %.0f) in tier rank %d, its "
+				      "midpoint in %d (cuts at %.0f, %.0f)", name, g, k, t, start, end, last, want,
+				      cut[0], cut[1]);
+			if ((cut[0] > start && cut[0] < end) || (cut[1] > start && cut[1] < end))
+				seen[want]++;
+		}
+		start = end;
+	}
+	ck_assert_int_eq(j, npc);
+}
+
+START_TEST(test_split_rule)
+{
+	static const char *const names[] = { "opt-125m", "opt-6.7b", "llama-3-8b" };
+	int seen[4] = { 0 }; /* so the test cannot pass vacuously */
+	for (size_t n = 0; n < SL_ARRAY_LEN(names); n++)
+		for (int q4 = 0; q4 < 2; q4++) {
+			sl_model_config c;
+			ck_assert_int_eq(sl_model_config_named(names[n], &c), 0);
+			for (int g = 0; g <= 100; g++)
+				for (int k = 0; g + k <= 100; k++)
+					split_check(&c, names[n], g, k, q4, seen);
+			/* a whole-percent cut rarely falls in a vector: cuts a
+			 * quarter and three quarters into each one, as the disk's
+			 * and as the device's boundary */
+			sl_wpiece pc[SL_LAYER_TENSORS + 2];
+			size_t bytes[SL_LAYER_TENSORS];
+			int rows[SL_LAYER_TENSORS], nt;
+			sl_weights_layer_pieces(&c, 100, 0, q4, pc, bytes, rows, &nt);
+			double total = 0, start = 0;
+			for (int t = 0; t < nt; t++)
+				total += (double)bytes[t];
+			for (int t = 0; t < nt; start += (double)bytes[t], t++)
+				for (double f = 0.25; rows[t] == 1 && f < 1; f += 0.5) {
+					const double at = (start + f * (double)bytes[t]) / total * 100;
+					split_check(&c, names[n], (100 - at) / 2, (100 - at) / 2, q4, seen);
+					split_check(&c, names[n], 100 - at, at / 2, q4, seen);
+				}
+		}
+	ck_assert(seen[0] > 0 && seen[1] > 0 && seen[2] > 0 && seen[3] > 0);
+}
+END_TEST
+
 /* Device peak of one short prefill of dummy OPT-125m (12 layers, so two
  * staging slots are far less than all the layers), with the weights not on
  * the device in host memory (cpu) or on disk, staged whole or by halves
@@ -700,6 +786,7 @@ int main(int argc, char **argv)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_placement_invariance, 0, N_PLACE);
 	tcase_add_test(tc, test_split_shares);
+	tcase_add_test(tc, test_split_rule);
 	tcase_add_test(tc, test_micro_batches);
 	tcase_add_test(tc, test_device_budget);
 	tcase_add_test(tc, test_store_per_layout);
