@@ -53,6 +53,11 @@ memory cgroup of that limit, RSS and page cache together, as on a machine
 with that much RAM, the run's files dropped from the page cache first
 (RamCap below): without it Accelerate, which reads offloaded weights
 through the page cache, reads them from spare RAM.
+The disk. Before and after each run of a budget with a disk tier (a "cpu"
+cap) the harness reads 1 GiB (--disk-probe) of a file in the work folder
+with O_DIRECT and records the rate; the report gives each cell's rate and
+tokens/s over it, so disk-bound runs on a disk whose rate moves from
+minute to minute can be compared at the rate each had.
 
 Set-up (nothing in the C build depends on it):
   tools/compare-venv.sh /work/venv-cmp     # torch (CPU), transformers,
@@ -166,6 +171,16 @@ def parse_size(s):
     if v <= 0:
         raise ConfigError(f"size '{s}' must be above 0")
     return int(v)
+
+
+def probe_size(s):
+    """--disk-probe's SIZE: a size, or 0 (no probe)."""
+    if str(s).strip() == "0":
+        return 0
+    try:
+        return parse_size(s)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e))
 
 
 def fmt_size(n):
@@ -474,6 +489,46 @@ class RamCap:
                 return
             except OSError:
                 time.sleep(0.1)  # the exited process is still leaving it
+
+
+def disk_probe(folder, nbytes, req=4 << 20):
+    """The disk's read rate now, GB/s: a file of nbytes in folder (written
+    once with O_DIRECT and kept) read with O_DIRECT, req bytes a request,
+    one at a time, past the page cache.  None where the file system refuses
+    O_DIRECT (tmpfs) or the probe fails.  compare.py runs it before and
+    after each run of a budget with a disk tier: on a disk whose rate moves
+    from minute to minute, a disk-bound run's tokens/s is then read beside
+    the rate it had."""
+    import mmap
+    path = os.path.join(folder, "disk-probe.bin")
+    nbytes -= nbytes % req
+    buf = mmap.mmap(-1, req)  # page aligned, as O_DIRECT wants
+    try:
+        if not os.path.exists(path) or os.path.getsize(path) != nbytes:
+            buf.write(os.urandom(req))
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+            try:
+                for off in range(0, nbytes, req):
+                    os.pwritev(fd, [buf], off)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            n, t0 = 0, time.perf_counter()
+            for off in range(0, nbytes, req):
+                got = os.preadv(fd, [buf], off)
+                if got <= 0:
+                    break
+                n += got
+            dt = time.perf_counter() - t0
+        finally:
+            os.close(fd)
+        return round(n / dt / 1e9, 3) if n == nbytes and dt > 0 else None
+    except OSError:
+        return None
+    finally:
+        buf.close()
 
 
 def drop_page_cache(paths):
@@ -787,6 +842,9 @@ class Harness:
             rec["ram_cap_bytes"] = budget["ram"]
             rec["page_cache_dropped_bytes"] = drop_page_cache([mdir, os.path.join(self.work, "offload")])
             cap = RamCap(budget["ram"], f"{system}-{rep}")
+        probe = a.disk_probe if budget and budget["cpu"] else 0
+        if probe:
+            rec["disk_probe_gbps"] = [disk_probe(self.work, probe)]
         rec["loadavg_start"] = loadavg()
         try:
             r = run_proc(cmd, a.timeout, env, cap)
@@ -794,6 +852,8 @@ class Harness:
             if cap:
                 rec.update(cap.usage())
                 cap.close()
+        if probe:
+            rec["disk_probe_gbps"].append(disk_probe(self.work, probe))
         rec["loadavg_end"] = loadavg()
         for k in ("rc", "wall_s", "peak_rss_bytes", "os_read_bytes", "os_write_bytes"):
             rec[k] = r[k]
@@ -1056,6 +1116,13 @@ def summarize(recs):
         for k in ("peak_rss_bytes", "os_write_bytes", "os_read_bytes", "cgroup_peak_bytes"):
             s[k] = med([r.get(k) for r in ok])
         s["ram_cap_bytes"] = rs[0].get("ram_cap_bytes")
+        # the disk's rate around each run (the mean of the probes before
+        # and after it), and tokens/s over it
+        pr = [(r, statistics.mean(p)) for r in ok
+              for p in [[g for g in r.get("disk_probe_gbps") or [] if g]] if p]
+        if pr:
+            s["disk_probe_gbps"] = med([g for _, g in pr])
+            s["tok_s_per_probe_gbps"] = med([r["result"]["throughput_tok_s"] / g for r, g in pr])
         s["batch_run"] = med([r["result"].get("batch") for r in ok])
         pols = sorted({r["result"].get("policy") for r in ok if r["result"].get("policy")})
         if pols:
@@ -1096,6 +1163,8 @@ def summarize(recs):
             o = by.get((s["model"], None if other == "transformers" else s["budget"], s["batch"], other))
             if o and o["throughput_tok_s"]:
                 s["ratios"][other] = s["throughput_tok_s"] / o["throughput_tok_s"]
+            if o and s.get("tok_s_per_probe_gbps") and o.get("tok_s_per_probe_gbps"):
+                s.setdefault("ratios_per_probe", {})[other] = s["tok_s_per_probe_gbps"] / o["tok_s_per_probe_gbps"]
     return out
 
 
@@ -1237,6 +1306,24 @@ def report(jsonl, plots=True):
             r = s["ratios"]
             L.append(f"| {s['model']} | {s['budget']} | {s['batch']} | {fmt(r.get('sluice-flexgen'))} | "
                      f"{fmt(r.get('accelerate'))} | {fmt(r.get('transformers'))} |")
+    probed = [s for s in sums if s.get("disk_probe_gbps")]
+    if probed:
+        L.append("\n## The disk's rate around each run\n")
+        L.append("Before and after each run of a budget with a disk tier, compare.py reads a file in the work "
+                 "folder with O_DIRECT (`disk_probe`: 4 MiB requests, one at a time; each run's pair is in the "
+                 ".jsonl). The rate is the pair's mean, medians over a cell's runs; tokens/s over it takes the "
+                 "disk's minute-to-minute changes out of a disk-bound run (not of a compute-bound one), and the "
+                 "last column is sluice --policy auto's over each system's, so measured.\n")
+        L.append("| model | budget | batch | system | disk GB/s around the runs | tok/s per disk GB/s | "
+                 "sluice-auto / system, per disk GB/s |")
+        L.append("|---|---|---:|---|---:|---:|---:|")
+        auto = {(s["model"], s["budget"], s["batch"]): s for s in probed if s["system"] == "sluice-auto"}
+        for s in probed:
+            a_ = auto.get((s["model"], s["budget"], s["batch"]))
+            rp = (a_.get("ratios_per_probe") or {}).get(s["system"]) if a_ else None
+            L.append(f"| {s['model']} | {s['budget']} | {s['batch']} | {s['system']} | "
+                     f"{fmt(s['disk_probe_gbps'])} | {fmt(s['tok_s_per_probe_gbps'])} | "
+                     f"{fmt(rp) if s['system'] != 'sluice-auto' else '-'} |")
     skips = [r for r in recs if r.get("type") == "skip"]
     if skips or mach.get("skipped_systems"):
         L.append("\n## Not run\n")
@@ -1487,6 +1574,9 @@ def main(argv=None):
     ap.add_argument("--sluice", default=os.path.join(ROOT, "build", "sluice"))
     ap.add_argument("--sluice-flags", help="more flags for every sluice bench run (e.g. '--cpu-gemm amx'); "
                     "the reference tokens are generated without them")
+    ap.add_argument("--disk-probe", type=probe_size, default=1 << 30, metavar="SIZE",
+                    help="before and after each run of a budget with a disk tier, read SIZE (default 1G) of a "
+                    "file in --work with O_DIRECT and record the rate (disk_probe); 0: no probe")
     ap.add_argument("--python", default=sys.executable, help="the Python of the Hugging Face workers")
     ap.add_argument("--work", default="/tmp/sluice-compare",
                     help="checkpoints, offload folders and the profile (kept between runs)")

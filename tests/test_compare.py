@@ -178,7 +178,8 @@ try:
             "versions": {"sluice": "sluice 1.0", "git": "abc", "torch": "2", "transformers": "5",
                          "accelerate": "1", "flexgen": None, "cuda": False},
             "loadavg_start": [0.5, 0.4, 0.3], "nice": 0, "argv": ["bench/compare.py", "--quick"],
-            "grid": {"opt-125m": {"budgets": ["host:gpu=96M", "disk:gpu=96M,cpu=64M", "ram:gpu=96M,cpu=64M,ram=1G"],
+            "grid": {"opt-125m": {"budgets": ["host:gpu=96M", "disk:gpu=96M,cpu=64M", "ram:gpu=96M,cpu=64M,ram=1G",
+                                              "probed:gpu=96M,cpu=64M"],
                                   "batches": [4]}},
             "prompt_len": 64, "gen_len": 16, "repeat": 3, "hf_dtype": "fp32", "systems": list(compare.SYSTEMS)}
 
@@ -218,6 +219,17 @@ try:
     r_ = run("sluice-auto", "ram", 0, 1, ok=False)
     r_.update(ram_cap_bytes=1 << 30, cgroup_oom_kills=1, rc=137)
     recs.append(r_)
+    # the disk's rate around each run: tokens/s over it, and the ratio so
+    # measured (sluice 6 at 2.0 GB/s, 3 per GB/s; Accelerate 2 at 1.0, 1.5
+    # at 0.5: 2 and 3 per GB/s, median 2.5: 1.2x, where the plain ratio of
+    # medians is 6 / 1.75)
+    for rep, (sg, ag, at) in enumerate([((1.9, 2.1), (1.0, 1.0), 2.0), ((2.0, None), (0.4, 0.6), 1.5)], 1):
+        r_ = run("sluice-auto", "probed", 6.0, rep, extra=pol)
+        r_["disk_probe_gbps"] = list(sg)
+        recs.append(r_)
+        r_ = run("accelerate", "probed", at, rep, extra={"max_memory": {"cpu": 160 << 20}})
+        r_["disk_probe_gbps"] = list(ag)
+        recs.append(r_)
     recs.append({"type": "skip", "system": "sluice-flexgen", "model": "opt-125m", "budget": "disk", "batch": 4,
                  "reason": "no FlexGen-style policy fits (22 tried)"})
     jl = os.path.join(tmp, "compare-x.jsonl")
@@ -254,6 +266,10 @@ try:
     has("| opt-125m | ram | --gpu-mem 96M --cpu-mem 64M, the rest on disk | cpu: 160M, the rest in its offload "
         "folder | 1G |", "the RAM cap in the budgets")
     has("- sluice-auto opt-125m ram batch 4 rep 1: rc 137: killed at the RAM cap (1G); ", "a run the cap killed")
+    has("| opt-125m | probed | 4 | sluice-auto | 2.00 | 3.00 | - |", "sluice's disk rate around its runs")
+    has("| opt-125m | probed | 4 | accelerate | 0.75 | 2.50 | 1.20 |",
+        "Accelerate's disk rate, and the ratio per disk GB/s")
+    check("## The disk's rate around each run" in text, "the disk probe section")
     sums = [json.loads(l) for l in open(jl) if '"summary"' in l]
     s = next(x for x in sums if x["system"] == "sluice-auto" and x["budget"] == "host")
     check(s["tok_s_runs"] == [10, 12, 11] and s["throughput_tok_s"] == statistics.median([10, 12, 11]),
@@ -287,6 +303,18 @@ try:
                 check(os.path.exists(p) and os.path.getsize(p) > 1000, f"plot {p}")
         has_plot = "![tokens/s against the memory budget](compare-q-budget.png)" in text
         check(has_plot, "the report shows the plots")
+
+    # the probe itself: a rate, the file kept for the next probe (where the
+    # file system takes O_DIRECT; tmpfs does not, and the probe says None)
+    pdir = os.path.join(root, "build", "test-compare-probe") if os.path.isdir(os.path.join(root, "build")) else tmp
+    os.makedirs(pdir, exist_ok=True)
+    g = compare.disk_probe(pdir, 8 << 20, req=1 << 20)
+    if g is None:
+        print(f"test_compare: {pdir} refuses O_DIRECT: the disk probe is not checked")
+    else:
+        check(g > 0 and os.path.getsize(os.path.join(pdir, "disk-probe.bin")) == 8 << 20, f"disk probe {g}")
+        check(compare.disk_probe(pdir, 8 << 20, req=1 << 20) > 0, "a second probe of the kept file")
+    shutil.rmtree(pdir, ignore_errors=True) if pdir != tmp else None
 
     # bad input: one line naming what is wrong, exit 2, nothing written
     def cli(*args):
