@@ -24,7 +24,10 @@
 #    the search's choice (`sluice bench --policy auto` with the same budget,
 #    the offload folder as the disk tier, blocks capped at the grid's),
 #    measured; against the best measured dense grid policy that fits the
-#    same budget (one admitted at that budget or a smaller one), the
+#    same budget (one admitted at that budget or a smaller one), measured
+#    again right after the choice (kind "beside": the grid ran it up to
+#    half an hour earlier, and this machine's rate moves by 10 to 20% in
+#    that time, so the regret compares runs minutes apart), the
 #    default policy (everything on the device: it fits only the largest
 #    budget) and a FlexGen-style policy for the budget (FlexGen's published
 #    OPT-30B/175B shape: as many weights on the device as fit, in steps of
@@ -210,6 +213,21 @@ for model in ${MODELS_SEARCH-$MODELS}; do
 			bench_at auto "$model" "$p" "$g" auto "$b" --policy auto --batch "$B" ||
 				echo "  auto $model p$p g$g --gpu-mem $b: $(cat "$work/run.err")" >&2
 			grep -h "^sluice: policy auto" "$work/run.err" >&2 || true
+			# the best dense grid policy that fits this budget, again
+			best=$("$PY" -c '
+import json, re, sys
+def size(s):
+    m = re.fullmatch(r"([0-9.]+)([KMG]?)", s)
+    return float(m.group(1)) * 1024 ** " KMG".index(m.group(2) or " ")
+rows = [json.loads(l) for l in open(sys.argv[1])]
+fits = [r for r in rows if r.get("kind") == "grid" and r["model"] == sys.argv[2]
+        and r["workload"] == sys.argv[3] and not r.get("hh_ratio") and size(r["budget"]) <= size(sys.argv[4])]
+print(max(fits, key=lambda r: r["throughput_tok_s"])["policy"] if fits else "")' \
+				"$out.jsonl" "$model" "p$p-g$g" "$b")
+			if [[ -n $best ]]; then
+				bench_at beside "$model" "$p" "$g" "$best" "$b" --policy "$work/$best.json" ||
+					echo "  beside $model p$p g$g $best --gpu-mem $b: $(cat "$work/run.err")" >&2
+			fi
 			for wg in 100 90 80 70 60 50 40 30 20 10 0; do
 				rc=0
 				bench_at flexgen "$model" "$p" "$g" "flexgen-w$wg" "$b" --gpu-batch-size $((B / ngb)) \
