@@ -126,7 +126,7 @@ int sl_model_open_ex(sl_backend *be, const sl_model_params *p, sl_model **out)
 	}
 	sl_weight_place place = { .gpu_percent = pp->w_gpu, .cpu_percent = pp->w_cpu,
 				  .overlap = pp->overlap, .halves = pp->sep_layer, .q4 = pp->w_q4,
-				  .host_in_place = be->ops->dev_is_host };
+				  .host_in_place = be->ops->dev_is_host, .interrupt = p->interrupt };
 	if (pp->w_gpu + pp->w_cpu < 100.0) {
 		if (!p->offload_dir) {
 			rc = sl_err(SL_EINVAL, "weights placed on disk need --offload-dir DIR");

@@ -81,6 +81,8 @@ typedef struct sl_model_params {
 	const char *dir, *dummy;       /* one of them */
 	const char *offload_dir;       /* the disk tier's folder */
 	const sl_plan_params *plan;    /* NULL: sl_plan_defaults() */
+	const volatile sig_atomic_t *interrupt; /* (optional) loading stops when it
+					  becomes non-zero: SL_EINTERRUPTED */
 } sl_model_params;
 
 /* Open under a plan made from p->plan and the model's shapes (m->plan);

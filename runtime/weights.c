@@ -1060,6 +1060,11 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 
 	/* decoder layers: each tensor converted once, straight to its tier */
 	for (int l = 0; l < c->n_layer && !rc; l++) {
+		if (place && place->interrupt && *place->interrupt) {
+			rc = sl_err(SL_EINTERRUPTED, "interrupted while loading the weights (at layer %d of %d)", l,
+				    c->n_layer);
+			break;
+		}
 		sl_layer_w *lw = &w->layers[l];
 		lw->disk_off = (uint64_t)l * w->disk_bytes;
 		lw->q4 = w->q4;

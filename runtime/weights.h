@@ -20,6 +20,8 @@
 #include "safetensors.h"
 #include "wstage.h" /* the staging engine; enum sl_unit, sl_weight_stats */
 
+#include <signal.h>
+
 /* A matrix placed in two or three tiers (sl_weight_place) is split by
  * rows: its rows from row on are at rest, a matrix of their own (fp16, or
  * sl_q4's layout of those rows); the rows before are at first, the
@@ -84,6 +86,10 @@ typedef struct sl_weight_place {
 					    (the CPU backend): the host tier's tensors
 					    are read where they live, never copied into
 					    a staging slot; only disk parts are staged */
+	const volatile sig_atomic_t *interrupt; /* (optional) non-zero: loading stops
+					    before the next layer, SL_EINTERRUPTED (a
+					    store being written is left incomplete, and
+					    written again by the next open) */
 } sl_weight_place;
 
 #define SL_LAYER_TENSORS 16

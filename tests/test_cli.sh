@@ -236,6 +236,31 @@ expect_fail "partial without --resume" "use --resume" "" -- "${job[@]}" --batch-
 "$sluice" "${job[@]}" --batch-size 2 --out "$tmp/i.jsonl" --resume || bad "resume after SIGINT failed"
 if cmp -s "$tmp/i.jsonl" "$tmp/ref.jsonl"; then ok; else bad "SIGINT + --resume differs from an uninterrupted run"; fi
 
+# SIGINT while the weights load (dummy opt-1.3b, its 24 layers written to a
+# disk store: seconds): the load stops before its next layer, exit 130,
+# one line saying so, no output or .partial left; the store, left
+# incomplete, is written again by the next run, whose tokens are those of
+# the weights in memory
+echo '{"id":0,"input_ids":[5,6,7]}' >"$tmp/ld-in.jsonl"
+ld=(generate --backend cpu --dummy opt-1.3b --prompts "$tmp/ld-in.jsonl" --max-new-tokens 2
+	--percent 0 0 100 0 100 0 --offload-dir "$tmp/ld" --out "$tmp/ld.jsonl" --quiet)
+mkdir -p "$tmp/ld"
+"$sluice" "${ld[@]}" 2>"$tmp/ld.err" &
+pid=$!
+for _ in $(seq 400); do [ -n "$(ls -A "$tmp/ld")" ] && break; sleep 0.05; done
+sleep 0.3
+kill -INT $pid
+wait $pid
+rc=$?
+if [ $rc -eq 130 ] && grep -q "interrupted while loading the weights (at layer [0-9]* of 24); no output was written" \
+	"$tmp/ld.err"; then ok; else bad "SIGINT while loading: exit $rc, $(tail -1 "$tmp/ld.err")"; fi
+if [ -e "$tmp/ld.jsonl" ] || [ -e "$tmp/ld.jsonl.partial" ]; then bad "SIGINT while loading left output"; else ok; fi
+"$sluice" "${ld[@]}" 2>"$tmp/ld.err" || bad "the job after an interrupted load: $(tail -1 "$tmp/ld.err")"
+"$sluice" generate --backend cpu --dummy opt-1.3b --prompts "$tmp/ld-in.jsonl" --max-new-tokens 2 \
+	--out "$tmp/ld-ref.jsonl" --quiet || bad "opt-1.3b in memory failed"
+if cmp -s "$tmp/ld.jsonl" "$tmp/ld-ref.jsonl"; then ok; else bad "the store written after an interrupted load gives other tokens"; fi
+rm -rf "$tmp/ld"
+
 # a partial output from another input is refused
 head -2 "$tmp/ref.jsonl" | sed 's/"id":0/"id":77/' >"$tmp/o.jsonl.partial"
 expect_fail "foreign partial" "from another job" "" -- "${job[@]}" --batch-size 2 --out "$tmp/o.jsonl" --resume

@@ -72,6 +72,9 @@ typedef struct common_opts {
 	 * counts its buffers, and to the cost model */
 	double w_zstd;
 	uint32_t w_zstd_window;
+	/* set by a signal handler (the job commands'): open_model's loading
+	 * stops on it */
+	const volatile sig_atomic_t *interrupt;
 } common_opts;
 
 enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, OPT_JSON,

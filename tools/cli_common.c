@@ -348,7 +348,7 @@ int open_model(const common_opts *o, const sl_model_config *cfg, const sl_plan_p
 		return rc;
 	}
 	const sl_model_params mp = { .dir = o->model_dir, .dummy = o->dummy,
-				     .offload_dir = o->offload_dir, .plan = pp };
+				     .offload_dir = o->offload_dir, .plan = pp, .interrupt = o->interrupt };
 	return sl_model_open_ex(*be, &mp, m);
 }
 

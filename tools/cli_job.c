@@ -171,6 +171,7 @@ int run_job(const char *cmd, job_cli *j, bool score)
 	j->jo.resume = j->resume;
 	j->jo.progress = j->quiet ? 0 : isatty(STDERR_FILENO) ? 2 : 1;
 	j->jo.interrupt = &interrupted;
+	j->co.interrupt = &interrupted;
 	catch_signals();
 
 	/* everything that can be checked before compute is checked first:
@@ -279,6 +280,13 @@ int run_job(const char *cmd, job_cli *j, bool score)
 		die(rc);
 	return 0;
 fail:
+	if (rc == SL_EINTERRUPTED && !st.started && !j->resume) {
+		/* before the first block (loading the weights, say): nothing
+		 * to continue, so nothing is left */
+		fprintf(stderr, "sluice: %s; no output was written\n", sl_errmsg());
+		sl_output_close(out, true);
+		exit(EXIT_INTERRUPTED);
+	}
 	if (rc == SL_EINTERRUPTED) {
 		if (out_std)
 			fprintf(stderr, "sluice: interrupted: %d of %d prompts were written to standard output\n",
