@@ -56,8 +56,9 @@ through the page cache, reads them from spare RAM.
 The disk. Before and after each run of a budget with a disk tier (a "cpu"
 cap) the harness reads 1 GiB (--disk-probe) of a file in the work folder
 with O_DIRECT and records the rate; the report gives each cell's rate and
-tokens/s over it, so disk-bound runs on a disk whose rate moves from
-minute to minute can be compared at the rate each had.
+tokens/s over it. The probe takes about a second: beside a run of minutes
+it samples the disk, a check on a disk-bound ratio, not a correction of it
+(on this project's VM it read 0.47 to 3.05 GB/s around one cell's runs).
 
 Set-up (nothing in the C build depends on it):
   tools/compare-venv.sh /work/venv-cmp     # torch (CPU), transformers,
@@ -1311,9 +1312,10 @@ def report(jsonl, plots=True):
         L.append("\n## The disk's rate around each run\n")
         L.append("Before and after each run of a budget with a disk tier, compare.py reads a file in the work "
                  "folder with O_DIRECT (`disk_probe`: 4 MiB requests, one at a time; each run's pair is in the "
-                 ".jsonl). The rate is the pair's mean, medians over a cell's runs; tokens/s over it takes the "
-                 "disk's minute-to-minute changes out of a disk-bound run (not of a compute-bound one), and the "
-                 "last column is sluice --policy auto's over each system's, so measured.\n")
+                 ".jsonl). The rate is the pair's mean, medians over a cell's runs; the last column is sluice --policy "
+                 "auto's tokens/s per probe GB/s over each system's. A probe of a second beside a run of "
+                 "minutes samples the disk: read this as a check on a disk-bound ratio (how far the disk's "
+                 "moves could explain it), not as a corrected ratio.\n")
         L.append("| model | budget | batch | system | disk GB/s around the runs | tok/s per disk GB/s | "
                  "sluice-auto / system, per disk GB/s |")
         L.append("|---|---|---:|---|---:|---:|---:|")
