@@ -181,13 +181,13 @@ for model in $MODELS; do
 		[[ -z $ONLY || " $ONLY " == *" $name "* ]] || continue
 		((ngb <= B)) || continue
 		printf '{"gpu_batch_size": %d, "num_gpu_batches": %d, %s}\n' $((B / ngb)) "$ngb" "$fields" \
-			>"$work/$name.json"
+			>"$work/$model-$name.json"
 		for w in "${workloads[@]}"; do
 			read -r p g <<<"$w"
 			fit=0
 			for b in "${lv[@]}"; do
 				rc=0
-				bench_at grid "$model" "$p" "$g" "$name" "$b" --policy "$work/$name.json" || rc=$?
+				bench_at grid "$model" "$p" "$g" "$name" "$b" --policy "$work/$model-$name.json" || rc=$?
 				if ((rc != 2)); then fit=1; break; fi
 			done
 			((fit)) || echo "  grid $model p$p g$g $name: fits none of ${lv[*]}: $(cat "$work/run.err")" >&2
@@ -225,7 +225,7 @@ fits = [r for r in rows if r.get("kind") == "grid" and r["model"] == sys.argv[2]
 print(max(fits, key=lambda r: r["throughput_tok_s"])["policy"] if fits else "")' \
 				"$out.jsonl" "$model" "p$p-g$g" "$b")
 			if [[ -n $best ]]; then
-				bench_at beside "$model" "$p" "$g" "$best" "$b" --policy "$work/$best.json" ||
+				bench_at beside "$model" "$p" "$g" "$best" "$b" --policy "$work/$model-$best.json" ||
 					echo "  beside $model p$p g$g $best --gpu-mem $b: $(cat "$work/run.err")" >&2
 			fi
 			for wg in 100 90 80 70 60 50 40 30 20 10 0; do
