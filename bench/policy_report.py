@@ -2,6 +2,9 @@
 """The report of bench/policy_validate.sh: predicted against measured.
 
 usage: policy_report.py RESULTS.jsonl OUT_PREFIX [--machine S] [--cmd S] [--wall SECONDS]
+       policy_report.py RESULTS.jsonl --best-grid MODEL WORKLOAD BUDGET
+         (the name of the best measured dense grid policy that fits BUDGET,
+         or nothing: policy_validate.sh runs it again beside the search's)
 
 Reads the rows the script wrote (one "profile" row, then bench --json
 objects of kind "grid", "auto", "beside" and "flexgen") and writes OUT_PREFIX.md: the
@@ -23,15 +26,37 @@ import os
 
 ap = argparse.ArgumentParser()
 ap.add_argument("results")
-ap.add_argument("out")
+ap.add_argument("out", nargs="?")
 ap.add_argument("--machine", default="?")
 ap.add_argument("--cmd", default="?")
 ap.add_argument("--wall", default="?")
+ap.add_argument("--best-grid", nargs=3, metavar=("MODEL", "WORKLOAD", "BUDGET"))
 a = ap.parse_args()
+if not a.out and not a.best_grid:
+    ap.error("OUT_PREFIX is required (or --best-grid)")
 rows = [json.loads(l) for l in open(a.results) if l.strip()]
 prof = next((r for r in rows if r.get("kind") == "profile"), None)
 runs = [r for r in rows if r.get("kind") in ("grid", "auto", "beside", "flexgen")]
 grid = [r for r in runs if r["kind"] == "grid"]
+
+
+def budget_bytes(s):
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    return float(s[:-1]) * mult[s[-1]] if s and s[-1] in mult else float(s)
+
+
+def best_grid(model, workload, budget):
+    """The best measured dense grid run that fits budget (admitted at it or
+    a smaller one), or None."""
+    fits = [g for g in grid if (g["model"], g["workload"]) == (model, workload) and g["hh_ratio"] == 0
+            and budget_bytes(g["budget"]) <= budget_bytes(budget)]
+    return max(fits, key=lambda g: g["throughput_tok_s"], default=None)
+
+
+if a.best_grid:
+    b = best_grid(*a.best_grid)
+    print(b["policy"] if b else "")
+    raise SystemExit(0)
 
 
 def err(r):
@@ -65,11 +90,6 @@ def flags(r):
     if r["hh_ratio"] > 0:
         f += f" H2O {r['hh_ratio'] + r['recent_ratio']:.0%}"
     return f
-
-
-def budget_bytes(s):
-    mult = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    return float(s[:-1]) * mult[s[-1]] if s and s[-1] in mult else float(s)
 
 
 md = []
@@ -142,9 +162,7 @@ regrets, regrets_grid = [], []
 for r in [r for r in runs if r["kind"] == "auto"]:
     key = (r["model"], r["workload"])
     b = budget_bytes(r["budget"])
-    fits = [g for g in grid if (g["model"], g["workload"]) == key and g["hh_ratio"] == 0
-            and budget_bytes(g["budget"]) <= b]
-    best = max(fits, key=lambda g: g["throughput_tok_s"], default=None)
+    best = best_grid(r["model"], r["workload"], r["budget"])
     dev = next((g for g in grid if (g["model"], g["workload"]) == key and g["policy"] == "dev"), None)
     dflt = ("does not fit" if dev is None or budget_bytes(dev["budget"]) > b
             else f"{dev['throughput_tok_s']:.2f}")

@@ -214,16 +214,7 @@ for model in ${MODELS_SEARCH-$MODELS}; do
 				echo "  auto $model p$p g$g --gpu-mem $b: $(cat "$work/run.err")" >&2
 			grep -h "^sluice: policy auto" "$work/run.err" >&2 || true
 			# the best dense grid policy that fits this budget, again
-			best=$("$PY" -c '
-import json, re, sys
-def size(s):
-    m = re.fullmatch(r"([0-9.]+)([KMG]?)", s)
-    return float(m.group(1)) * 1024 ** " KMG".index(m.group(2) or " ")
-rows = [json.loads(l) for l in open(sys.argv[1])]
-fits = [r for r in rows if r.get("kind") == "grid" and r["model"] == sys.argv[2]
-        and r["workload"] == sys.argv[3] and not r.get("hh_ratio") and size(r["budget"]) <= size(sys.argv[4])]
-print(max(fits, key=lambda r: r["throughput_tok_s"])["policy"] if fits else "")' \
-				"$out.jsonl" "$model" "p$p-g$g" "$b")
+			best=$("$PY" bench/policy_report.py "$out.jsonl" --best-grid "$model" "p$p-g$g" "$b")
 			if [[ -n $best ]]; then
 				bench_at beside "$model" "$p" "$g" "$best" "$b" --policy "$work/$model-$best.json" ||
 					echo "  beside $model p$p g$g $best --gpu-mem $b: $(cat "$work/run.err")" >&2
