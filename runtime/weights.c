@@ -166,6 +166,13 @@ static size_t piece_bytes(const sl_model_config *c, const tdesc *d, bool q4, siz
 	return q4 ? sl_q4_bytes(rows, k) : rows * k * 2;
 }
 
+/* The rows place_layer cuts a layer tensor by: a matrix's, 1 for a vector
+ * (which goes whole). */
+static int tensor_rows(const sl_model_config *c, const tdesc *d)
+{
+	return d->kind == 0 ? (int)dim_value(c, d->rows) : 1;
+}
+
 static size_t tensor_bytes(const sl_model_config *c, const tdesc *d, bool q4)
 {
 	return piece_bytes(c, d, q4, (size_t)dim_value(c, d->rows));
@@ -533,7 +540,7 @@ static void place_layer(const sl_model_config *c, const sl_weight_place *p, sl_m
 	home[SL_TIER_DISK] = &w->disk_bytes;
 	for (int i = 0; i < tb.n; i++) {
 		const tdesc *d = &tb.t[i];
-		const int rows = d->kind == 0 ? (int)dim_value(c, d->rows) : 1;
+		const int rows = tensor_rows(c, d);
 		const size_t nb = tensor_bytes(c, d, w->q4);
 		const int step = d->kind == 0 ? SL_WSPLIT_ROWS : 1;
 		/* the rows in each tier: [0, r[0]) disk, [r[0], r[1]) host, the rest device */
@@ -625,7 +632,7 @@ int sl_weights_layer_pieces(const sl_model_config *c, double gpu_percent, double
 	const tdesc *d = tmp.tensors;
 	for (int i = 0; i < tmp.ntensors; i++) {
 		bytes[i] = tensor_bytes(c, &d[i], q4);
-		rows[i] = d[i].kind == 0 ? (int)dim_value(c, d[i].rows) : 1;
+		rows[i] = tensor_rows(c, &d[i]);
 	}
 	memcpy(piece, tmp.piece, (size_t)tmp.npiece * sizeof *piece);
 	*ntensors = tmp.ntensors;

@@ -232,8 +232,8 @@ END_TEST
  * at a multiple of SL_WSPLIT_ROWS rows within half of them of the cut (the
  * nearest); a vector (a bias or a norm) is one piece, in the tier its byte
  * midpoint falls in.  split_check checks one placement, counting in seen[]
- * the vectors whose midpoint lies in each tier with a cut inside them
- * (*cut_in) and the matrices cut (seen[3]). */
+ * the vectors with a cut inside them by the tier their midpoint lies in
+ * (seen[0..2]) and the matrices cut (seen[3]). */
 static void split_check(const sl_model_config *c, const char *name, double g, double k, bool q4, int seen[4])
 {
 	static const int rank[3] = { [SL_TIER_DISK] = 0, [SL_TIER_HOST] = 1, [SL_TIER_DEVICE] = 2 };
