@@ -1119,8 +1119,11 @@ def summarize(recs):
         s["ram_cap_bytes"] = rs[0].get("ram_cap_bytes")
         # the disk's rate around each run (the mean of the probes before
         # and after it), and tokens/s over it
-        pr = [(r, statistics.mean(p)) for r in ok
-              for p in [[g for g in r.get("disk_probe_gbps") or [] if g]] if p]
+        pr = []
+        for r in ok:
+            probes = [g for g in r.get("disk_probe_gbps") or [] if g]
+            if probes:
+                pr.append((r, statistics.mean(probes)))
         if pr:
             s["disk_probe_gbps"] = med([g for _, g in pr])
             s["tok_s_per_probe_gbps"] = med([r["result"]["throughput_tok_s"] / g for r, g in pr])
