@@ -31,6 +31,8 @@ typedef struct search {
 	sl_policy fixed;       /* the pinned fields set on a default policy */
 	sl_choice *best;
 	int cap, n;
+	double floor;          /* > 0: candidates predicted at least this fast rank
+				* first, the simplest first (ahead) */
 	long evaluated;
 	bool any_valid;        /* a candidate passed the policy's rules */
 	size_t min_device;     /* the least device peak of a candidate that fits the rest */
@@ -67,19 +69,41 @@ static int apply_fix(const sl_search_params *sp, sl_policy *p)
 	return 0;
 }
 
-/* Insert ch into the best list (sorted by tok/s, distinct policies). */
+/*
+ * Whether a ranks before b.  Without a floor: the faster.  With one (the
+ * margin's second pass), those at or above it come first, and among them
+ * the simplest: the fewest micro-batches, then the fewest bytes on the
+ * disk, then on the host, then the faster; below it, the faster.
+ */
+static bool ahead(const search *S, const sl_choice *a, const sl_choice *b)
+{
+	if (S->floor > 0) {
+		const bool in_a = a->cost.tok_s >= S->floor, in_b = b->cost.tok_s >= S->floor;
+		if (in_a != in_b)
+			return in_a;
+		if (in_a && a->pol.num_gpu_batches != b->pol.num_gpu_batches)
+			return a->pol.num_gpu_batches < b->pol.num_gpu_batches;
+		if (in_a && a->cost.peak.disk != b->cost.peak.disk)
+			return a->cost.peak.disk < b->cost.peak.disk;
+		if (in_a && a->cost.peak.host != b->cost.peak.host)
+			return a->cost.peak.host < b->cost.peak.host;
+	}
+	return a->cost.tok_s > b->cost.tok_s;
+}
+
+/* Insert ch into the best list (in ahead's order, distinct policies). */
 static void keep(search *S, const sl_choice *ch)
 {
 	for (int i = 0; i < S->n; i++)
 		if (sl_policy_equal(&S->best[i].pol, &ch->pol)) {
-			if (S->best[i].cost.tok_s >= ch->cost.tok_s)
+			if (!ahead(S, ch, &S->best[i]))
 				return;
 			memmove(&S->best[i], &S->best[i + 1], sizeof *ch * (size_t)(S->n - i - 1));
 			S->n--;
 			break;
 		}
 	int at = S->n;
-	while (at > 0 && S->best[at - 1].cost.tok_s < ch->cost.tok_s)
+	while (at > 0 && ahead(S, ch, &S->best[at - 1]))
 		at--;
 	if (at >= S->cap)
 		return;
@@ -254,22 +278,10 @@ static const int batch_sizes[] = { 1,   2,   3,   4,   6,    8,    12,   16,   2
 				   1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384 };
 static const int micro_counts[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64 };
 
-int sl_search(const sl_model_config *c, const sl_profile *prof, const sl_search_params *sp,
-	      sl_choice *best, int nbest_cap, int *nbest, long *evaluated)
+/* Every candidate of the grid into S's list. */
+static int walk(search *S)
 {
-	*nbest = 0;
-	*evaluated = 0;
-	if (sp->prompt_len <= 0 || sp->gen_len <= 0)
-		return sl_err(SL_EINVAL, "the workload needs a prompt and new tokens (got %d and %d)",
-			      sp->prompt_len, sp->gen_len);
-	if (sp->prompt_len + sp->gen_len > c->max_pos)
-		return sl_err(SL_ERANGE, "a prompt of %d tokens and %d new ones need %d positions; %s has %d",
-			      sp->prompt_len, sp->gen_len, sp->prompt_len + sp->gen_len, c->name,
-			      c->max_pos);
-	search S = { .c = c, .prof = prof, .sp = sp, .best = best, .cap = nbest_cap };
-	S.dev_is_host = !strcmp(prof->backend, "cpu");
-	sl_policy_default(&S.fixed);
-	SL_TRY(apply_fix(sp, &S.fixed)); /* an unknown field or a value out of bounds */
+	const sl_search_params *sp = S->sp;
 	const int max_batch = sp->max_batch > 0 ? sp->max_batch : 4096;
 	for (size_t mi = 0; mi < SL_ARRAY_LEN(micro_counts); mi++) {
 		for (size_t bi = 0; bi < SL_ARRAY_LEN(batch_sizes); bi++) {
@@ -300,15 +312,52 @@ int sl_search(const sl_model_config *c, const sl_profile *prof, const sl_search_
 				p.act_gpu_percent = act_host ? 0 : 100;
 				p.act_cpu_percent = act_host ? 100 : 0;
 				h2o_of(sp, &p);
-				SL_TRY(placements(&S, p, &fitted));
+				SL_TRY(placements(S, p, &fitted));
 			}
 			/* a larger block of as many micro-batches needs more */
 			if (!fitted)
 				break;
 		}
 	}
+	return 0;
+}
+
+int sl_search(const sl_model_config *c, const sl_profile *prof, const sl_search_params *sp,
+	      sl_choice *best, int nbest_cap, int *nbest, sl_search_stats *st)
+{
+	*nbest = 0;
+	memset(st, 0, sizeof *st);
+	if (sp->prompt_len <= 0 || sp->gen_len <= 0)
+		return sl_err(SL_EINVAL, "the workload needs a prompt and new tokens (got %d and %d)",
+			      sp->prompt_len, sp->gen_len);
+	if (sp->prompt_len + sp->gen_len > c->max_pos)
+		return sl_err(SL_ERANGE, "a prompt of %d tokens and %d new ones need %d positions; %s has %d",
+			      sp->prompt_len, sp->gen_len, sp->prompt_len + sp->gen_len, c->name,
+			      c->max_pos);
+	if (!(sp->margin >= 0 && sp->margin <= 0.5))
+		return sl_err(SL_ERANGE, "the search's margin is %g; it must be in [0, 0.5]", sp->margin);
+	search S = { .c = c, .prof = prof, .sp = sp };
+	S.dev_is_host = !strcmp(prof->backend, "cpu");
+	sl_policy_default(&S.fixed);
+	SL_TRY(apply_fix(sp, &S.fixed)); /* an unknown field or a value out of bounds */
+	/* the fastest first; with a margin, the grid again, those the fastest
+	 * leads by at most the margin ranked first, the simplest first
+	 * (ahead): the model's error is larger than such leads */
+	const bool twice = sp->margin > 0;
+	S.best = twice ? &st->fastest : best;
+	S.cap = twice ? 1 : nbest_cap;
+	SL_TRY(walk(&S));
+	st->evaluated = S.evaluated;
+	if (S.n > 0 && twice) {
+		S.best = best;
+		S.cap = nbest_cap;
+		S.n = 0;
+		S.floor = st->fastest.cost.tok_s / (1 + sp->margin);
+		SL_TRY(walk(&S));
+	} else if (S.n > 0) {
+		st->fastest = best[0];
+	}
 	*nbest = S.n;
-	*evaluated = S.evaluated;
 	if (S.n > 0)
 		return 0;
 	if (!S.any_valid)

@@ -47,24 +47,39 @@ typedef struct sl_search_params {
 				  * that runs the policy reserves them: the prompt
 				  * (bench; 0 means this) or prompt + gen (generate,
 				  * score) */
+	double margin;           /* in [0, 0.5]: candidates the fastest prediction
+				  * leads by at most this share (fastest <= tok/s x
+				  * (1 + margin)) rank first, the simplest first (the
+				  * fewest micro-batches, then the fewest bytes on
+				  * the disk, then on the host); 0: by predicted
+				  * tok/s alone.  The commands use SL_SEARCH_MARGIN */
 } sl_search_params;
+
+/* The commands' margin: a lead of under 1% is well inside the model's
+ * error (docs/cost-model.md, "The search"). */
+#define SL_SEARCH_MARGIN 0.01
 
 typedef struct sl_choice {
 	sl_policy pol;
 	sl_cost cost;
 } sl_choice;
 
+typedef struct sl_search_stats {
+	long evaluated;    /* candidates predicted */
+	sl_choice fastest; /* the fastest prediction (best[0] without a margin) */
+} sl_search_stats;
+
 /*
  * Search.  best[0..*nbest) receives the best min(nbest_cap, found)
- * candidates, best first (distinct policies); *evaluated the number of
- * candidates predicted.  Errors: SL_EINVAL for a --fix that names no field
- * or a value out of bounds (the policy's message), SL_EBUDGET when nothing
- * fits, naming the smallest device budget that would (with the other
- * budgets as given), SL_ERANGE for a workload beyond the model's
- * positions.
+ * candidates, the choice first (distinct policies; ranked as sp->margin
+ * says); *st the number of candidates predicted and the fastest.  Errors:
+ * SL_EINVAL for a --fix that names no field or a value out of bounds (the
+ * policy's message), SL_EBUDGET when nothing fits, naming the smallest
+ * device budget that would (with the other budgets as given), SL_ERANGE
+ * for a workload beyond the model's positions or a margin out of range.
  */
 int sl_search(const sl_model_config *c, const sl_profile *prof, const sl_search_params *sp,
-	      sl_choice *best, int nbest_cap, int *nbest, long *evaluated);
+	      sl_choice *best, int nbest_cap, int *nbest, sl_search_stats *st);
 
 /*
  * Predict one policy for the workload without searching (its whole block:

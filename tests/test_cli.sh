@@ -1100,7 +1100,7 @@ PY
 "$sluice" profile --quick --backend cpu --json "$tmp/pprof.json" >/dev/null || bad "profile for policy"
 pol=(policy --dummy opt-125m --backend cpu --profile "$tmp/pprof.json")
 if "$sluice" "${pol[@]}" --prompt-len 16 --gen-len 4 --fix gpu_batch_size=2 --fix num_gpu_batches=1 \
-	--top 3 --json --out "$tmp/pol.json" >"$tmp/pol.stdout" 2>"$tmp/pol.stderr"; then
+	--top 3 --margin 0 --json --out "$tmp/pol.json" >"$tmp/pol.stdout" 2>"$tmp/pol.stderr"; then
 	if python3 - "$tmp/pol.json" "$tmp/pol.stdout" "$tmp/pprof.json" "$tmp/pol.stderr" <<'PY'; then ok; else bad "policy: the file, --json and the summary"; fi
 import json, sys
 f = json.load(open(sys.argv[1]))
@@ -1123,7 +1123,7 @@ assert abs(pred["throughput_tok_s"] / tps - 1) < 1e-6, (pred, tps)
 assert pred["prompt_len"] == 16 and pred["gen_len"] == 4, pred
 assert set(pred["peak_bytes"]) == {"device", "host", "disk"} and pred["peak_bytes"]["device"] > 0, pred
 assert pred["profile"]["source"] == sys.argv[3] and pred["profile"]["backend"] == "cpu", pred
-# --json: the same choice and prediction, and the top 3, best first
+# --json: the same choice and prediction, and the top 3, best first (--margin 0)
 pol = {k: v for k, v in f.items() if k != "predicted"}
 assert j["policy"] == pol and j["predicted"] == pred, (j, f)
 assert j["out"] == sys.argv[1] and j["evaluated"] >= len(j["top"]) == 3, j
@@ -1344,6 +1344,43 @@ pexp "--zstd-store without --offload-dir" "--zstd-store needs --offload-dir" -- 
 	--out "$tmp/pbad.json"
 pexp "--evaluate with --out" "drop --out" -- "${pw[@]}" --evaluate "$tmp/pol.json" --out "$tmp/pbad.json"
 pexp "--evaluate a missing policy" "$tmp/nopol.json: no such policy file" -- "${pw[@]}" --evaluate "$tmp/nopol.json"
+pexp "--evaluate with --margin" "--margin and --top are for the search" -- "${pw[@]}" --evaluate "$tmp/pol.json" --margin 0
+pexp "--margin out of range" "--margin must be a number in [0, 0.5], got '0.7'" -- "${pw[@]}" --margin 0.7 --out "$tmp/pbad.json"
+# --margin: the choice is the simplest of those the fastest leads by at most
+# the margin (the fewest micro-batches, then the fewest bytes on the disk,
+# then on the host), and the summary names the fastest; checked against
+# the ranking by tok/s alone (--margin 0) of the same candidates
+mkdir -p "$tmp/pmoff"
+pm=("${pw[@]}" --gpu-mem 128M --cpu-mem 256M --offload-dir "$tmp/pmoff" --disk-mem 4G --top 100 --json)
+if "$sluice" "${pm[@]}" --margin 0 --out "$tmp/pm0.json" >"$tmp/pm0.stdout" 2>/dev/null &&
+	"$sluice" "${pm[@]}" --out "$tmp/pm1.json" >"$tmp/pm1.stdout" 2>"$tmp/pm1.stderr"; then
+	if python3 - "$tmp/pm0.stdout" "$tmp/pm1.stdout" "$tmp/pm1.stderr" <<'PY'; then ok; else bad "policy --margin"; fi
+import json, sys
+exact, ranked = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+err = open(sys.argv[3]).read()
+assert exact["margin"] == 0 and exact["fastest"] is None and ranked["margin"] == 0.01, (exact, ranked)
+t = [x["throughput_tok_s"] for x in exact["top"]]
+assert t == sorted(t, reverse=True), t
+floor = t[0] / 1.01
+within = [x for x in exact["top"] if x["throughput_tok_s"] >= floor]
+assert len(within) < len(exact["top"]), "the top 100 are all within the margin"
+key = lambda x: (x["policy"]["num_gpu_batches"], x["peak_bytes"]["disk"], x["peak_bytes"]["host"],
+                 -x["throughput_tok_s"])
+want = min(within, key=key)
+assert ranked["policy"] == want["policy"], (ranked["policy"], want)
+assert [key(x) for x in ranked["top"][:len(within)]] == sorted(key(x) for x in within), ranked["top"]
+fast = exact["top"][0]
+if ranked["policy"] == fast["policy"]:
+    assert ranked["fastest"] is None and "fastest  " not in err, (ranked, err)
+else:
+    assert ranked["fastest"]["policy"] == fast["policy"], ranked["fastest"]
+    assert ranked["fastest"]["throughput_tok_s"] == fast["throughput_tok_s"], ranked["fastest"]
+    more = fast["throughput_tok_s"] / ranked["predicted"]["throughput_tok_s"] - 1
+    assert "fastest  %.2f tok/s (%.2f%% more, within --margin 0.01" % (fast["throughput_tok_s"], more * 100) in err, err
+PY
+else
+	bad "policy --margin: $(cat "$tmp/pm1.stderr")"
+fi
 pexp "profile of another backend" "measured the cpu backend, and --backend asks for cuda" -- \
 	policy --dummy opt-125m --backend cuda --profile "$tmp/pprof.json" --prompt-len 16 --gen-len 4 --out "$tmp/pbad.json"
 # --calibration: the ladder's perplexities are sluice score's at each H2O
@@ -1784,12 +1821,37 @@ if [ -e "$tmp/ca-x1.out" ] || [ -e "$tmp/ca-x3.out" ] || [ -e "$tmp/ca-x3.out.pa
 # ---- --policy auto (issue 13): the search with the job's shapes and
 # budgets first, its choice in one line on stderr, then the job run whole
 # under it; nothing fitting is the search's one line, exit 2
+# --margin reaches the search: at 0.5 (every candidate within 50% of the
+# fastest), one micro-batch; without --policy auto it is refused
+cam=("${cab[@]}" --batch 8 --gpu-mem 128M --cpu-mem 256M --offload-dir "$tmp/pmoff" --policy auto --profile "$tmp/ca-prof.json")
+if "$sluice" "${cam[@]}" --margin 0.5 >/dev/null 2>"$tmp/ca-m.err" &&
+	grep -qE "^sluice: policy auto: --gpu-batch-size [0-9]+ --num-gpu-batches 1 " "$tmp/ca-m.err"; then ok; else
+	bad "--policy auto --margin 0.5: $(cat "$tmp/ca-m.err")"; fi
+# and where it took another policy than --margin 0 would, the second line
+# names the fastest: the one --margin 0 runs
+if "$sluice" "${cam[@]}" --margin 0 >/dev/null 2>"$tmp/ca-m0.err" &&
+	python3 - "$tmp/ca-m.err" "$tmp/ca-m0.err" <<'PY'; then ok; else bad "--policy auto --margin: the fastest line: $(cat "$tmp/ca-m.err" "$tmp/ca-m0.err")"; fi
+import re, sys
+half, zero = (open(f).read().splitlines() for f in sys.argv[1:])
+assert len(zero) == 1, zero
+flags = lambda l: re.match(r"sluice: policy auto: (.*): predicted ", l).group(1)
+if flags(half[0]) == flags(zero[0]):
+    assert len(half) == 1, half
+else:
+    assert len(half) == 2 and half[1].startswith("sluice: policy auto: the fastest prediction, %s, " % flags(zero[0])), (half, zero)
+    assert half[1].endswith("within --margin 0.5, the simpler policy above runs"), half
+PY
+expect_exit "--margin without --policy auto" 2 "--margin is for the search: give it with --policy auto" -- \
+	"${cab[@]}" --margin 0.01
 if "$sluice" "${cab[@]}" --policy auto --profile "$tmp/ca-prof.json" --json >"$tmp/ca-ba.json" 2>"$tmp/ca-ba.err" &&
 	python3 - "$tmp/ca-ba.json" "$tmp/ca-ba.err" <<'PY'; then ok; else bad "bench --policy auto: $(cat "$tmp/ca-ba.err" "$tmp/ca-ba.json")"; fi
 import json, re, sys
 b = json.load(open(sys.argv[1]))
 err = open(sys.argv[2]).read().splitlines()
-assert len(err) == 1, err
+# the choice; and where the margin took a simpler policy, the fastest
+assert len(err) == 1 or (len(err) == 2 and re.fullmatch(
+    r"sluice: policy auto: the fastest prediction, --gpu-batch-size \d+ --num-gpu-batches \d+ --percent .*, "
+    r"[0-9.e+]+ tok/s, leads by [0-9.]+%: within --margin 0.01, the simpler policy above runs", err[1])), err
 m = re.fullmatch(r"sluice: policy auto: --gpu-batch-size (\d+) --num-gpu-batches (\d+) --percent (\S+) (\S+) (\S+) (\S+) (\S+) (\S+)(.*): predicted ([0-9.e+]+) tok/s \(prompt 16, gen 4; .*\)", err[0])
 assert m, err[0]
 gbs, ngb = int(m.group(1)), int(m.group(2))

@@ -624,10 +624,10 @@ START_TEST(test_search_fits_and_ranks)
 	sp.budget.host = (size_t)2 << 30;
 	sl_choice best[8];
 	int n = 0;
-	long ev = 0;
+	sl_search_stats ev;
 	ck_assert_msg(sl_search(&c, &prof, &sp, best, 8, &n, &ev) == 0, "%s", sl_errmsg());
 	ck_assert_int_gt(n, 1);
-	ck_assert_int_gt(ev, n);
+	ck_assert_int_gt(ev.evaluated, n);
 	for (int i = 0; i < n; i++) {
 		ck_assert_int_eq(sl_cost_fits(&best[i].cost.peak, &sp.budget, NULL), 0);
 		if (i)
@@ -681,6 +681,80 @@ START_TEST(test_search_fits_and_ranks)
 }
 END_TEST
 
+/* Whether a is simpler than b: fewer micro-batches, then fewer bytes on
+ * the disk, then on the host (0: as simple). */
+static int simpler(const sl_choice *a, const sl_choice *b)
+{
+	if (a->pol.num_gpu_batches != b->pol.num_gpu_batches)
+		return a->pol.num_gpu_batches < b->pol.num_gpu_batches ? 1 : -1;
+	if (a->cost.peak.disk != b->cost.peak.disk)
+		return a->cost.peak.disk < b->cost.peak.disk ? 1 : -1;
+	if (a->cost.peak.host != b->cost.peak.host)
+		return a->cost.peak.host < b->cost.peak.host ? 1 : -1;
+	return 0;
+}
+
+/*
+ * The margin: among the candidates the fastest prediction leads by at
+ * most 1%, the search takes the simplest (a lead that small is well inside
+ * the model's error).  Checked against the exact ranking of the same
+ * candidates: the fastest is the exact ranking's first; the choice is
+ * within the margin of it, and no candidate within the margin is simpler.
+ * Under this budget the two differ, so the test sees the rule at work.
+ */
+START_TEST(test_search_margin)
+{
+	sl_model_config c;
+	ck_assert_int_eq(sl_model_config_named("opt-1.3b", &c), 0);
+	sl_profile prof = round_profile(true);
+	sl_search_params sp = { .prompt_len = 128, .gen_len = 32, .disk = true };
+	sp.budget.device = (size_t)2 << 30;
+	sp.budget.host = (size_t)2 << 30;
+	enum { CAP = 100 };
+	static sl_choice exact[CAP], ranked[CAP];
+	int ne = 0, nr = 0;
+	sl_search_stats se, sr;
+	ck_assert_msg(sl_search(&c, &prof, &sp, exact, CAP, &ne, &se) == 0, "%s", sl_errmsg());
+	ck_assert(sl_policy_equal(&se.fastest.pol, &exact[0].pol));
+	for (int i = 1; i < ne; i++)
+		ck_assert(exact[i - 1].cost.tok_s >= exact[i].cost.tok_s);
+	sp.margin = 0.01;
+	ck_assert_msg(sl_search(&c, &prof, &sp, ranked, CAP, &nr, &sr) == 0, "%s", sl_errmsg());
+	ck_assert_int_eq(sr.evaluated, se.evaluated);
+	ck_assert(sl_policy_equal(&sr.fastest.pol, &exact[0].pol));
+	ck_assert_double_eq(sr.fastest.cost.tok_s, exact[0].cost.tok_s);
+	const double floor = exact[0].cost.tok_s / 1.01;
+	const sl_choice *ch = &ranked[0];
+	ck_assert(ch->cost.tok_s >= floor);
+	int within = 0;
+	for (int i = 0; i < ne && exact[i].cost.tok_s >= floor; i++) {
+		within++;
+		ck_assert_msg(simpler(&exact[i], ch) <= 0,
+			      "candidate %d (%d x %d, disk %zu, host %zu, %.4f tok/s) is within the margin and simpler than the choice (%d x %d, disk %zu, host %zu)",
+			      i, exact[i].pol.gpu_batch_size, exact[i].pol.num_gpu_batches,
+			      exact[i].cost.peak.disk, exact[i].cost.peak.host, exact[i].cost.tok_s,
+			      ch->pol.gpu_batch_size, ch->pol.num_gpu_batches, ch->cost.peak.disk,
+			      ch->cost.peak.host);
+	}
+	ck_assert_msg(within < CAP, "the exact list holds only the first %d", CAP);
+	ck_assert_msg(!sl_policy_equal(&ch->pol, &exact[0].pol),
+		      "the fastest is the simplest here: the test no longer sees the margin");
+	/* the ranked list: those within the margin first, simplest first,
+	 * then the rest by tok/s */
+	for (int i = 1; i < nr; i++) {
+		const sl_choice *a = &ranked[i - 1], *b = &ranked[i];
+		const bool in_a = a->cost.tok_s >= floor, in_b = b->cost.tok_s >= floor;
+		ck_assert(in_a || !in_b);
+		if (in_a && in_b)
+			ck_assert(simpler(a, b) > 0 || (simpler(a, b) == 0 && a->cost.tok_s >= b->cost.tok_s));
+		else if (!in_a)
+			ck_assert(a->cost.tok_s >= b->cost.tok_s);
+	}
+	sp.margin = 0.6;
+	ck_assert_int_eq(sl_search(&c, &prof, &sp, ranked, CAP, &nr, &sr), SL_ERANGE);
+}
+END_TEST
+
 START_TEST(test_search_nothing_fits)
 {
 	sl_model_config c;
@@ -690,7 +764,7 @@ START_TEST(test_search_nothing_fits)
 	sp.budget.device = (size_t)1 << 20;
 	sl_choice best[4];
 	int n = 0;
-	long ev = 0;
+	sl_search_stats ev;
 	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 4, &n, &ev), SL_EBUDGET);
 	const char *msg = sl_errmsg();
 	const char *at = strstr(msg, "--gpu-mem ");
@@ -716,7 +790,7 @@ START_TEST(test_search_h2o)
 	sp.budget.device = (size_t)4 << 30;
 	sl_choice dense[1], h2o[1];
 	int n = 0;
-	long ev = 0;
+	sl_search_stats ev;
 	ck_assert_int_eq(sl_search(&c, &prof, &sp, dense, 1, &n, &ev), 0);
 	ck_assert_double_eq(dense[0].pol.hh_ratio, 0);
 	sp.h2o = SL_H2O_MIN;
@@ -742,7 +816,7 @@ START_TEST(test_search_compress)
 	sp.budget.host = (size_t)64 << 30;
 	sl_choice best[8];
 	int n = 0;
-	long ev = 0;
+	sl_search_stats ev;
 	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), 0);
 	for (int i = 0; i < n; i++)
 		ck_assert(!best[i].pol.compress_cache);
@@ -774,7 +848,7 @@ START_TEST(test_search_compress_weight)
 	sp.budget.host = (size_t)64 << 30;
 	sl_choice best[8];
 	int n = 0;
-	long ev = 0;
+	sl_search_stats ev;
 	ck_assert_int_eq(sl_search(&c, &prof, &sp, best, 8, &n, &ev), 0);
 	ck_assert(n > 0);
 	for (int i = 0; i < n; i++)
@@ -973,6 +1047,7 @@ int main(int argc, char **argv)
 	tcase_set_timeout(ts, 120);
 	tcase_add_test(ts, test_search_fits_and_ranks);
 	tcase_add_test(ts, test_search_nothing_fits);
+	tcase_add_test(ts, test_search_margin);
 	tcase_add_test(ts, test_search_h2o);
 	tcase_add_test(ts, test_search_compress);
 	tcase_add_test(ts, test_search_compress_weight);

@@ -67,6 +67,8 @@ typedef struct common_opts {
 	int nfix;
 	char fix[SL_SEARCH_MAX_FIX][48];
 	bool hh_given; /* --hh-ratio: the search keeps it (SL_H2O_FIXED) */
+	double margin;     /* --margin: the search's (sl_search_params) */
+	bool margin_given;
 	/* the zstd weight store the job reads (find_zstd_store): its ratio
 	 * (0: plain) and window; job_plan passes them to the plan, which
 	 * counts its buffers, and to the cost model */
@@ -81,7 +83,7 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
        OPT_PROMPT_LEN, OPT_GEN_LEN, OPT_QUIET, OPT_SEED, OPT_KV_DTYPE, OPT_POLICY, OPT_PERCENT,
        OPT_GBS, OPT_NGB, OPT_OFFLOAD_DIR, OPT_CPU_MEM, OPT_NO_OVERLAP, OPT_CPU_CACHE_COMPUTE,
        OPT_HH_RATIO, OPT_RECENT_RATIO, OPT_CPU_GEMM, OPT_PROFILE, OPT_COMPRESS_CACHE,
-       OPT_COMPRESS_WEIGHT };
+       OPT_COMPRESS_WEIGHT, OPT_MARGIN };
 
 #define COMMON_LONG_OPTS                                                                   \
 	{ "model", required_argument, 0, 'm' }, { "dummy", required_argument, 0, OPT_DUMMY }, \
@@ -102,6 +104,7 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 		{ "compress-weight", no_argument, 0, OPT_COMPRESS_WEIGHT },                    \
 		{ "hh-ratio", required_argument, 0, OPT_HH_RATIO },                            \
 		{ "recent-ratio", required_argument, 0, OPT_RECENT_RATIO },                    \
+		{ "margin", required_argument, 0, OPT_MARGIN },                                \
 		{ "profile", required_argument, 0, OPT_PROFILE }
 
 #define COMMON_HELP                                                                          \
@@ -126,6 +129,9 @@ enum { OPT_DUMMY = 1000, OPT_BACKEND, OPT_THREADS, OPT_GPU_MEM, OPT_OVERWRITE, O
 	"  --policy auto        the policy search chooses one for this job's shapes and\n"  \
 	"                       budgets, says it on stderr and runs it; policy flags\n"      \
 	"                       pin their fields\n"                                          \
+	"  --margin F           --policy auto: among candidates predicted within F of\n"   \
+	"                       the fastest, the simplest (sluice policy --help; default\n" \
+	"                       0.01)\n"                                                     \
 	"  --percent WG WC CG CC AG AC  FlexGen's six placement percentages (weights,\n"  \
 	"                       cache, activations on GPU and CPU; the rest on disk)\n"     \
 	"  --gpu-batch-size N, --num-gpu-batches N  the policy's block: N x N prompts\n"   \

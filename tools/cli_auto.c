@@ -97,7 +97,7 @@ int policy_auto(common_opts *o, const sl_model_config *cfg, const char *backend,
 	const bool cpu = !strcmp(backend, "cpu");
 	const size_t mem = default_mem_budget();
 	sl_search_params sp = { .prompt_len = prompt_len, .gen_len = gen_len, .kv_f32 = o->kv_f32,
-				.max_batch = max_batch };
+				.max_batch = max_batch, .margin = o->margin };
 	/* budgets: those given; else on the CPU backend the machine's memory
 	 * for its device tier, on CUDA the GPU's (the search's default); the
 	 * host the machine's memory; the disk the offload folder's free space */
@@ -117,8 +117,8 @@ int policy_auto(common_opts *o, const sl_model_config *cfg, const char *backend,
 		sp.fix[i] = o->fix[i];
 	sl_choice best;
 	int nbest = 0;
-	long evaluated = 0;
-	SL_TRY(sl_search(cfg, prof, &sp, &best, 1, &nbest, &evaluated));
+	sl_search_stats st;
+	SL_TRY(sl_search(cfg, prof, &sp, &best, 1, &nbest, &st));
 	if (nbest < 1)
 		return sl_err(SL_EBUDGET, "--policy auto: no policy fits the budgets");
 	o->policy = best.pol;
@@ -129,7 +129,7 @@ int policy_auto(common_opts *o, const sl_model_config *cfg, const char *backend,
 	SL_TRY(find_zstd_store(o));
 	if (o->w_zstd > 0) {
 		sp.w_zstd = o->w_zstd;
-		SL_TRY(sl_search(cfg, prof, &sp, &best, 1, &nbest, &evaluated));
+		SL_TRY(sl_search(cfg, prof, &sp, &best, 1, &nbest, &st));
 		if (nbest < 1)
 			return sl_err(SL_EBUDGET, "--policy auto: no policy fits the budgets with the zstd store's buffers");
 		o->policy = best.pol;
@@ -138,7 +138,13 @@ int policy_auto(common_opts *o, const sl_model_config *cfg, const char *backend,
 		char flags[256];
 		policy_flags(&best.pol, flags, sizeof flags);
 		fprintf(stderr, "sluice: policy auto: %s: predicted %.3g tok/s (prompt %d, gen %d; %ld candidates; profile %s)\n",
-			flags, best.cost.tok_s, prompt_len, gen_len, evaluated, o->profile_src);
+			flags, best.cost.tok_s, prompt_len, gen_len, st.evaluated, o->profile_src);
+		if (!sl_policy_equal(&st.fastest.pol, &best.pol)) {
+			policy_flags(&st.fastest.pol, flags, sizeof flags);
+			fprintf(stderr, "sluice: policy auto: the fastest prediction, %s, %.3g tok/s, leads by %.2f%%: within --margin %g, the simpler policy above runs\n",
+				flags, st.fastest.cost.tok_s, (st.fastest.cost.tok_s / best.cost.tok_s - 1) * 100,
+				sp.margin);
+		}
 	}
 	return 0;
 }

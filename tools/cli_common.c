@@ -140,6 +140,7 @@ void common_init(common_opts *o)
 	memset(o, 0, sizeof *o);
 	o->backend = "auto";
 	o->cpu_gemm = "sluice";
+	o->margin = SL_SEARCH_MARGIN;
 	sl_policy_default(&o->policy);
 }
 
@@ -232,6 +233,15 @@ bool common_opt(const char *cmd, int c, common_opts *o)
 		add_fix(cmd, o, "compress_weight", "true");
 		return true;
 	case OPT_OFFLOAD_DIR: o->offload_dir = optarg; return true;
+	case OPT_MARGIN: {
+		char *end;
+		errno = 0;
+		o->margin = strtod(optarg, &end);
+		if (!*optarg || *end || errno || !(o->margin >= 0 && o->margin <= 0.5))
+			usage_error(cmd, "--margin must be a number in [0, 0.5], got '%s'", optarg);
+		o->margin_given = true;
+		return true;
+	}
 	case OPT_KV_DTYPE:
 		if (strcmp(optarg, "f16") && strcmp(optarg, "f32"))
 			usage_error(cmd, "--kv-dtype must be f16 or f32, got '%s'", optarg);
@@ -246,6 +256,8 @@ void check_model_opts(const char *cmd, const common_opts *o)
 {
 	if (!!o->model_dir == !!o->dummy)
 		usage_error(cmd, "%sgive exactly one of --model DIR and --dummy NAME", "");
+	if (o->margin_given && !o->policy_auto)
+		usage_error(cmd, "%s--margin is for the search: give it with --policy auto", "");
 	int rc = sl_policy_validate(&o->policy, "policy");
 	if (rc < 0)
 		die(rc);

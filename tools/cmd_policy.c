@@ -30,7 +30,7 @@
 static const char policy_help[] =
 	"usage: sluice policy (--model DIR | --dummy NAME) (--prompt-len P --gen-len G | --prompts FILE)\n"
 	"          [--gpu-mem B] [--cpu-mem B] [--disk-mem B] [--offload-dir DIR] [--backend B] [--threads N] [--kv-dtype T] [--cpu-gemm G] [--profile FILE]\n"
-	"          [--hh-ratio H | --min-kv-budget F | --calibration FILE --max-ppl-increase X] [--fix FIELD=VALUE]... [--allow-compress] [--zstd-store] [--top N] [--json] (--out POLICY.json | --evaluate POLICY.json)\n"
+	"          [--hh-ratio H | --min-kv-budget F | --calibration FILE --max-ppl-increase X] [--fix FIELD=VALUE]... [--allow-compress] [--zstd-store] [--margin F] [--top N] [--json] (--out POLICY.json | --evaluate POLICY.json)\n"
 "The policy with the most predicted tokens/s for a workload under the budgets:\n"
 	"batching, placement of weights, KV cache and activations, overlap, sep_layer,\n"
 	"cpu_cache_compute and (where allowed) the H2O budget.  Written to --out as a\n"
@@ -75,6 +75,10 @@ static const char policy_help[] =
 	"                       ratio and decompression rate; without it a plain store,\n"
 	"                       and where the choice puts weights on disk the summary\n"
 	"                       says what a zstd store would predict\n"
+	"  --margin F           among candidates predicted within F of the fastest, take\n"
+	"                       the simplest: the fewest micro-batches, then the fewest\n"
+	"                       bytes on the disk, then on the host (0 to 0.5; default\n"
+	"                       0.01; 0: the fastest prediction, however small its lead)\n"
 	"  --top N              also print the N best candidates as a table (1 to 100)\n"
 	"  --json               one JSON object on stdout (the choice, its prediction, the\n"
 	"                       top list and the calibration ladder where asked)\n"
@@ -156,6 +160,7 @@ static void parse_args(int argc, char **argv, policy_cli *o)
 		{ "evaluate", required_argument, 0, P_EVALUATE },
 		{ "allow-compress", no_argument, 0, P_ALLOW_COMPRESS },
 		{ "zstd-store", no_argument, 0, P_ZSTD_STORE },
+		{ "margin", required_argument, 0, OPT_MARGIN },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -239,8 +244,8 @@ static void check_args(const policy_cli *o)
 	if (o->evaluate) {
 		if (o->out)
 			usage_error(cmd, "%s--evaluate predicts a policy and writes none: drop --out", "");
-		if (h2o || o->nfix || o->top)
-			usage_error(cmd, "%s--evaluate takes the policy as it is: --hh-ratio, --min-kv-budget, --calibration, --fix and --top are for the search", "");
+		if (h2o || o->nfix || o->top || o->co.margin_given)
+			usage_error(cmd, "%s--evaluate takes the policy as it is: --hh-ratio, --min-kv-budget, --calibration, --fix, --margin and --top are for the search", "");
 	} else if (!o->out) {
 		usage_error(cmd, "%s--out POLICY.json is required (or --evaluate POLICY.json)", "");
 	}
@@ -411,8 +416,8 @@ static sl_plan_params calib_plan(const ctx *x, const sl_prompts *ps, bool *cappe
 	csp.fix[1] = "num_gpu_batches=1";
 	sl_choice ch;
 	int n = 0;
-	long ev = 0;
-	*capped = sl_search(&x->cfg, &x->prof.p, &csp, &ch, 1, &n, &ev) == 0 && n == 1;
+	sl_search_stats st;
+	*capped = sl_search(&x->cfg, &x->prof.p, &csp, &ch, 1, &n, &st) == 0 && n == 1;
 	if (*capped) {
 		*pol = ch.pol;
 		return sl_search_plan_params(&ch.pol, &csp);
@@ -876,9 +881,12 @@ static int search(ctx *x, const ladder *ld)
 	if (!best)
 		return sl_err(SL_ENOMEM, "out of memory");
 	int nbest = 0;
-	long evaluated = 0;
+	sl_search_stats st;
 	const double t0 = sl_now();
-	int rc = sl_search(&x->cfg, &x->prof.p, &x->sp, best, cap, &nbest, &evaluated);
+	int rc = sl_search(&x->cfg, &x->prof.p, &x->sp, best, cap, &nbest, &st);
+	const long evaluated = st.evaluated;
+	/* the fastest prediction where the margin took a simpler policy */
+	const bool simpler = rc == 0 && nbest > 0 && !sl_policy_equal(&st.fastest.pol, &best[0].pol);
 	const double secs = sl_now() - t0;
 	if (rc == 0 && nbest < 1)
 		rc = sl_err(SL_EBUDGET, "no policy fits the budgets");
@@ -901,11 +909,18 @@ static int search(ctx *x, const ladder *ld)
 	fputs("policy   ", f);
 	policy_line(&best[0].pol, f);
 	print_phases(&best[0].cost, f);
+	if (simpler) {
+		fprintf(f, "fastest  %.2f tok/s (%.2f%% more, within --margin %g: the policy above is simpler), ",
+			st.fastest.cost.tok_s, (st.fastest.cost.tok_s / best[0].cost.tok_s - 1) * 100,
+			x->sp.margin);
+		policy_line(&st.fastest.pol, f);
+	}
 	print_peaks(&best[0].cost.peak, &x->sp.budget, x->sp.disk, f);
 	const zstd_cmp z = zstd_compare(x, &best[0].pol, &best[0].cost);
 	print_zstd(x, &z, f);
 	if (o->top) {
-		fprintf(f, "the %d best of %ld candidates:\n", nbest, evaluated);
+		fprintf(f, "the %d best of %ld candidates%s:\n", nbest, evaluated,
+			x->sp.margin > 0 ? " (those within --margin of the fastest first, the simplest first)" : "");
 		print_top(best, nbest, f);
 	}
 	fprintf(f, "wrote %s (%ld candidates predicted in %.2f s)\n", o->out, evaluated, secs);
@@ -917,6 +932,15 @@ static int search(ctx *x, const ladder *ld)
 		sl_jset(j, "budget_bytes", budgets_json(&x->sp.budget, x->sp.disk, &e), &e);
 		sl_jset(j, "zstd_store", zstd_json(x, &z, &e), &e);
 		sl_jset(j, "evaluated", json_integer(evaluated), &e);
+		sl_jset_real(j, "margin", x->sp.margin, &e);
+		json_t *fast = json_null();
+		if (simpler) {
+			fast = json_object();
+			sl_jset(fast, "policy", policy_json(&st.fastest.pol), &e);
+			sl_jset_real(fast, "throughput_tok_s", st.fastest.cost.tok_s, &e);
+			sl_jset(fast, "peak_bytes", tiers_json(&st.fastest.cost.peak, &e), &e);
+		}
+		sl_jset(j, "fastest", fast, &e);
 		sl_jset_real(j, "search_s", secs, &e);
 		sl_jset(j, "out", json_string(o->out), &e);
 		if (o->top) {
@@ -1018,6 +1042,7 @@ int cmd_policy(int argc, char **argv)
 	sp->rows_per_seq = plen + glen;
 	sp->kv_f32 = o.co.kv_f32;
 	sp->allow_compress = o.allow_compress;
+	sp->margin = o.co.margin;
 	if (o.zstd_store) {
 		if (!(x.prof.p.zstd_ratio > 0 && x.prof.p.zstd_gbps > 0))
 			die(sl_err(SL_EINVAL,
