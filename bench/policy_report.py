@@ -7,10 +7,12 @@ usage: policy_report.py RESULTS.jsonl OUT_PREFIX [--machine S] [--cmd S] [--wall
          or nothing: policy_validate.sh runs it again beside the search's)
 
 Reads the rows the script wrote (one "profile" row, then bench --json
-objects of kind "grid", "auto", "beside" and "flexgen") and writes OUT_PREFIX.md: the
-machine and the command, the grid's table (policy, budget, predicted and
-measured tokens/s, error), the median and 90th percentile of the absolute
-error, and the search's regret; and the log-log scatter of predicted
+objects of kind "grid", "auto", "beside", "fastest" and "flexgen") and writes
+OUT_PREFIX.md: the machine and the command, the grid's table (policy, budget,
+predicted and measured tokens/s, error), the median and 90th percentile of
+the absolute error, the search's regret, and where the search's margin took
+a simpler policy than the fastest prediction, the two measured side by side;
+and the log-log scatter of predicted
 against measured tokens/s with y = x as OUT_PREFIX.svg and OUT_PREFIX.png.
 The plot needs matplotlib (python3 -m venv build-venv &&
 build-venv/bin/pip install matplotlib; run with build-venv/bin/python);
@@ -36,7 +38,7 @@ if not a.out and not a.best_grid:
     ap.error("OUT_PREFIX is required (or --best-grid)")
 rows = [json.loads(l) for l in open(a.results) if l.strip()]
 prof = next((r for r in rows if r.get("kind") == "profile"), None)
-runs = [r for r in rows if r.get("kind") in ("grid", "auto", "beside", "flexgen")]
+runs = [r for r in rows if r.get("kind") in ("grid", "auto", "beside", "fastest", "flexgen")]
 grid = [r for r in runs if r["kind"] == "grid"]
 
 
@@ -191,10 +193,34 @@ if regrets:
               f"(model, workload, budget) (target: at most 5%); against the grid's own runs: median "
               f"{median(regrets_grid):+.1%}, worst {max(regrets_grid):+.1%}.")
 
+# the margin: the choice against the fastest prediction, run right after it
+pairs = [(r, f) for r in runs if r["kind"] == "auto"
+         for f in runs if f["kind"] == "fastest" and (f["model"], f["workload"], f["budget"])
+         == (r["model"], r["workload"], r["budget"])]
+if pairs:
+    md.append("\n## The margin\n")
+    md.append("Where the search's margin (1%: of the candidates the fastest prediction leads by at "
+              "most 1%, the simplest) took another policy than the fastest prediction, the fastest "
+              "(`--policy auto --margin 0`) measured right after the choice.  Ratio = the choice's "
+              "measured tokens/s over the fastest's (above 1: the margin gained).\n")
+    md.append("| model | workload | --gpu-mem | choice | predicted | measured | fastest prediction "
+              "| predicted | measured | ratio |")
+    md.append("|---|---|---|---|---:|---:|---|---:|---:|---:|")
+    ratios = []
+    for r, f in pairs:
+        ratio = r["throughput_tok_s"] / f["throughput_tok_s"]
+        ratios.append(ratio)
+        md.append(f"| {r['model']} | {r['workload']} | {r['budget']} | {flags(r)} | "
+                  f"{r.get('predicted_throughput_tok_s') or 0:.2f} | {r['throughput_tok_s']:.2f} | "
+                  f"{flags(f)} | {f.get('predicted_throughput_tok_s') or 0:.2f} | "
+                  f"{f['throughput_tok_s']:.2f} | {ratio:.3f} |")
+    md.append(f"\nThe choice over the fastest prediction, measured: median {median(ratios):.3f}, "
+              f"from {min(ratios):.3f} to {max(ratios):.3f} over {len(ratios)}.")
+
 # the scatter
 svg = a.out + ".svg"
 pts = [(r["model"], r["workload"], r["kind"], r["predicted_throughput_tok_s"], r["throughput_tok_s"])
-       for r in runs if r.get("predicted_throughput_tok_s") and r["throughput_tok_s"] > 0 and r["kind"] != "beside"]
+       for r in runs if r.get("predicted_throughput_tok_s") and r["throughput_tok_s"] > 0 and r["kind"] not in ("beside", "fastest")]
 plotnote = "no run had a prediction: no plot"
 if pts:
     lo = min(min(p[3], p[4]) for p in pts) / 1.3

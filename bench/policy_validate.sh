@@ -23,7 +23,8 @@
 #    offloading (opt-125m: 224M and 320M; opt-1.3b: 640M),
 #    the search's choice (`sluice bench --policy auto` with the same budget,
 #    the offload folder as the disk tier, blocks capped at the grid's),
-#    measured; against the best measured dense grid policy that fits the
+#    measured, and where its margin took a simpler policy than the fastest
+#    prediction, the fastest (`--margin 0`) right after it (kind "fastest"); against the best measured dense grid policy that fits the
 #    same budget (one admitted at that budget or a smaller one), measured
 #    again right after the choice (kind "beside": the grid ran it up to
 #    half an hour earlier, and this machine's rate moves by 10 to 20% in
@@ -213,6 +214,12 @@ for model in ${MODELS_SEARCH-$MODELS}; do
 			bench_at auto "$model" "$p" "$g" auto "$b" --policy auto --batch "$B" ||
 				echo "  auto $model p$p g$g --gpu-mem $b: $(cat "$work/run.err")" >&2
 			grep -h "^sluice: policy auto" "$work/run.err" >&2 || true
+			# where the margin took a simpler policy than the fastest
+			# prediction, the fastest too, right after (kind "fastest")
+			if grep -q "^sluice: policy auto: the fastest prediction" "$work/run.err"; then
+				bench_at fastest "$model" "$p" "$g" fastest "$b" --policy auto --margin 0 --batch "$B" ||
+					echo "  fastest $model p$p g$g --gpu-mem $b: $(cat "$work/run.err")" >&2
+			fi
 			# the best dense grid policy that fits this budget, again
 			best=$("$PY" bench/policy_report.py "$out.jsonl" --best-grid "$model" "p$p-g$g" "$b")
 			if [[ -n $best ]]; then
