@@ -69,11 +69,32 @@ static int apply_fix(const sl_search_params *sp, sl_policy *p)
 	return 0;
 }
 
+/* The tiers a placement's shares (device, host, the rest on disk) use. */
+static int tiers(double gpu, double cpu)
+{
+	return (gpu > 0) + (cpu > 0) + (gpu + cpu < 100);
+}
+
+/*
+ * A policy's parts: the tiers its weights and its cache each use, one for
+ * activations off the device, and one for each switch away from the
+ * default (sep_layer off, overlap off, cpu_cache_compute, a compressed
+ * cache or weights): each a stream or a variant of the schedule the
+ * model times, and can time wrongly.
+ */
+static int parts(const sl_policy *p)
+{
+	return tiers(p->w_gpu_percent, p->w_cpu_percent) +
+	       tiers(p->cache_gpu_percent, p->cache_cpu_percent) + (p->act_gpu_percent < 100) +
+	       !p->sep_layer + !p->overlap + p->cpu_cache_compute + p->compress_cache + p->compress_weight;
+}
+
 /*
  * Whether a ranks before b.  Without a floor: the faster.  With one (the
  * margin's second pass), those at or above it come first, and among them
- * the simplest: the fewest micro-batches, then the fewest bytes on the
- * disk, then on the host, then the faster; below it, the faster.
+ * the simplest: the fewest bytes on the disk (whose rate moves most),
+ * then the fewest micro-batches, then the fewest parts, then the faster;
+ * below it, the faster.
  */
 static bool ahead(const search *S, const sl_choice *a, const sl_choice *b)
 {
@@ -81,12 +102,12 @@ static bool ahead(const search *S, const sl_choice *a, const sl_choice *b)
 		const bool in_a = a->cost.tok_s >= S->floor, in_b = b->cost.tok_s >= S->floor;
 		if (in_a != in_b)
 			return in_a;
-		if (in_a && a->pol.num_gpu_batches != b->pol.num_gpu_batches)
-			return a->pol.num_gpu_batches < b->pol.num_gpu_batches;
 		if (in_a && a->cost.peak.disk != b->cost.peak.disk)
 			return a->cost.peak.disk < b->cost.peak.disk;
-		if (in_a && a->cost.peak.host != b->cost.peak.host)
-			return a->cost.peak.host < b->cost.peak.host;
+		if (in_a && a->pol.num_gpu_batches != b->pol.num_gpu_batches)
+			return a->pol.num_gpu_batches < b->pol.num_gpu_batches;
+		if (in_a && parts(&a->pol) != parts(&b->pol))
+			return parts(&a->pol) < parts(&b->pol);
 	}
 	return a->cost.tok_s > b->cost.tok_s;
 }

@@ -50,9 +50,12 @@ typedef struct sl_search_params {
 	double margin;           /* in [0, 0.5]: candidates the fastest prediction
 				  * leads by at most this share (fastest <= tok/s x
 				  * (1 + margin)) rank first, the simplest first (the
-				  * fewest micro-batches, then the fewest bytes on
-				  * the disk, then on the host); 0: by predicted
-				  * tok/s alone.  The commands use SL_SEARCH_MARGIN */
+				  * fewest bytes on the disk, then the fewest
+				  * micro-batches, then the fewest parts: tiers of the
+				  * weights and of the cache, activations off the
+				  * device, switches off their defaults); 0: by
+				  * predicted tok/s alone.  The commands use
+				  * SL_SEARCH_MARGIN */
 } sl_search_params;
 
 /* The commands' margin: a lead of under 1% is well inside the model's

@@ -1347,8 +1347,8 @@ pexp "--evaluate a missing policy" "$tmp/nopol.json: no such policy file" -- "${
 pexp "--evaluate with --margin" "--margin and --top are for the search" -- "${pw[@]}" --evaluate "$tmp/pol.json" --margin 0
 pexp "--margin out of range" "--margin must be a number in [0, 0.5], got '0.7'" -- "${pw[@]}" --margin 0.7 --out "$tmp/pbad.json"
 # --margin: the choice is the simplest of those the fastest leads by at most
-# the margin (the fewest micro-batches, then the fewest bytes on the disk,
-# then on the host), and the summary names the fastest; checked against
+# the margin (the fewest bytes on the disk, then the fewest micro-batches,
+# then the fewest parts), and the summary names the fastest; checked against
 # the ranking by tok/s alone (--margin 0) of the same candidates
 mkdir -p "$tmp/pmoff"
 pm=("${pw[@]}" --gpu-mem 128M --cpu-mem 256M --offload-dir "$tmp/pmoff" --disk-mem 4G --top 100 --json)
@@ -1364,7 +1364,12 @@ assert t == sorted(t, reverse=True), t
 floor = t[0] / 1.01
 within = [x for x in exact["top"] if x["throughput_tok_s"] >= floor]
 assert len(within) < len(exact["top"]), "the top 100 are all within the margin"
-key = lambda x: (x["policy"]["num_gpu_batches"], x["peak_bytes"]["disk"], x["peak_bytes"]["host"],
+def parts(p):  # docs/cost-model.md: tiers of the weights and the cache, switches off their defaults
+    tiers = lambda g, c: (g > 0) + (c > 0) + (g + c < 100)
+    return (tiers(p["w_gpu_percent"], p["w_cpu_percent"]) + tiers(p["cache_gpu_percent"], p["cache_cpu_percent"])
+            + (p["act_cpu_percent"] > 0) + (not p["sep_layer"]) + (not p["overlap"]) + p["cpu_cache_compute"]
+            + p["compress_cache"] + p["compress_weight"])
+key = lambda x: (x["peak_bytes"]["disk"], x["policy"]["num_gpu_batches"], parts(x["policy"]),
                  -x["throughput_tok_s"])
 want = min(within, key=key)
 assert ranked["policy"] == want["policy"], (ranked["policy"], want)
