@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static const char *const sl_error_text[SL_E_COUNT_] = {
@@ -84,6 +85,20 @@ void *sl_aligned_alloc(size_t bytes)
 		bytes = 64;
 	if (posix_memalign(&p, 64, bytes) != 0)
 		return NULL;
+	return p;
+}
+
+void *sl_io_alloc(size_t bytes)
+{
+	const size_t huge = (size_t)2 << 20;
+	const size_t n = bytes ? (bytes + 4095) & ~(size_t)4095 : 4096;
+	void *p = NULL;
+	if (posix_memalign(&p, n >= huge ? huge : 4096, n) != 0)
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	if (n >= huge)
+		(void)madvise(p, n & ~(huge - 1), MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+#endif
 	return p;
 }
 

@@ -145,6 +145,19 @@ static inline float sl_bf16_to_float(uint16_t b)
 /* Aligned host allocation (64 bytes), freed with free(). NULL on failure. */
 void *sl_aligned_alloc(size_t bytes);
 
+/*
+ * Memory that O_DIRECT reads and writes move (the disk tier's
+ * destinations and sources), freed with free(); NULL on failure.  Page
+ * aligned, a whole number of pages; from 2 MiB up, aligned to 2 MiB and
+ * advised as transparent huge pages (MADV_HUGEPAGE, a hint), so that a
+ * request's buffer is a few physically contiguous extents rather than
+ * scattered 4 KiB pages: a block device takes a bounded number of
+ * segments a request (virtio-blk: 254), and on this project's VM reads
+ * into huge pages ran at 3.1 to 3.4 GB/s against 1.0 to 1.2 into 4 KiB
+ * pages (bench/results/disk-hugepages-20261207.md).
+ */
+void *sl_io_alloc(size_t bytes);
+
 /* Parse "123", "4K", "16G", "1.5G" (binary units) into bytes. */
 int sl_parse_size(const char *s, size_t *out);
 

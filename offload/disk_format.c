@@ -48,10 +48,10 @@ static void key_show(const char *k, size_t n, char *out, size_t outn)
 
 void *disk_page_alloc(size_t n)
 {
-	void *p = NULL;
-	if (posix_memalign(&p, SL_DISK_ALIGN, n) != 0)
-		return NULL;
-	memset(p, 0, n);
+	_Static_assert(SL_DISK_ALIGN <= 4096, "sl_io_alloc aligns to 4 KiB");
+	void *p = sl_io_alloc(n);
+	if (p)
+		memset(p, 0, n);
 	return p;
 }
 

@@ -367,10 +367,8 @@ static void cpu_free(sl_backend *b)
 
 static int cpu_dev_alloc(sl_backend *b, size_t bytes, void **out)
 {
-	/* page aligned: the disk tier reads into device memory with O_DIRECT */
-	*out = NULL;
-	if (posix_memalign(out, 4096, bytes ? (bytes + 4095) & ~(size_t)4095 : 4096) != 0)
-		*out = NULL;
+	/* the disk tier reads into device memory with O_DIRECT */
+	*out = sl_io_alloc(bytes);
 	if (!*out)
 		return sl_err(SL_ENOMEM, "cpu backend: out of memory allocating %zu bytes", bytes);
 	return 0;
