@@ -49,7 +49,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		for b in "$SLUICE_BEFORE" "$SLUICE"; do
 			"$b" profile --backend cpu --offload-dir "$DIR" --json "$work/p.json" >/dev/null 2>&1
 			python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(sys.argv[2], d["disk_read_gbps"], d["disk_segment_read"]["gbps"][1])' \
-				"$work/p.json" "$b" | tee -a "$work/profiles.txt" >&2
+				"$work/p.json" "$("$b" version | tr -d '(;' | awk '{print $3}')" | tee -a "$work/profiles.txt" >&2
 		done
 	fi
 done

@@ -153,8 +153,8 @@ void *sl_aligned_alloc(size_t bytes);
  * request's buffer is a few physically contiguous extents rather than
  * scattered 4 KiB pages: a block device takes a bounded number of
  * segments a request (virtio-blk: 254), and on this project's VM reads
- * into huge pages ran at 3.1 to 3.4 GB/s against 1.0 to 1.2 into 4 KiB
- * pages (bench/results/disk-hugepages-20261207.md).
+ * into huge pages ran at 2.9 to 3.1 GB/s (medians) against 1.3 into 4 KiB
+ * pages (bench/results/disk-pages-20261207-103831.md).
  */
 void *sl_io_alloc(size_t bytes);
 
