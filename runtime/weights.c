@@ -914,8 +914,8 @@ static int zstd_table_io(sl_model_weights *w, bool write)
 			      "layers take %llu); remove it so that it is rewritten", path,
 			      (unsigned long long)cap, (unsigned long long)at);
 	const size_t n = (size_t)(cap - at);
-	void *buf = NULL;
-	if (posix_memalign(&buf, 4096, n) != 0)
+	void *buf = sl_io_alloc(n);
+	if (!buf)
 		return sl_err(SL_ENOMEM, "out of memory for the zstd frame table (%zu bytes)", n);
 	memset(buf, 0, n);
 	uint64_t ticket;
@@ -1056,8 +1056,7 @@ static int load_all(sl_backend *b, sl_queue *q, const sl_model_config *c, const 
 		v.cctx = rc ? NULL : ZSTD_createCCtx();
 		v.zscratch = malloc(v.piece);
 		for (int k = 0; k < 2; k++)
-			if (posix_memalign((void **)&v.zbuf[k], 4096, v.zcap) != 0)
-				v.zbuf[k] = NULL;
+			v.zbuf[k] = sl_io_alloc(v.zcap);
 		if (!rc && (!v.cctx || !v.zscratch || !v.zbuf[0] || !v.zbuf[1]))
 			rc = sl_err(SL_ENOMEM, "out of memory for zstd compression");
 	}
