@@ -76,6 +76,7 @@ struct sl_disk_store {
 	const char *mode;
 	int qd;
 	size_t chunk;
+	size_t window;      /* bytes of chunks in flight at most (one always) */
 	bool complete_on_disk; /* the header's flag as last written or read */
 	bool write_failed;     /* since open: mark_complete refuses */
 	int header_delay_ms;   /* sl_disk_params.test_header_delay_ms */
@@ -87,6 +88,7 @@ struct sl_disk_store {
 	uint64_t next_ticket, sub_ticket;
 	int active_reqs; /* issued, not finished */
 	int in_flight;   /* chunks in the engine */
+	uint64_t in_flight_bytes; /* their bytes */
 	bool closing;
 	int fatal;       /* positive errno once the engine broke */
 	disk_fail *evicted; /* failures whose slot was reused before a wait
@@ -111,12 +113,12 @@ static inline const char *disk_errstr(int e, char *buf, size_t n)
 	return strerror_r(e, buf, n); /* GNU: returns the text */
 }
 
-/* The next chunk to start, in ticket order; false when none is waiting
- * (mutex held). */
+/* The next chunk to start, in ticket order, counted in flight; false when
+ * none is waiting or the queue depth or the window is full (mutex held). */
 bool disk_next_chunk(sl_disk_store *s, int *slot, uint64_t *off, size_t *len);
-/* A chunk left the engine having moved got bytes; pos is the data offset
- * where it stopped (mutex held). */
-void disk_chunk_finish(sl_disk_store *s, int slot, uint64_t pos, size_t got, int err, bool is_short);
+/* A chunk of len bytes left the engine having moved got bytes; pos is the
+ * data offset where it stopped (mutex held). */
+void disk_chunk_finish(sl_disk_store *s, int slot, size_t len, uint64_t pos, size_t got, int err, bool is_short);
 /* The engine broke: fail every active request with err (mutex held). */
 void disk_fail_all(sl_disk_store *s, int err);
 
@@ -136,7 +138,8 @@ int disk_header_check(sl_disk_store *s, const unsigned char *h, uint64_t size, b
 
 /* ---- lifecycle (disk_store.c) ---------------------------------------------- */
 
-sl_disk_store *disk_store_new(const char *dir, const char *name, const char *key, int qd, size_t chunk);
+sl_disk_store *disk_store_new(const char *dir, const char *name, const char *key, int qd, size_t chunk,
+			      size_t window);
 int disk_check_dir(const char *dir);
 int disk_open_error(const sl_disk_store *s, int e);
 int disk_space_check(sl_disk_store *s, uint64_t need, uint64_t allocated);

@@ -84,9 +84,6 @@ static void *pool_worker(void *arg)
 			pthread_cond_wait(&P->work_cv, &s->mu);
 			continue;
 		}
-		s->in_flight++;
-		if (s->in_flight > s->st.max_in_flight)
-			s->st.max_in_flight = s->in_flight;
 		disk_req *r = &s->req[slot];
 		char *p = r->buf + (off - r->off);
 		bool write = r->write;
@@ -98,8 +95,9 @@ static void *pool_worker(void *arg)
 		pool_io(s, write, p, len, s->hdr_bytes + off, &done, &err, &is_short);
 
 		pthread_mutex_lock(&s->mu);
-		s->in_flight--;
-		disk_chunk_finish(s, slot, off + done, done, err, is_short);
+		disk_chunk_finish(s, slot, len, off + done, done, err, is_short);
+		/* the window may have room for another worker's chunk too */
+		pthread_cond_signal(&P->work_cv);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;

@@ -90,7 +90,8 @@ int sl_disk_probe_open(const char *dir, uint64_t bytes, double *write_gbps, sl_d
 		bytes = PROBE_CHUNK;
 	bytes = (bytes + PROBE_CHUNK - 1) / PROBE_CHUNK * PROBE_CHUNK;
 	sl_disk_probe_file *f = calloc(1, sizeof *f);
-	sl_disk_store *s = f ? disk_store_new(dir, ".sluice-probe-XXXXXX", "probe", PROBE_QD, PROBE_CHUNK) : NULL;
+	/* the stores' window: the probe reads what their requests can */
+	sl_disk_store *s = f ? disk_store_new(dir, ".sluice-probe-XXXXXX", "probe", PROBE_QD, PROBE_CHUNK, 0) : NULL;
 	if (!s) {
 		free(f);
 		return sl_err(SL_ENOMEM, "%s: out of memory for the disk probe", dir);
@@ -167,10 +168,9 @@ int sl_disk_probe(const char *dir, uint64_t bytes, double *read_gbps, double *wr
 		return sl_err(SL_EINVAL, "sl_disk_probe: NULL argument");
 	sl_disk_probe_file *f;
 	SL_TRY(sl_disk_probe_open(dir, bytes, write_gbps, &f));
-	/* 16 MiB requests, 4 outstanding: the engine always has more than
-	 * PROBE_QD chunks queued and keeps PROBE_QD 1 MiB chunks in flight
-	 * (waiting request by request at 1 MiB would let the oldest straggler
-	 * drain the queue) */
+	/* 16 MiB requests, 4 outstanding: the engine always has chunks queued
+	 * and keeps its window full (waiting request by request at 1 MiB
+	 * would let the oldest straggler drain the queue) */
 	double dt;
 	const uint64_t n = sl_disk_probe_bytes(f);
 	int rc = sl_disk_probe_pass(f, false, 0, n, (size_t)SL_MIN((uint64_t)PROBE_REQ, n), PROBE_NBUF, 0, &dt);

@@ -35,7 +35,13 @@ static void busy_dec(sl_disk_store *s)
 		s->st.busy_s += sl_now() - s->busy_t0;
 }
 
-/* The next chunk to start, in ticket order; false when none is waiting. */
+/*
+ * The next chunk to start, in ticket order; false when none is waiting, or
+ * the queue depth or the window is full.  The window keeps the requests
+ * finishing in the order they were issued: the device serves what is in
+ * flight side by side, so a later request's chunks sent beside an earlier
+ * one's would delay it (SL_DISK_DEFAULT_WINDOW).
+ */
 bool disk_next_chunk(sl_disk_store *s, int *slot, uint64_t *off, size_t *len)
 {
 	while (s->sub_ticket < s->next_ticket) {
@@ -43,11 +49,17 @@ bool disk_next_chunk(sl_disk_store *s, int *slot, uint64_t *off, size_t *len)
 		disk_req *r = &s->req[i];
 		if (r->state == REQ_ACTIVE && r->ticket == s->sub_ticket && r->submitted < r->len) {
 			size_t n = SL_MIN(s->chunk, r->len - r->submitted);
+			if (s->in_flight >= s->qd || (s->in_flight > 0 && s->in_flight_bytes + n > s->window))
+				return false;
 			*slot = i;
 			*off = r->off + r->submitted;
 			*len = n;
 			r->submitted += n;
 			r->chunks_out++;
+			s->in_flight++;
+			s->in_flight_bytes += n;
+			s->st.max_in_flight = SL_MAX(s->st.max_in_flight, s->in_flight);
+			s->st.max_in_flight_bytes = SL_MAX(s->st.max_in_flight_bytes, s->in_flight_bytes);
 			return true;
 		}
 		s->sub_ticket++;
@@ -60,10 +72,12 @@ bool disk_next_chunk(sl_disk_store *s, int *slot, uint64_t *off, size_t *len)
  * where it stopped.  The first failure of a request stops its remaining
  * chunks from starting; the request completes when none is out.
  */
-void disk_chunk_finish(sl_disk_store *s, int slot, uint64_t pos, size_t got, int err, bool is_short)
+void disk_chunk_finish(sl_disk_store *s, int slot, size_t len, uint64_t pos, size_t got, int err, bool is_short)
 {
 	disk_req *r = &s->req[slot];
 	r->chunks_out--;
+	s->in_flight--;
+	s->in_flight_bytes -= len;
 	r->done += got;
 	if (r->write)
 		s->st.bytes_written += got;
@@ -120,9 +134,10 @@ void disk_fail_all(sl_disk_store *s, int err)
 			continue;
 		r->chunks_out = 1;
 		r->submitted = r->len;
-		disk_chunk_finish(s, i, r->off, 0, err, false);
+		disk_chunk_finish(s, i, 0, r->off, 0, err, false);
 	}
 	s->in_flight = 0;
+	s->in_flight_bytes = 0;
 }
 
 /* ---- read, write, wait ---------------------------------------------------- */

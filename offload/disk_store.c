@@ -135,7 +135,8 @@ int disk_open_error(const sl_disk_store *s, int e)
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
-sl_disk_store *disk_store_new(const char *dir, const char *name, const char *key, int qd, size_t chunk)
+sl_disk_store *disk_store_new(const char *dir, const char *name, const char *key, int qd, size_t chunk,
+			      size_t window)
 {
 	sl_disk_store *s = calloc(1, sizeof *s);
 	if (!s)
@@ -144,6 +145,7 @@ sl_disk_store *disk_store_new(const char *dir, const char *name, const char *key
 	s->bind_node = s->io_node = -1;
 	s->qd = qd > 0 ? qd : SL_DISK_DEFAULT_QD;
 	s->chunk = chunk ? chunk : SL_DISK_DEFAULT_CHUNK;
+	s->window = window ? window : SL_DISK_DEFAULT_WINDOW;
 	s->next_ticket = s->sub_ticket = 1;
 	s->dir = strdup(dir);
 	s->key = strdup(key);
@@ -192,7 +194,8 @@ int sl_disk_open(const sl_disk_params *p, sl_disk_store **out, bool *fresh)
 			      p->dir, p->file_name, p->chunk_bytes);
 	SL_TRY(disk_check_dir(p->dir));
 
-	sl_disk_store *s = disk_store_new(p->dir, p->file_name, p->key, p->queue_depth, p->chunk_bytes);
+	sl_disk_store *s = disk_store_new(p->dir, p->file_name, p->key, p->queue_depth, p->chunk_bytes,
+					  p->window_bytes);
 	if (!s)
 		return sl_err(SL_ENOMEM, "disk store %s/%s: out of memory", p->dir, p->file_name);
 	s->hdr_bytes = SL_DISK_HEADER_BYTES;

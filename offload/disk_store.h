@@ -10,8 +10,9 @@
  * I/O is asynchronous: sl_disk_read()/sl_disk_write() queue a request and
  * hand back a ticket; sl_disk_wait(ticket) blocks until that request is done
  * and returns its status.  A request is split into chunks (1 MiB by default)
- * and up to queue_depth chunks are in flight at once; requests beyond that
- * are queued inside the store and started as chunks complete, by a
+ * and up to queue_depth chunks, of at most window_bytes in all, are in
+ * flight at once, the oldest request's first; requests beyond that are
+ * queued inside the store and started as chunks complete, by a
  * completion thread (io_uring) or a small pool of pread/pwrite threads (the
  * fallback), so I/O keeps going while the caller computes.
  *
@@ -60,6 +61,14 @@
 #define SL_DISK_MAX_KEY 4000u            /* longest key, in bytes */
 #define SL_DISK_DEFAULT_QD 32
 #define SL_DISK_DEFAULT_CHUNK (1u << 20) /* 1 MiB */
+/* Bytes in flight at most by default: enough to keep a disk busy (this
+ * project's VM disk reads at its full rate with 2 MiB out, an NVMe drive
+ * with a few MiB), few enough that the requests finish in the order they
+ * were issued.  A device serves whatever is in flight side by side: with 32
+ * chunks out, the read the compute waits for finished together with the
+ * prefetch queued behind it, and the disk then idled while the compute ran
+ * (bench/results/disk-window-*.md). */
+#define SL_DISK_DEFAULT_WINDOW (4u << 20)
 #define SL_DISK_MAX_REQUESTS 1024        /* requests outstanding at once */
 
 typedef struct sl_disk_store sl_disk_store;
@@ -75,6 +84,8 @@ typedef struct sl_disk_params {
 	int queue_depth;        /* chunks in flight; 0: 32, at most 4096 */
 	size_t chunk_bytes;     /* request split size; 0: 1 MiB; a multiple of
 	                           4 KiB, at most 64 MiB */
+	size_t window_bytes;    /* bytes of chunks in flight at most (one chunk
+	                           always may be); 0: SL_DISK_DEFAULT_WINDOW */
 	bool force_fallback;    /* tests: act as if io_uring were unavailable */
 	bool force_no_direct;   /* tests: act as if O_DIRECT were refused */
 	bool bind_io;           /* bind the I/O threads to NUMA node io_node;
@@ -90,6 +101,7 @@ typedef struct sl_disk_stats {
 	uint64_t reads, writes;             /* requests completed (any status) */
 	uint64_t requeued;                  /* requests that waited for a free slot */
 	int max_in_flight;                  /* most chunks in flight at once */
+	uint64_t max_in_flight_bytes;       /* and most bytes */
 	double busy_s;                      /* seconds with >= 1 request unfinished */
 } sl_disk_stats;
 

@@ -81,14 +81,11 @@ static void uring_fill(sl_disk_store *s)
 	int slot;
 	uint64_t off;
 	size_t len;
-	while (s->in_flight < s->qd && disk_next_chunk(s, &slot, &off, &len)) {
+	while (disk_next_chunk(s, &slot, &off, &len)) { /* at most qd out */
 		int ci = u->chunk_free[--u->nfree];
 		u->chunks[ci] = (disk_chunk){ .slot = slot, .off = off, .len = len, .done = 0 };
-		s->in_flight++;
 		uring_prep(s, ci);
 	}
-	if (s->in_flight > s->st.max_in_flight)
-		s->st.max_in_flight = s->in_flight;
 	uring_submit(s);
 }
 
@@ -124,10 +121,9 @@ static void uring_complete(sl_disk_store *s, int ci, int res)
 	}
 	int slot = c->slot;
 	uint64_t pos = c->off + c->done;
-	size_t got = c->done;
+	size_t len = c->len, got = c->done;
 	u->chunk_free[u->nfree++] = ci;
-	s->in_flight--;
-	disk_chunk_finish(s, slot, pos, got, err, is_short);
+	disk_chunk_finish(s, slot, len, pos, got, err, is_short);
 }
 
 static void *uring_reaper(void *arg)

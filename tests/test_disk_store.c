@@ -346,6 +346,11 @@ static void roundtrip_at(int _i, const char *root)
 	ck_assert_msg(st.busy_s > 0, "busy time is counted");
 	ck_assert_msg(st.max_in_flight >= 2 && st.max_in_flight <= 8,
 		      "several chunks in flight, at most the queue depth (8): %d", st.max_in_flight);
+	/* the default window: 4 MiB, four of the default 1 MiB chunks */
+	ck_assert_msg(st.max_in_flight_bytes <= SL_DISK_DEFAULT_WINDOW, "at most the window in flight: %llu bytes",
+		      (unsigned long long)st.max_in_flight_bytes);
+	if (_i == 1)
+		ck_assert_msg(st.max_in_flight <= 4, "1 MiB chunks: at most 4 in the window, %d", st.max_in_flight);
 	ck_assert_msg(sl_disk_mark_complete(s) == 0, "mark complete: %s", sl_errmsg());
 	sl_disk_close(s);
 	free(x);
@@ -582,6 +587,61 @@ START_TEST(test_queue_exhaustion)
 	ck_assert_uint_eq(st.writes, (uint64_t)nreq);
 	sl_disk_close(s);
 	free(tk);
+	free(src);
+	free(dst);
+}
+END_TEST
+
+/*
+ * The window: however deep the queue, no more bytes in flight than it holds,
+ * so that requests finish in the order they were issued; a chunk larger
+ * than the window still goes, alone.  _i: the engine.
+ */
+START_TEST(test_window)
+{
+	int e = _i;
+	char dir[512], name[32];
+	snprintf(name, sizeof name, "win%d", e);
+	make_dir(dir, sizeof dir, tmp_root, name);
+	const uint64_t cap = 2 * MIB;
+	char *src = page_buf(cap), *dst = page_buf(cap);
+	fill_random(src, cap, 29);
+	/* {window, chunk}: three chunks' worth; half a chunk */
+	const size_t shape[2][2] = { { 3 * 64 * KIB, 64 * KIB }, { 32 * KIB, 64 * KIB } };
+	for (int k = 0; k < 2; k++) {
+		sl_disk_params p = params(dir, k ? "w1.sluice" : "w3.sluice", "k", cap, e);
+		p.queue_depth = 32;
+		p.window_bytes = shape[k][0];
+		p.chunk_bytes = shape[k][1];
+		sl_disk_store *s;
+		bool fresh;
+		ck_assert_msg(open_checked(&p, e, &s, &fresh) == 0, "open: %s", sl_errmsg());
+		uint64_t tk[4];
+		for (int i = 0; i < 4; i++) /* 512 KiB requests, none waited for */
+			ck_assert_msg(sl_disk_write(s, (uint64_t)i * cap / 4, src + (size_t)i * cap / 4, cap / 4,
+						    &tk[i]) == 0, "%s", sl_errmsg());
+		ck_assert_msg(sl_disk_wait_all(s) == 0, "%s", sl_errmsg());
+		for (int i = 0; i < 4; i++)
+			ck_assert_msg(sl_disk_read(s, (uint64_t)i * cap / 4, dst + (size_t)i * cap / 4, cap / 4,
+						   &tk[i]) == 0, "%s", sl_errmsg());
+		for (int i = 0; i < 4; i++)
+			ck_assert_msg(sl_disk_wait(s, tk[i]) == 0, "read %d: %s", i, sl_errmsg());
+		ck_assert_msg(memcmp(src, dst, cap) == 0, "the data round-trips through a window of %zu bytes",
+			      shape[k][0]);
+		sl_disk_stats st;
+		sl_disk_get_stats(s, &st);
+		if (k == 0)
+			ck_assert_msg(st.max_in_flight >= 2 && st.max_in_flight <= 3 &&
+					      st.max_in_flight_bytes <= shape[k][0],
+				      "a window of 3 chunks: %d chunks, %llu bytes in flight at most",
+				      st.max_in_flight, (unsigned long long)st.max_in_flight_bytes);
+		else
+			ck_assert_msg(st.max_in_flight == 1 && st.max_in_flight_bytes == shape[k][1],
+				      "a chunk larger than the window goes alone: %d chunks, %llu bytes",
+				      st.max_in_flight, (unsigned long long)st.max_in_flight_bytes);
+		sl_disk_close(s);
+		memset(dst, 0, cap);
+	}
 	free(src);
 	free(dst);
 }
@@ -1457,6 +1517,7 @@ static void add_engine_tests(Suite *su, int lo, int hi)
 	tcase_add_loop_test(tc, test_roundtrip, lo, hi);
 	tcase_add_loop_test(tc, test_reopen, lo, hi);
 	tcase_add_loop_test(tc, test_queue_exhaustion, lo, hi);
+	tcase_add_loop_test(tc, test_window, lo, hi);
 	tcase_add_loop_test(tc, test_bad_args, lo, hi);
 	tcase_add_loop_test(tc, test_background_progress, lo, hi);
 	tcase_add_loop_test(tc, test_threads, lo, hi);
