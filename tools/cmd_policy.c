@@ -660,6 +660,16 @@ static json_t *tiers_json(const sl_tier_bytes *t, sl_jerr *e)
 	return j;
 }
 
+/* A candidate of the search: its policy, predicted tokens/s and peaks. */
+static json_t *choice_json(const sl_choice *c, sl_jerr *e)
+{
+	json_t *j = json_object();
+	sl_jset(j, "policy", policy_json(&c->pol), e);
+	sl_jset_real(j, "throughput_tok_s", c->cost.tok_s, e);
+	sl_jset(j, "peak_bytes", tiers_json(&c->cost.peak, e), e);
+	return j;
+}
+
 static json_t *budgets_json(const sl_budgets *b, bool disk, sl_jerr *e)
 {
 	json_t *j = json_object();
@@ -937,25 +947,13 @@ static int search(ctx *x, const ladder *ld)
 		sl_jset(j, "zstd_store", zstd_json(x, &z, &e), &e);
 		sl_jset(j, "evaluated", json_integer(evaluated), &e);
 		sl_jset_real(j, "margin", x->sp.margin, &e);
-		json_t *fast = json_null();
-		if (simpler) {
-			fast = json_object();
-			sl_jset(fast, "policy", policy_json(&st.fastest.pol), &e);
-			sl_jset_real(fast, "throughput_tok_s", st.fastest.cost.tok_s, &e);
-			sl_jset(fast, "peak_bytes", tiers_json(&st.fastest.cost.peak, &e), &e);
-		}
-		sl_jset(j, "fastest", fast, &e);
+		sl_jset(j, "fastest", simpler ? choice_json(&st.fastest, &e) : json_null(), &e);
 		sl_jset_real(j, "search_s", secs, &e);
 		sl_jset(j, "out", json_string(o->out), &e);
 		if (o->top) {
 			json_t *arr = json_array();
-			for (int i = 0; i < nbest; i++) {
-				json_t *t = json_object();
-				sl_jset(t, "policy", policy_json(&best[i].pol), &e);
-				sl_jset_real(t, "throughput_tok_s", best[i].cost.tok_s, &e);
-				sl_jset(t, "peak_bytes", tiers_json(&best[i].cost.peak, &e), &e);
-				sl_jappend(arr, t, "top", &e);
-			}
+			for (int i = 0; i < nbest; i++)
+				sl_jappend(arr, choice_json(&best[i], &e), "top", &e);
 			sl_jset(j, "top", arr, &e);
 		}
 		if (o->calib)
