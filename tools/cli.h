@@ -37,7 +37,9 @@ void die(int rc);
 void usage_error(const char *cmd, const char *fmt, const char *arg);
 void bad_option(const char *cmd, int c, char **argv);
 int parse_int(const char *cmd, const char *opt, const char *s, int lo, int hi);
-float parse_float(const char *cmd, const char *opt, const char *s, float lo, float hi);
+/* A number in [lo, hi], or above lo and at most hi where lo_open; else one
+ * line naming opt and exit 2. */
+double parse_real(const char *cmd, const char *opt, const char *s, double lo, bool lo_open, double hi);
 int parse_threads(const char *cmd, const char *s);
 /* --cpu-gemm's value, one of sluice, openblas, amx, bf16 (else a usage
  * error); whether this CPU and build have it is the backend's to say. */

@@ -86,6 +86,23 @@ int parse_int(const char *cmd, const char *opt, const char *s, int lo, int hi)
 	return (int)v;
 }
 
+double parse_real(const char *cmd, const char *opt, const char *s, double lo, bool lo_open, double hi)
+{
+	char *end;
+	errno = 0;
+	const double v = strtod(s, &end);
+	if (!*s || *end || errno || !(lo_open ? v > lo : v >= lo) || !(v <= hi)) {
+		if (lo_open)
+			fprintf(stderr, "sluice %s: %s must be a number above %g and at most %g, got '%s'", cmd, opt,
+				lo, hi, s);
+		else
+			fprintf(stderr, "sluice %s: %s must be a number in [%g, %g], got '%s'", cmd, opt, lo, hi, s);
+		fprintf(stderr, " (see 'sluice %s --help')\n", cmd);
+		exit(EXIT_USAGE);
+	}
+	return v;
+}
+
 /* 1 to the cores this process may use: more only slows it down. */
 int parse_threads(const char *cmd, const char *s)
 {
@@ -114,18 +131,6 @@ size_t parse_budget(const char *cmd, const char *opt, const char *s)
 		return v;
 	usage_error(cmd, "%s", msg);
 	return 0;
-}
-
-float parse_float(const char *cmd, const char *opt, const char *s, float lo, float hi)
-{
-	char *end;
-	float v = strtof(s, &end);
-	if (!*s || *end || !(v >= lo && v <= hi)) {
-		fprintf(stderr, "sluice %s: %s must be a number in [%g, %g], got '%s'\n", cmd, opt, lo,
-			hi, s);
-		exit(EXIT_USAGE);
-	}
-	return v;
 }
 
 const char *parse_cpu_gemm(const char *cmd, const char *s)
@@ -233,15 +238,10 @@ bool common_opt(const char *cmd, int c, common_opts *o)
 		add_fix(cmd, o, "compress_weight", "true");
 		return true;
 	case OPT_OFFLOAD_DIR: o->offload_dir = optarg; return true;
-	case OPT_MARGIN: {
-		char *end;
-		errno = 0;
-		o->margin = strtod(optarg, &end);
-		if (!*optarg || *end || errno || !(o->margin >= 0 && o->margin <= 0.5))
-			usage_error(cmd, "--margin must be a number in [0, 0.5], got '%s'", optarg);
+	case OPT_MARGIN:
+		o->margin = parse_real(cmd, "--margin", optarg, 0, false, 0.5);
 		o->margin_given = true;
 		return true;
-	}
 	case OPT_KV_DTYPE:
 		if (strcmp(optarg, "f16") && strcmp(optarg, "f32"))
 			usage_error(cmd, "--kv-dtype must be f16 or f32, got '%s'", optarg);

@@ -57,10 +57,11 @@ int cmd_generate(int argc, char **argv)
 		case 'p': j.in = optarg; break;
 		case 'n': j.jo.max_new = parse_int("generate", "--max-new-tokens", optarg, 1, 1 << 20); break;
 		case OPT_TEMPERATURE:
-			j.jo.sampling.temperature = parse_float("generate", "--temperature", optarg, 0, 100);
+			j.jo.sampling.temperature = (float)parse_real("generate", "--temperature", optarg, 0, false, 100);
 			break;
 		case OPT_TOP_K: j.jo.sampling.top_k = parse_int("generate", "--top-k", optarg, 0, 1 << 30); break;
-		case OPT_TOP_P: j.jo.sampling.top_p = parse_float("generate", "--top-p", optarg, 1e-6f, 1); break;
+		case OPT_TOP_P: j.jo.sampling.top_p = (float)parse_real("generate", "--top-p", optarg, 1e-6, false, 1);
+			break;
 		case OPT_SEED: j.jo.sampling.seed = (uint64_t)parse_int("generate", "--seed", optarg, 0, INT_MAX); break;
 		case OPT_STOP:
 			if (!*optarg)

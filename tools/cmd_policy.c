@@ -123,19 +123,6 @@ typedef struct ladder {
 	sl_policy pol;
 } ladder;
 
-static double parse_ratio(const char *opt, const char *s, double hi)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (!*s || *end || errno || !(v > 0 && v <= hi)) {
-		char msg[256];
-		snprintf(msg, sizeof msg, "%s must be a number above 0 and at most %g, got '%%s'", opt, hi);
-		usage_error("policy", msg, s);
-	}
-	return v;
-}
-
 static void parse_args(int argc, char **argv, policy_cli *o)
 {
 	static const struct option opts[] = {
@@ -179,18 +166,10 @@ static void parse_args(int argc, char **argv, policy_cli *o)
 		case P_PROMPTS: o->prompts = optarg; break;
 		case P_DISK_MEM: o->disk_mem = parse_budget(cmd, "--disk-mem", optarg); break;
 		case P_PROFILE: o->profile = optarg; break;
-		case P_HH: o->hh = parse_ratio("--hh-ratio", optarg, 0.5); break;
-		case P_MIN_KV: o->min_kv = parse_ratio("--min-kv-budget", optarg, 1); break;
+		case P_HH: o->hh = parse_real(cmd, "--hh-ratio", optarg, 0, true, 0.5); break;
+		case P_MIN_KV: o->min_kv = parse_real(cmd, "--min-kv-budget", optarg, 0, true, 1); break;
 		case P_CALIB: o->calib = optarg; break;
-		case P_MAX_PPL: {
-			char *end;
-			errno = 0;
-			o->max_ppl = strtod(optarg, &end);
-			if (!*optarg || *end || errno || !(o->max_ppl >= 0 && o->max_ppl <= 1e6))
-				usage_error(cmd, "--max-ppl-increase must be a number in [0, 1e6], got '%s'",
-					    optarg);
-			break;
-		}
+		case P_MAX_PPL: o->max_ppl = parse_real(cmd, "--max-ppl-increase", optarg, 0, false, 1e6); break;
 		case P_FIX: {
 			if (o->nfix == SL_SEARCH_MAX_FIX)
 				usage_error(cmd, "at most %s --fix options", "32");
