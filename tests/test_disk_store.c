@@ -647,6 +647,61 @@ START_TEST(test_window)
 }
 END_TEST
 
+/* The VmFlags of the mapping that holds p (/proc/self/smaps) into flags. */
+static bool vm_flags(const void *p, char *flags, size_t n)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	if (!f)
+		return false;
+	char line[512];
+	bool in = false, found = false;
+	while (!found && fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+		else if (in && !strncmp(line, "VmFlags:", 8))
+			found = snprintf(flags, n, "%s", line + 8) > 0;
+	}
+	fclose(f);
+	return found;
+}
+
+/*
+ * sl_io_alloc, the disk tier's buffers: page aligned below 2 MiB; from
+ * 2 MiB up aligned to 2 MiB and advised as transparent huge pages (the
+ * mapping's VmFlags carry "hg"), where the kernel offers them.
+ */
+START_TEST(test_io_alloc)
+{
+	const size_t sizes[] = { 1, 4096, 100000, (size_t)2 << 20, (size_t)5 << 20 };
+	char thp[128] = "";
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	if (f) {
+		if (!fgets(thp, sizeof thp, f))
+			thp[0] = 0;
+		thp[strcspn(thp, "\n")] = 0;
+		fclose(f);
+	}
+	const bool offered = thp[0] && !strstr(thp, "[never]");
+	for (size_t i = 0; i < SL_ARRAY_LEN(sizes); i++) {
+		char *p = sl_io_alloc(sizes[i]);
+		ck_assert_msg(p, "sl_io_alloc(%zu)", sizes[i]);
+		const bool big = sizes[i] >= ((size_t)2 << 20);
+		const uintptr_t align = big ? (uintptr_t)2 << 20 : 4096;
+		ck_assert_msg((uintptr_t)p % align == 0, "%zu bytes at %p: aligned to %lu", sizes[i], (void *)p,
+			      (unsigned long)align);
+		memset(p, 1, (sizes[i] + 4095) & ~(size_t)4095); /* a whole number of pages is usable */
+		char fl[256];
+		if (big && offered) {
+			ck_assert_msg(vm_flags(p, fl, sizeof fl), "the mapping of %p in /proc/self/smaps", (void *)p);
+			ck_assert_msg(strstr(fl, " hg"), "%zu bytes advised as huge pages (THP %s): VmFlags%s",
+				      sizes[i], thp, fl);
+		}
+		free(p);
+	}
+}
+END_TEST
+
 /* I/O goes on while the caller does not call into the store (the scheduler
  * computes meanwhile): only sl_disk_get_stats is polled, and it drives
  * nothing. */
@@ -1561,6 +1616,7 @@ static Suite *group_suite(const char *g)
 		tcase_add_test(tc, test_dirs);
 		tcase_add_test(tc, test_both_fallbacks);
 		tcase_add_test(tc, test_probe);
+		tcase_add_test(tc, test_io_alloc);
 	} else if (!strcmp(g, "uring")) {
 		add_engine_tests(su, E_URING, E_URING + 1);
 	} else if (!strcmp(g, "shm")) {
