@@ -10,6 +10,7 @@
 #
 # Environment (defaults): A=build-before/sluice B=build/sluice MODEL=opt-125m
 #   P=64 G=16 BATCH=8 ROUNDS=3 DIR=/tmp/sluice-ab THREADS=$(nproc)
+#   ONLY= (an extended regular expression: only the placements it matches)
 # Writes bench/results/ab-<UTC date-time>.{jsonl,md}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,22 +23,32 @@ BATCH=${BATCH:-8}
 ROUNDS=${ROUNDS:-3}
 DIR=${DIR:-/tmp/sluice-ab}
 THREADS=${THREADS:-$(nproc)}
+ONLY=${ONLY:-}
 stamp=$(date -u +%Y%m%d-%H%M%S)
 out=bench/results/ab-$stamp
 mkdir -p "$DIR/a" "$DIR/b" bench/results
 : >"$out.jsonl"
 printf '{"w_gpu_percent": 0, "w_cpu_percent": 0, "sep_layer": true}\n' >"$DIR/sep.json"
+printf '{"w_gpu_percent": 0, "w_cpu_percent": 0, "sep_layer": false}\n' >"$DIR/whole.json"
 
 # name | placement and policy options
 configs=(
 	"device|--percent 100 0 100 0 100 0"
 	"weights host|--percent 0 100 100 0 100 0"
 	"weights disk, sep_layer|--policy DIR/sep.json"
+	"weights disk, whole layers|--policy DIR/whole.json"
+	"weights 20/40/40, micro 2|--percent 20 40 100 0 100 0 --gpu-batch-size 4 --num-gpu-batches 2"
 	"cache host, micro 4|--percent 100 0 0 100 100 0 --gpu-batch-size 4 --num-gpu-batches 2"
 	"cache host, cpu_cache_compute|--percent 100 0 0 100 100 0 --cpu-cache-compute"
 	"cache disk, act host|--percent 100 0 0 0 0 100"
 	"mixed 30/30, H2O 0.2|--percent 30 30 34 33 100 0 --hh-ratio 0.2"
 )
+if [[ -n $ONLY ]]; then
+	keep=()
+	for c in "${configs[@]}"; do [[ ${c%%|*} =~ $ONLY ]] && keep+=("$c"); done
+	((${#keep[@]})) || { echo "ab_compare.sh: ONLY='$ONLY' matches no placement" >&2; exit 2; }
+	configs=("${keep[@]}")
+fi
 
 # the tokens: a greedy job under every placement, A and B
 python3 - "$DIR/prompts.jsonl" <<'PY'
