@@ -62,12 +62,13 @@
 #define SL_DISK_DEFAULT_QD 32
 #define SL_DISK_DEFAULT_CHUNK (1u << 20) /* 1 MiB */
 /* Bytes in flight at most by default: enough to keep a disk busy (this
- * project's VM disk reads at its full rate with 2 MiB out, an NVMe drive
- * with a few MiB), few enough that the requests finish in the order they
- * were issued.  A device serves whatever is in flight side by side: with 32
- * chunks out, the read the compute waits for finished together with the
- * prefetch queued behind it, and the disk then idled while the compute ran
- * (bench/results/disk-window-*.md). */
+ * project's VM disk reads at its full rate with two 1 MiB requests out,
+ * the profile's disk_segment_read; an NVMe drive is yet to be measured),
+ * few enough that the requests finish in the order they were issued.  A
+ * device serves whatever is in flight side by side: with 32 chunks out,
+ * the read the compute waits for finished together with the prefetch
+ * queued behind it, and the disk then idled while the compute ran
+ * (bench/results/disk-window-20261207-130631.md). */
 #define SL_DISK_DEFAULT_WINDOW (4u << 20)
 #define SL_DISK_MAX_REQUESTS 1024        /* requests outstanding at once */
 
