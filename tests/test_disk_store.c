@@ -105,6 +105,14 @@ static void join_path(char *out, size_t n, const char *dir, const char *name)
 	snprintf(out, n, "%s/%s", dir, name);
 }
 
+/* A folder of its own under tmp_root for test PREFIX on engine e. */
+static void engine_dir(char *out, size_t n, const char *prefix, int e)
+{
+	char name[32];
+	snprintf(name, sizeof name, "%s%d", prefix, e);
+	make_dir(out, n, tmp_root, name);
+}
+
 static sl_disk_params params(const char *dir, const char *name, const char *key, uint64_t bytes, int e)
 {
 	return (sl_disk_params){ .dir = dir, .file_name = name, .key = key, .data_bytes = bytes,
@@ -376,9 +384,8 @@ START_TEST(test_reopen)
 {
 	int e = _i;
 	const uint64_t cap = 8 * MIB;
-	char dir[512], name[32];
-	snprintf(name, sizeof name, "reopen%d", e);
-	make_dir(dir, sizeof dir, tmp_root, name);
+	char dir[512];
+	engine_dir(dir, sizeof dir, "reopen", e);
 	char *src = page_buf(cap);
 	fill_random(src, cap, 42);
 	sl_disk_params p = params(dir, "m.sluice", "opt-125m fp16 layout-a", cap, e);
@@ -517,9 +524,8 @@ END_TEST
 START_TEST(test_bad_args)
 {
 	int e = _i;
-	char dir[512], name[32];
-	snprintf(name, sizeof name, "args%d", e);
-	make_dir(dir, sizeof dir, tmp_root, name);
+	char dir[512];
+	engine_dir(dir, sizeof dir, "args", e);
 	sl_disk_params p = params(dir, "a.sluice", "k", MIB - 100, e);
 	sl_disk_store *s;
 	bool fresh;
@@ -553,9 +559,8 @@ END_TEST
 START_TEST(test_queue_exhaustion)
 {
 	int e = _i;
-	char dir[512], name[32];
-	snprintf(name, sizeof name, "qd%d", e);
-	make_dir(dir, sizeof dir, tmp_root, name);
+	char dir[512];
+	engine_dir(dir, sizeof dir, "qd", e);
 	const int nreq = 3000; /* > SL_DISK_MAX_REQUESTS, >> queue depth */
 	const uint64_t cap = (uint64_t)nreq * 4096;
 	sl_disk_params p = params(dir, "q.sluice", "k", cap, e);
@@ -600,9 +605,8 @@ END_TEST
 START_TEST(test_window)
 {
 	int e = _i;
-	char dir[512], name[32];
-	snprintf(name, sizeof name, "win%d", e);
-	make_dir(dir, sizeof dir, tmp_root, name);
+	char dir[512];
+	engine_dir(dir, sizeof dir, "win", e);
 	const uint64_t cap = 2 * MIB;
 	char *src = page_buf(cap), *dst = page_buf(cap);
 	fill_random(src, cap, 29);
@@ -708,9 +712,8 @@ END_TEST
 START_TEST(test_background_progress)
 {
 	int e = _i;
-	char dir[512], name[32];
-	snprintf(name, sizeof name, "bg%d", e);
-	make_dir(dir, sizeof dir, tmp_root, name);
+	char dir[512];
+	engine_dir(dir, sizeof dir, "bg", e);
 	const uint64_t cap = 16 * MIB;
 	sl_disk_params p = params(dir, "bg.sluice", "k", cap, e);
 	p.queue_depth = 2;
@@ -775,9 +778,8 @@ static void *mt_worker(void *vp)
 START_TEST(test_threads)
 {
 	int e = _i;
-	char dir[512], name[32];
-	snprintf(name, sizeof name, "mt%d", e);
-	make_dir(dir, sizeof dir, tmp_root, name);
+	char dir[512];
+	engine_dir(dir, sizeof dir, "mt", e);
 	const uint64_t cap = 16 * MIB;
 	sl_disk_params p = params(dir, "mt.sluice", "k", cap, e);
 	p.queue_depth = 4;
@@ -810,9 +812,8 @@ END_TEST
 START_TEST(test_io_node)
 {
 	int e = _i;
-	char dir[512], name[32];
-	snprintf(name, sizeof name, "numa%d", e);
-	make_dir(dir, sizeof dir, tmp_root, name);
+	char dir[512];
+	engine_dir(dir, sizeof dir, "numa", e);
 	sl_disk_params p = params(dir, "n.sluice", "k", MIB, e);
 	sl_disk_store *s;
 	bool fresh;
@@ -992,9 +993,8 @@ START_TEST(test_header_sync_unlocked)
 {
 	int e = _i;
 	const uint64_t cap = 1 * MIB;
-	char dir[512], name[32];
-	snprintf(name, sizeof name, "hdr%d", e);
-	make_dir(dir, sizeof dir, tmp_root, name);
+	char dir[512];
+	engine_dir(dir, sizeof dir, "hdr", e);
 	char *src = page_buf(cap), *dst = page_buf(cap);
 	fill_random(src, cap, 37);
 	sl_disk_params p = params(dir, "h.sluice", "k", cap, e);
