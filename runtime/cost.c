@@ -333,6 +333,7 @@ typedef struct shape {
 	double w_layer;        /* one layer's weight bytes, wherever they live */
 	double w_zstd;         /* the disk share's zstd ratio; 0: a plain store */
 	int units;             /* weight units a layer loads in (2 with sep_layer halves) */
+	double w_mlp;          /* the MLP's share of a layer's weight bytes */
 	bool ccc;              /* cpu_cache_compute in effect */
 	int heavy_recent;      /* H2O: tokens the cache keeps after a step */
 } shape;
@@ -405,7 +406,7 @@ static double write_pages(const shape *s, const sl_plan *pl, int gd, double len)
  * decode step (0 in the prefill).
  */
 static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, double len, bool prefill,
-			bool rows_move)
+			bool rows_move, double *mlp_s)
 {
 	const sl_plan *pl = s->pl;
 	const double rows = (double)g * t, h = s->h, f = s->f;
@@ -455,7 +456,11 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 			copy(a, r, true, (double)gh * qd * 4, 1);
 		}
 	}
-	add(a, SL_RES_COMPUTE, flop, sec * (prefill ? r->fit_prefill : r->fit_decode));
+	const double fit = prefill ? r->fit_prefill : r->fit_decode;
+	add(a, SL_RES_COMPUTE, flop, sec * fit);
+	/* of which the MLP half's: its GEMMs and its norm (and SwiGLU) */
+	*mlp_s += fit * ((s->swiglu ? 2 : 1) * gemm_seconds_w(r, wq, rows, f, h) + gemm_seconds_w(r, wq, rows, h, f) +
+			 (s->swiglu ? 2 : 1) * r->op_lat);
 	/* the host part of the cache (cpu_cache_compute: used where it lives,
 	 * the CPU backend's attention reading it in place) */
 	if (gh > 0 && !(s->ccc && !prefill)) {
@@ -530,15 +535,17 @@ static void forward(sl_cost_phase *ph, const shape *s, const rates *r, int t, do
 	rates rh = *r;
 	rh.hot_now = r->gemm_hot && s->w_layer <= r->llc;
 	acc layer = { 0 };
+	double mlp_s = 0, one_s = 0; /* the MLP halves' compute seconds */
 	if (nmb > 1) {
 		acc first = { 0 }, mb = { 0 };
-		micro_batch(&first, s, r, gs, t, len, prefill, false);
+		micro_batch(&first, s, r, gs, t, len, prefill, false, &mlp_s);
 		acc_sum(&layer, &first, 1);
-		micro_batch(&mb, s, &rh, gs, t, len, prefill, false);
+		micro_batch(&mb, s, &rh, gs, t, len, prefill, false, &one_s);
 		acc_sum(&layer, &mb, nmb - 2);
+		mlp_s += one_s * (nmb - 2);
 	}
 	acc mlast = { 0 };
-	micro_batch(&mlast, s, nmb > 1 ? &rh : r, last, t, len, prefill, false);
+	micro_batch(&mlast, s, nmb > 1 ? &rh : r, last, t, len, prefill, false, &mlp_s);
 	acc_sum(&layer, &mlast, 1);
 	if (rows_move) {
 		copy(&layer, r, true, all_rows * row_moves, nmb * row_moves);
@@ -546,11 +553,28 @@ static void forward(sl_cost_phase *ph, const shape *s, const rates *r, int t, do
 	}
 	acc w = { 0 };
 	layer_weights(&w, s, r);
-	acc_sum(&layer, &w, 1);
 	/* every layer alike; with overlap each layer's loads hide under the
-	 * one before it, but the first layer's are waited for */
+	 * one before it, but the first layer's are waited for.  By sep_layer
+	 * halves (wstage.c: a slot for each) the MLP's load hides only under
+	 * the attention's compute (with the rest of the layer's I/O), the next
+	 * attention's under the MLP's */
 	const double n_layer = c->n_layer;
-	double sec = n_layer * wall(&layer, r, overlap);
+	const bool halves = overlap && s->units == 2;
+	double per_layer = 0;
+	if (halves) {
+		acc attn = layer, mlp = { 0 };
+		const double cf = layer.busy[SL_RES_COMPUTE] > 0 ? mlp_s / layer.busy[SL_RES_COMPUTE] : 0;
+		add(&mlp, SL_RES_COMPUTE, layer.work[SL_RES_COMPUTE] * cf, mlp_s);
+		attn.busy[SL_RES_COMPUTE] -= mlp_s;
+		attn.work[SL_RES_COMPUTE] -= mlp.work[SL_RES_COMPUTE];
+		acc_sum(&attn, &w, s->w_mlp);
+		acc_sum(&mlp, &w, 1 - s->w_mlp);
+		per_layer = wall(&attn, r, true) + wall(&mlp, r, true);
+	}
+	acc_sum(&layer, &w, 1);
+	if (!halves)
+		per_layer = wall(&layer, r, overlap);
+	double sec = n_layer * per_layer;
 	if (overlap)
 		sec += wall(&w, r, false);
 	acc all = { 0 };
@@ -615,6 +639,11 @@ int sl_cost_eval(const sl_model_config *c, const sl_plan *pl, const sl_profile *
 	s.w_layer = (double)(wd + wh + wk);
 	s.w_zstd = p->w_zstd;
 	s.units = p->sep_layer && (wk + (pl->dev_is_host ? 0 : wh)) > 0 ? 2 : 1;
+	{
+		const double qd = s.qd, kvd = s.kvd, h = s.h, f = s.f;
+		const double attn_w = 2 * h * qd + 2 * h * kvd, mlp_w = (s.swiglu ? 3 : 2) * h * f;
+		s.w_mlp = mlp_w / (attn_w + mlp_w);
+	}
 	s.ccc = p->cpu_cache_compute;
 	s.heavy_recent = pl->h2o ? pl->cap - 1 : prompt_len + gen_len;
 

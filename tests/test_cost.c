@@ -273,6 +273,51 @@ START_TEST(test_hand_worked_streamed)
 }
 END_TEST
 
+/*
+ * sep_layer halves (a slot each for the attention's and the MLP's
+ * weights): the MLP's copy hides only under the attention's compute and
+ * the next attention's under the MLP's, so a layer takes max(C_A, H_M) +
+ * max(C_M, H_A), not max(C, H) as whole layers do.  Where the copies or
+ * the compute rule both halves the two agree; between, the halves take
+ * longer.  A GPU, weights on the host, overlapped.
+ */
+START_TEST(test_hand_worked_halves)
+{
+	const sl_model_config c = tiny_config();
+	const int B = 2, P = 4, G = 4;
+	sl_profile gpu = round_profile(false);
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = 0;
+	pp.w_cpu = 100;
+	pp.overlap = true;
+	workload(&pp, B, P, G);
+	sl_plan halves, whole;
+	pp.sep_layer = true;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &halves), 0);
+	pp.sep_layer = false;
+	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &whole), 0);
+	double most = 0; /* the largest relative gap */
+	for (double gbps = 1e-4; gbps <= 1e4; gbps *= 1.25) {
+		gpu.h2d_gbps = gbps;
+		sl_cost kh, kw;
+		ck_assert_int_eq(sl_cost_eval(&c, &halves, &gpu, P, G, &kh), 0);
+		ck_assert_int_eq(sl_cost_eval(&c, &whole, &gpu, P, G, &kw), 0);
+		ck_assert_double_eq_tol(kh.decode.work[SL_RES_H2D], kw.decode.work[SL_RES_H2D], 0.5);
+		const double gap = (kh.decode.seconds - kw.decode.seconds) / kw.decode.seconds;
+		ck_assert_msg(gap > -1e-9, "%g GB/s: halves %g s, whole layers %g s: never faster", gbps,
+			      kh.decode.seconds, kw.decode.seconds);
+		/* one resource rules: the same, but for a copy's latency (1 us)
+		 * more a layer where the copies rule, and a forward where the
+		 * compute does (the first layer's load, not overlapped) */
+		if (gbps < 2e-4 || gbps > 5e3)
+			ck_assert_msg(kh.decode.seconds - kw.decode.seconds < (G - 1) * (c.n_layer + 1) * 1.001e-6, "%g GB/s: halves %g s against %g", gbps, kh.decode.seconds,
+				      kw.decode.seconds);
+		most = fmax(most, gap);
+	}
+	ck_assert_msg(most > 0.05, "somewhere between, the halves take longer: at most %.3f%%", 100 * most);
+}
+END_TEST
+
 /* A zstd store (sluice convert --zstd): the disk reads the frames' pages
  * (the ratio of the layer's bytes), a request per frame of at most 4 MiB,
  * and the host's threads decompress the layer at the profile's zstd_gbps;
@@ -1073,6 +1118,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_hand_worked);
 	tcase_add_test(tc, test_fit_scales_compute);
 	tcase_add_test(tc, test_hand_worked_streamed);
+	tcase_add_test(tc, test_hand_worked_halves);
 	tcase_add_test(tc, test_hand_worked_disk);
 	tcase_add_test(tc, test_hand_worked_zstd);
 	suite_add_tcase(s, tc);
