@@ -86,6 +86,18 @@ static void workload(sl_plan_params *pp, int B, int P, int G)
 	pp->max_rows = B * P;
 }
 
+/* The default policy with every weight on the host, overlapped, for that
+ * workload. */
+static sl_plan_params host_weights(int B, int P, int G)
+{
+	sl_plan_params pp = sl_plan_defaults();
+	pp.w_gpu = 0;
+	pp.w_cpu = 100;
+	pp.overlap = true;
+	workload(&pp, B, P, G);
+	return pp;
+}
+
 /* The default policy's plan (everything on the device, dense, one
  * micro-batch) of that workload, on the CPU backend. */
 static void device_plan(const sl_model_config *c, int B, int P, int G, sl_plan_params *pp, sl_plan *pl)
@@ -193,12 +205,8 @@ START_TEST(test_hand_worked_streamed)
 	const sl_model_config c = tiny_config();
 	const int B = 2, P = 4, G = 2;
 	sl_profile prof = round_profile(true);
-	sl_plan_params pp = sl_plan_defaults();
-	pp.w_gpu = 0;
-	pp.w_cpu = 100;
+	sl_plan_params pp = host_weights(B, P, G);
 	pp.sep_layer = false;
-	pp.overlap = true;
-	workload(&pp, B, P, G);
 	sl_plan pl, dev;
 	ck_assert_int_eq(sl_plan_make(&c, &pp, true, &pl), 0);
 	sl_cost k, kd;
@@ -286,11 +294,7 @@ START_TEST(test_hand_worked_halves)
 	const sl_model_config c = tiny_config();
 	const int B = 2, P = 4, G = 4;
 	sl_profile gpu = round_profile(false);
-	sl_plan_params pp = sl_plan_defaults();
-	pp.w_gpu = 0;
-	pp.w_cpu = 100;
-	pp.overlap = true;
-	workload(&pp, B, P, G);
+	sl_plan_params pp = host_weights(B, P, G);
 	sl_plan halves, whole;
 	pp.sep_layer = true;
 	ck_assert_int_eq(sl_plan_make(&c, &pp, false, &halves), 0);
