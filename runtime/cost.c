@@ -420,15 +420,15 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 	double sec, flop;
 	int nops;
 	const bool wq = pl->p.w_q4;
+	/* the MLP half's GEMMs */
+	const double mlp = (s->swiglu ? 2 : 1) * gemm_seconds_w(r, wq, rows, f, h) + gemm_seconds_w(r, wq, rows, h, f);
 	if (!s->swiglu) {
-		sec = 4 * gemm_seconds_w(r, wq, rows, h, h) + gemm_seconds_w(r, wq, rows, f, h) +
-		      gemm_seconds_w(r, wq, rows, h, f);
+		sec = 4 * gemm_seconds_w(r, wq, rows, h, h) + mlp;
 		flop = 2 * rows * (4 * h * h + 2 * h * f);
 		nops = 8; /* two norms, six GEMMs */
 	} else {
 		sec = gemm_seconds_w(r, wq, rows, qd, h) + 2 * gemm_seconds_w(r, wq, rows, kvd, h) +
-		      gemm_seconds_w(r, wq, rows, h, qd) + 2 * gemm_seconds_w(r, wq, rows, f, h) +
-		      gemm_seconds_w(r, wq, rows, h, f);
+		      gemm_seconds_w(r, wq, rows, h, qd) + mlp;
 		flop = 2 * rows * (2 * h * qd + 2 * h * kvd + 3 * h * f);
 		nops = 11; /* two norms, seven GEMMs, the rotation, SwiGLU */
 	}
@@ -459,8 +459,7 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 	const double fit = prefill ? r->fit_prefill : r->fit_decode;
 	add(a, SL_RES_COMPUTE, flop, sec * fit);
 	/* of which the MLP half's: its GEMMs and its norm (and SwiGLU) */
-	*mlp_s += fit * ((s->swiglu ? 2 : 1) * gemm_seconds_w(r, wq, rows, f, h) + gemm_seconds_w(r, wq, rows, h, f) +
-			 (s->swiglu ? 2 : 1) * r->op_lat);
+	*mlp_s += fit * (mlp + (s->swiglu ? 2 : 1) * r->op_lat);
 	/* the host part of the cache (cpu_cache_compute: used where it lives,
 	 * the CPU backend's attention reading it in place) */
 	if (gh > 0 && !(s->ccc && !prefill)) {
