@@ -509,6 +509,31 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 }
 
 /*
+ * One layer's wall seconds: its micro-batches' work (layer, of which
+ * mlp_s the MLP halves' compute) and its weights' loads (w).  With overlap
+ * each layer's loads hide under the one before it; by sep_layer halves
+ * (wstage.c: a slot for each) the MLP's load hides only under the
+ * attention's compute (with the rest of the layer's I/O), the next
+ * attention's under the MLP's.
+ */
+static double layer_wall(const acc *layer, const acc *w, double mlp_s, const shape *s, const rates *r, bool overlap)
+{
+	if (!(overlap && s->units == 2)) {
+		acc all = *layer;
+		acc_sum(&all, w, 1);
+		return wall(&all, r, overlap);
+	}
+	acc attn = *layer, mlp = { 0 };
+	const double cf = layer->busy[SL_RES_COMPUTE] > 0 ? mlp_s / layer->busy[SL_RES_COMPUTE] : 0;
+	add(&mlp, SL_RES_COMPUTE, layer->work[SL_RES_COMPUTE] * cf, mlp_s);
+	attn.busy[SL_RES_COMPUTE] -= mlp_s;
+	attn.work[SL_RES_COMPUTE] -= mlp.work[SL_RES_COMPUTE];
+	acc_sum(&attn, w, s->w_mlp);
+	acc_sum(&mlp, w, 1 - s->w_mlp);
+	return wall(&attn, r, true) + wall(&mlp, r, true);
+}
+
+/*
  * One forward (the prefill, t = the prompt; a decode step, t = 1, len
  * cached tokens) of the whole block, into phase ph.
  */
@@ -552,28 +577,10 @@ static void forward(sl_cost_phase *ph, const shape *s, const rates *r, int t, do
 	}
 	acc w = { 0 };
 	layer_weights(&w, s, r);
-	/* every layer alike; with overlap each layer's loads hide under the
-	 * one before it, but the first layer's are waited for.  By sep_layer
-	 * halves (wstage.c: a slot for each) the MLP's load hides only under
-	 * the attention's compute (with the rest of the layer's I/O), the next
-	 * attention's under the MLP's */
+	/* every layer alike, but the first layer's loads are waited for */
 	const double n_layer = c->n_layer;
-	const bool halves = overlap && s->units == 2;
-	double per_layer = 0;
-	if (halves) {
-		acc attn = layer, mlp = { 0 };
-		const double cf = layer.busy[SL_RES_COMPUTE] > 0 ? mlp_s / layer.busy[SL_RES_COMPUTE] : 0;
-		add(&mlp, SL_RES_COMPUTE, layer.work[SL_RES_COMPUTE] * cf, mlp_s);
-		attn.busy[SL_RES_COMPUTE] -= mlp_s;
-		attn.work[SL_RES_COMPUTE] -= mlp.work[SL_RES_COMPUTE];
-		acc_sum(&attn, &w, s->w_mlp);
-		acc_sum(&mlp, &w, 1 - s->w_mlp);
-		per_layer = wall(&attn, r, true) + wall(&mlp, r, true);
-	}
+	double sec = n_layer * layer_wall(&layer, &w, mlp_s, s, r, overlap);
 	acc_sum(&layer, &w, 1);
-	if (!halves)
-		per_layer = wall(&layer, r, overlap);
-	double sec = n_layer * per_layer;
 	if (overlap)
 		sec += wall(&w, r, false);
 	acc all = { 0 };
