@@ -333,6 +333,40 @@ static int issue_copy(sl_backend *b, sl_queue *q, const void *arg)
 #define OVL_NK 2048
 #define OVL_COPY (8u << 20)
 
+typedef struct ovl_gemm {
+	sl_buf x, w, y;
+	sl_queue *q;
+	sl_gemm_args g;
+} ovl_gemm;
+
+static void ovl_gemm_free(sl_backend *b, ovl_gemm *o)
+{
+	if (o->q)
+		sl_queue_free(b, o->q);
+	sl_buf_free(b, &o->y);
+	sl_buf_free(b, &o->w);
+	sl_buf_free(b, &o->x);
+}
+
+/* Decode-sized GEMMs (m = 16, n = k = 2048, fp16 weights) on a queue of their own. */
+static int ovl_gemm_make(sl_backend *b, ovl_gemm *o)
+{
+	memset(o, 0, sizeof *o);
+	const size_t xb = (size_t)OVL_M * OVL_NK * sizeof(float), wb = (size_t)OVL_NK * OVL_NK * sizeof(sl_half);
+	int rc;
+	if ((rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile overlap x", &o->x)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, wb, "profile overlap w", &o->w)) < 0 ||
+	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile overlap y", &o->y)) < 0 ||
+	    (rc = sl_queue_create(b, &o->q)) < 0 || (rc = fill_floats(b, o->q, o->x.p, (size_t)OVL_M * OVL_NK, 1.f)) < 0 ||
+	    (rc = sl_memset_dev(b, o->q, o->w.p, 0x2c, wb)) < 0 || (rc = sl_queue_sync(b, o->q)) < 0) {
+		ovl_gemm_free(b, o);
+		return rc;
+	}
+	o->g = (sl_gemm_args){ .m = OVL_M, .n = OVL_NK, .k = OVL_NK, .x = o->x.p, .ldx = OVL_NK, .w = o->w.p,
+			       .y = o->y.p, .ldy = OVL_NK, .alpha = 1.f };
+	return 0;
+}
+
 /* Seconds for ng GEMMs on qg and nc copies on qc, issued together (either
  * count may be 0), to both queues' completion. */
 static int time_both(sl_backend *b, sl_queue *qg, const sl_gemm_args *g, int ng, sl_queue *qc,
@@ -361,23 +395,17 @@ static int time_both(sl_backend *b, sl_queue *qg, const sl_gemm_args *g, int ng,
 static int measure_overlap(sl_backend *b, double target_s, double *share)
 {
 	*share = 0;
-	const size_t xb = (size_t)OVL_M * OVL_NK * sizeof(float), wb = (size_t)OVL_NK * OVL_NK * sizeof(sl_half);
-	sl_buf x = { 0 }, w = { 0 }, y = { 0 }, src = { 0 }, dst = { 0 };
-	sl_queue *qg = NULL, *qc = NULL;
+	ovl_gemm o;
+	SL_TRY(ovl_gemm_make(b, &o));
+	sl_buf src = { 0 }, dst = { 0 };
+	sl_queue *qg = o.q, *qc = NULL;
+	const sl_gemm_args g = o.g;
 	int rc;
-	if ((rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile overlap x", &x)) < 0 ||
-	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, wb, "profile overlap w", &w)) < 0 ||
-	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile overlap y", &y)) < 0 ||
-	    (rc = sl_buf_alloc(b, SL_MEM_HOST, OVL_COPY, "profile overlap copy", &src)) < 0 ||
+	if ((rc = sl_buf_alloc(b, SL_MEM_HOST, OVL_COPY, "profile overlap copy", &src)) < 0 ||
 	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, OVL_COPY, "profile overlap copy", &dst)) < 0 ||
-	    (rc = sl_queue_create(b, &qg)) < 0 || (rc = sl_queue_create(b, &qc)) < 0)
+	    (rc = sl_queue_create(b, &qc)) < 0)
 		goto out;
 	memset(src.p, 0x3c, OVL_COPY);
-	if ((rc = fill_floats(b, qg, x.p, (size_t)OVL_M * OVL_NK, 1.f)) < 0 ||
-	    (rc = sl_memset_dev(b, qg, w.p, 0x2c, wb)) < 0 || (rc = sl_queue_sync(b, qg)) < 0)
-		goto out;
-	const sl_gemm_args g = { .m = OVL_M, .n = OVL_NK, .k = OVL_NK, .x = x.p, .ldx = OVL_NK, .w = w.p,
-				 .y = y.p, .ldy = OVL_NK, .alpha = 1.f };
 	const copy_arg c = { .dst = dst.p, .src = src.p, .n = OVL_COPY };
 	/* size the streams: the GEMMs to about 10 x target from a warm call,
 	 * then the copies to take as long, from a timed stream of each */
@@ -404,13 +432,9 @@ static int measure_overlap(sl_backend *b, double target_s, double *share)
 out:
 	if (qc)
 		sl_queue_free(b, qc);
-	if (qg)
-		sl_queue_free(b, qg);
 	sl_buf_free(b, &dst);
 	sl_buf_free(b, &src);
-	sl_buf_free(b, &y);
-	sl_buf_free(b, &w);
-	sl_buf_free(b, &x);
+	ovl_gemm_free(b, &o);
 	return rc;
 }
 
@@ -633,40 +657,6 @@ static double gbps_of(uint64_t bytes, double sec)
 /* The disk's overlap with the copies' GEMMs (OVL_M, OVL_NK). */
 #define DISK_OVL_REQ (16 * MIB) /* quick: 1 MiB */
 #define DISK_OVL_REPS 3
-
-typedef struct ovl_gemm {
-	sl_buf x, w, y;
-	sl_queue *q;
-	sl_gemm_args g;
-} ovl_gemm;
-
-static void ovl_gemm_free(sl_backend *b, ovl_gemm *o)
-{
-	if (o->q)
-		sl_queue_free(b, o->q);
-	sl_buf_free(b, &o->y);
-	sl_buf_free(b, &o->w);
-	sl_buf_free(b, &o->x);
-}
-
-/* Decode-sized GEMMs (m = 16, n = k = 2048, fp16 weights) on a queue of their own. */
-static int ovl_gemm_make(sl_backend *b, ovl_gemm *o)
-{
-	memset(o, 0, sizeof *o);
-	const size_t xb = (size_t)OVL_M * OVL_NK * sizeof(float), wb = (size_t)OVL_NK * OVL_NK * sizeof(sl_half);
-	int rc;
-	if ((rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile overlap x", &o->x)) < 0 ||
-	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, wb, "profile overlap w", &o->w)) < 0 ||
-	    (rc = sl_buf_alloc(b, SL_MEM_DEVICE, xb, "profile overlap y", &o->y)) < 0 ||
-	    (rc = sl_queue_create(b, &o->q)) < 0 || (rc = fill_floats(b, o->q, o->x.p, (size_t)OVL_M * OVL_NK, 1.f)) < 0 ||
-	    (rc = sl_memset_dev(b, o->q, o->w.p, 0x2c, wb)) < 0 || (rc = sl_queue_sync(b, o->q)) < 0) {
-		ovl_gemm_free(b, o);
-		return rc;
-	}
-	o->g = (sl_gemm_args){ .m = OVL_M, .n = OVL_NK, .k = OVL_NK, .x = o->x.p, .ldx = OVL_NK, .w = o->w.p,
-			       .y = o->y.p, .ldy = OVL_NK, .alpha = 1.f };
-	return 0;
-}
 
 /* A read pass on a thread of its own (the CPU backend runs its ops on the
  * calling thread: the reads must be issued and waited for beside them). */
