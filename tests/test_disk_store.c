@@ -254,6 +254,30 @@ static void read_whole_and_compare(sl_disk_store *s, const char *src, uint64_t c
 	free(dst);
 }
 
+/*
+ * n requests of len bytes each way, none waited for until all are issued:
+ * src written (the i-th request at piece i * stride mod n: a stride
+ * coprime with n scrambles the order, 1 keeps it), wait_all; read back in
+ * order into dst, each waited for; the data must round-trip.
+ */
+static void write_read_all(sl_disk_store *s, const char *src, char *dst, int n, size_t len, uint64_t stride)
+{
+	uint64_t *tk = malloc(sizeof *tk * (size_t)n);
+	ck_assert(tk);
+	for (int i = 0; i < n; i++) {
+		const uint64_t off = ((uint64_t)i * stride) % (uint64_t)n * len;
+		ck_assert_msg(sl_disk_write(s, off, src + off, len, &tk[i]) == 0, "%s", sl_errmsg());
+	}
+	ck_assert_msg(sl_disk_wait_all(s) == 0, "%s", sl_errmsg());
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(sl_disk_read(s, (uint64_t)i * len, dst + (size_t)i * len, len, &tk[i]) == 0, "%s",
+			      sl_errmsg());
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(sl_disk_wait(s, tk[i]) == 0, "read %d: %s", i, sl_errmsg());
+	ck_assert_msg(memcmp(src, dst, (size_t)n * len) == 0, "%d requests of %zu bytes round-trip", n, len);
+	free(tk);
+}
+
 /* Run fn in a forked child (its own rlimits, uid, mount namespace); returns
  * its exit status: 0 pass, else failure (it printed why). */
 static int run_child(int (*fn)(void *), void *arg)
@@ -571,19 +595,7 @@ START_TEST(test_queue_exhaustion)
 	ck_assert(open_checked(&p, e, &s, &fresh) == 0);
 	char *src = page_buf(cap), *dst = page_buf(cap);
 	fill_random(src, cap, 17);
-	uint64_t *tk = malloc(sizeof *tk * (size_t)nreq);
-	/* Writes in a scrambled page order, none waited for until the end. */
-	for (int i = 0; i < nreq; i++) {
-		uint64_t pg = ((uint64_t)i * 1237) % (uint64_t)nreq;
-		ck_assert_msg(sl_disk_write(s, pg * 4096, src + pg * 4096, 4096, &tk[i]) == 0, "%s", sl_errmsg());
-	}
-	ck_assert_msg(sl_disk_wait_all(s) == 0, "%s", sl_errmsg());
-	for (int i = 0; i < nreq; i++)
-		ck_assert_msg(sl_disk_read(s, (uint64_t)i * 4096, dst + (size_t)i * 4096, 4096, &tk[i]) == 0, "%s",
-			      sl_errmsg());
-	for (int i = 0; i < nreq; i++)
-		ck_assert_msg(sl_disk_wait(s, tk[i]) == 0, "read %d: %s", i, sl_errmsg());
-	ck_assert_msg(memcmp(src, dst, cap) == 0, "all 3000 pages round-trip");
+	write_read_all(s, src, dst, nreq, 4096, 1237); /* the writes in a scrambled page order */
 	sl_disk_stats st;
 	sl_disk_get_stats(s, &st);
 	ck_assert_msg(st.max_in_flight <= 2, "never more than the queue depth in flight: %d", st.max_in_flight);
@@ -591,7 +603,6 @@ START_TEST(test_queue_exhaustion)
 	ck_assert_uint_eq(st.reads, (uint64_t)nreq);
 	ck_assert_uint_eq(st.writes, (uint64_t)nreq);
 	sl_disk_close(s);
-	free(tk);
 	free(src);
 	free(dst);
 }
@@ -620,18 +631,7 @@ START_TEST(test_window)
 		sl_disk_store *s;
 		bool fresh;
 		ck_assert_msg(open_checked(&p, e, &s, &fresh) == 0, "open: %s", sl_errmsg());
-		uint64_t tk[4];
-		for (int i = 0; i < 4; i++) /* 512 KiB requests, none waited for */
-			ck_assert_msg(sl_disk_write(s, (uint64_t)i * cap / 4, src + (size_t)i * cap / 4, cap / 4,
-						    &tk[i]) == 0, "%s", sl_errmsg());
-		ck_assert_msg(sl_disk_wait_all(s) == 0, "%s", sl_errmsg());
-		for (int i = 0; i < 4; i++)
-			ck_assert_msg(sl_disk_read(s, (uint64_t)i * cap / 4, dst + (size_t)i * cap / 4, cap / 4,
-						   &tk[i]) == 0, "%s", sl_errmsg());
-		for (int i = 0; i < 4; i++)
-			ck_assert_msg(sl_disk_wait(s, tk[i]) == 0, "read %d: %s", i, sl_errmsg());
-		ck_assert_msg(memcmp(src, dst, cap) == 0, "the data round-trips through a window of %zu bytes",
-			      shape[k][0]);
+		write_read_all(s, src, dst, 4, cap / 4, 1); /* 512 KiB requests */
 		sl_disk_stats st;
 		sl_disk_get_stats(s, &st);
 		if (k == 0)
