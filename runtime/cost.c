@@ -172,17 +172,19 @@ static double gemm_seconds_w(const rates *r, bool q4, double m, double n, double
 		const double bytes = wbytes + 4 * m * k + 4 * m * n;
 		return fmax(flop / r->peak_flops, bytes / r->mem_bw);
 	}
-	double g = curve_gflops(c, m);
 	/* measured at this very shape (fp16 weights): the curve scaled by
 	 * the shape's ratio to it */
+	double ratio = 1;
 	for (int i = 0; !q4 && i < r->nshapes; i++)
 		if (r->shapes[i].npoints > 0 && r->shapes[i].n == (int)n && r->shapes[i].k == (int)k) {
-			g *= shape_ratio(&r->shapes[i], r->gemm, m);
+			ratio = shape_ratio(&r->shapes[i], r->gemm, m);
 			break;
 		}
-	/* weights in the cache (r->hot_now): never slower than from memory */
+	double g = curve_gflops(c, m) * ratio;
+	/* weights in the cache (r->hot_now): the hot curve, by the same
+	 * ratio; never slower than from memory */
 	if (r->hot_now && !q4)
-		g = fmax(g, curve_gflops(r->gemm_hot, m));
+		g = fmax(g, curve_gflops(r->gemm_hot, m) * ratio);
 	return flop / (g * 1e9);
 }
 

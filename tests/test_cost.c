@@ -1055,9 +1055,10 @@ START_TEST(test_gemm_shape_rate)
 END_TEST
 
 /* The cache (gemm_hot, llc_bytes; CPU backend): a layer's micro-batches
- * after its first read its weights at the hot curve's rate where the
- * layer's weights fit the cache; not where they do not, not with one
- * micro-batch, never slower than the cold rate, and not on a GPU. */
+ * after its first read its weights at the hot curve's rate (times a
+ * shape's ratio to the curve, as cold) where the layer's weights fit the
+ * cache; not where they do not, not with one micro-batch, never slower
+ * than the cold rate, and not on a GPU. */
 START_TEST(test_gemm_hot_micro_batches)
 {
 	const sl_model_config c = tiny_config();
@@ -1080,6 +1081,21 @@ START_TEST(test_gemm_hot_micro_batches)
 	const double mb_s = layers * 2 * (4 * h * h + 2 * h * f) / 1e9; /* a micro-batch, cold */
 	ck_assert_double_eq_tol(a.decode.seconds - b.decode.seconds, 7 * 3 * mb_s / 2, 1e-12);
 	ck_assert_double_eq_tol(a.prefill.seconds - b.prefill.seconds, 3 * mb_s / 2, 1e-12);
+	/* a shape slower than the curve (fc1 at half its rate, gemm_shapes)
+	 * is as much slower hot: the hot curve by the same ratio, so the
+	 * cache still halves every GEMM's time, fc1's included */
+	sl_profile shaped = prof;
+	shaped.gemm_shapes[0] = (sl_profile_curve){ .npoints = 2, .n = (int)f, .k = (int)h, .m = { 8, 64 },
+						    .gflops = { 4, 32 } };
+	shaped.n_gemm_shapes = 1;
+	sl_profile shaped_cold = shaped;
+	shaped_cold.llc_bytes = 1000;
+	sl_cost sc, sh;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &shaped_cold, 16, 8, &sc), 0);
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &shaped, 16, 8, &sh), 0);
+	const double shaped_s = mb_s + layers * 2 * f * h / 1e9; /* fc1 twice as long */
+	ck_assert_double_eq_tol(sc.decode.seconds - sh.decode.seconds, 7 * 3 * shaped_s / 2, 1e-12);
+	ck_assert_double_eq_tol(sc.prefill.seconds - sh.prefill.seconds, 3 * shaped_s / 2, 1e-12);
 	/* a layer larger than the cache, one micro-batch, a slower hot
 	 * curve, a GPU: as without it */
 	sl_cost d;
