@@ -87,17 +87,21 @@ bool sl_cpu_amx_available(char *why, size_t n)
 	return true;
 }
 
+/* In static storage, not built on the stack: GCC's _tile_loadconfig (12,
+ * amxtileintrin.h) tells the compiler it reads 8 bytes, so at -O3 the
+ * stores of the tiles' columns and rows were dropped as dead and
+ * LDTILECFG read a stack slot's leftovers (#GP: SIGSEGV on the first
+ * --cpu-gemm amx product, found on a Xeon with AMX on 2026-12-07). */
+static const amx_cfg tiles_cfg = {
+	.palette = 1,
+	.colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
+	.rows = { 16, 16, 16, 16, 16, 16, 16, 16 },
+};
+
 __attribute__((target(AMX_TARGET)))
 static void tiles_config(void)
 {
-	amx_cfg cfg;
-	memset(&cfg, 0, sizeof cfg);
-	cfg.palette = 1;
-	for (int i = 0; i < 8; i++) {
-		cfg.colsb[i] = 64;
-		cfg.rows[i] = 16;
-	}
-	_tile_loadconfig(&cfg);
+	_tile_loadconfig(&tiles_cfg);
 }
 
 /* x rows [r0, r1) of the padded copy (rows past m zero), rounded to bf16. */
