@@ -93,6 +93,22 @@ static json_t *curve(const sl_profile_curve *c, sl_jerr *e)
 	return o;
 }
 
+/* --fit's cache shares {m: [...], share: [...]}, or null (not fitted). */
+static json_t *fit_hot_json(const sl_profile *p, sl_jerr *e)
+{
+	if (p->fit_hot_n <= 0)
+		return json_null();
+	json_t *m = json_array(), *s = json_array();
+	for (int i = 0; i < SL_MIN(p->fit_hot_n, SL_PROFILE_FIT_HOT_MAX); i++) {
+		sl_jappend(m, json_integer(p->fit_hot_m[i]), "fit_hot.m", e);
+		sl_jappend_real(s, p->fit_hot_share[i], "fit_hot.share", e);
+	}
+	json_t *o = json_object();
+	sl_jset(o, "m", m, e);
+	sl_jset(o, "share", s, e);
+	return o;
+}
+
 /* The disk's read curve {outstanding, bytes: [...], gbps: [...], spread:
  * [...]}, or null (no points). */
 static json_t *disk_curve(const sl_profile_disk_curve *c, sl_jerr *e)
@@ -200,6 +216,7 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	sl_jset(j, "cpu_gemm", p->cpu_gemm[0] ? json_string(p->cpu_gemm) : json_null(), e);
 	set_rate(j, "fit_prefill", p->fit_prefill, e);
 	set_rate(j, "fit_decode", p->fit_decode, e);
+	sl_jset(j, "fit_hot", fit_hot_json(p, e), e);
 	sl_jset(j, "fit_model", p->fit_model[0] ? json_string(p->fit_model) : json_null(), e);
 	sl_jset_real(j, "seconds", p->seconds, e);
 	return j;
@@ -626,6 +643,51 @@ static void get_disk_curve(reader *r, const json_t *root, const char *key, sl_pr
 	c->npoints = (int)np;
 }
 
+/* --fit's cache shares, optional: absent or null is not fitted. */
+static void get_fit_hot(reader *r, const json_t *root, sl_profile *p)
+{
+	p->fit_hot_n = 0;
+	const json_t *v = json_object_get(root, "fit_hot");
+	if (r->rc < 0 || !v || json_is_null(v))
+		return;
+	json_t *o = get_obj(r, root, "", "fit_hot", true);
+	if (!o)
+		return;
+	const char *w = "fit_hot.";
+	json_t *m = field(r, o, w, "m"), *s = field(r, o, w, "share");
+	if (m && !json_is_array(m))
+		wrong_type(r, w, "m", "an array", m);
+	else if (s && !json_is_array(s))
+		wrong_type(r, w, "share", "an array", s);
+	if (r->rc < 0)
+		return;
+	const size_t np = json_array_size(m);
+	if (np < 1 || np > SL_PROFILE_FIT_HOT_MAX || json_array_size(s) != np) {
+		r->rc = sl_err(SL_EFORMAT, "%s: fit_hot.m lists %zu points and fit_hot.share %zu: each must list the same 1 to %d",
+			       r->path, np, json_array_size(s), SL_PROFILE_FIT_HOT_MAX);
+		return;
+	}
+	for (size_t i = 0; i < np; i++) {
+		const json_t *mi = json_array_get(m, i);
+		const int prev = i ? p->fit_hot_m[i - 1] : 0;
+		if (!json_is_integer(mi) || json_integer_value(mi) <= prev || json_integer_value(mi) > 65536) {
+			r->rc = sl_err(SL_EFORMAT, "%s: fit_hot.m[%zu] must be an integer above %d (increasing) and at most 65536",
+				       r->path, i, prev);
+			return;
+		}
+		p->fit_hot_m[i] = (int)json_integer_value(mi);
+		double x;
+		if (!array_num(r, s, i, w, "share", false, &x))
+			return;
+		if (x > 1) {
+			r->rc = sl_err(SL_ERANGE, "%s: fit_hot.share[%zu] = %g, must be in [0, 1]", r->path, i, x);
+			return;
+		}
+		p->fit_hot_share[i] = x;
+	}
+	p->fit_hot_n = (int)np;
+}
+
 static void get_topology(reader *r, const json_t *root, sl_profile_topo *t)
 {
 	const char *w = "topology.";
@@ -743,6 +805,7 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 		/* sluice profile --fit, later: absent or null, not fitted */
 		p->fit_prefill = get_opt_rate(r, root, "fit_prefill");
 		p->fit_decode = get_opt_rate(r, root, "fit_decode");
+		get_fit_hot(r, root, p);
 		p->fit_model[0] = p->cpu_gemm[0] = 0;
 		if (r->rc == 0 && json_object_get(root, "cpu_gemm"))
 			get_str(r, root, "", "cpu_gemm", p->cpu_gemm, sizeof p->cpu_gemm, true);

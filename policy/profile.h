@@ -119,6 +119,13 @@
  *   dev_reserve_bytes the backend's device bytes that are not the caller's
  *                     (dev_used - data_used) after the GEMMs and attention
  *                     ran: cuBLAS's workspace; 0 on the CPU backend
+ *   fit_prefill, fit_decode  sluice profile --fit: measured over predicted
+ *                     seconds per phase (below); optional
+ *   fit_hot           sluice profile --fit on the CPU backend: {m: [...],
+ *                     share: [...]}, the share of gemm_hot's gain over the
+ *                     cold rate that a layer's micro-batches after its
+ *                     first reach at m rows a micro-batch, fitted on short
+ *                     runs; optional (absent or null: the whole gain)
  *   build             the sluice that measured: SL_VERSION+sl_build_id (the
  *                     commit, and a hash of the changes not committed)
  *   machine           what a cached profile must match to be reused
@@ -190,6 +197,8 @@ typedef struct sl_profile_disk_curve {
 	double gbps[SL_PROFILE_DISK_MAX];
 	double spread[SL_PROFILE_DISK_MAX]; /* (max - min) / median of the passes */
 } sl_profile_disk_curve;
+
+#define SL_PROFILE_FIT_HOT_MAX 4
 
 typedef struct sl_profile {
 	bool quick;
@@ -265,6 +274,15 @@ typedef struct sl_profile {
 	 * short runs with everything on the device, the median); the cost model
 	 * multiplies its compute by them.  0: not fitted (taken as 1) */
 	double fit_prefill, fit_decode;
+	/* and on the CPU backend the share of the cache's gain (gemm_hot over
+	 * the cold rate) that a layer's micro-batches after its first reach, at
+	 * fit_hot_m rows a micro-batch (increasing), each in [0, 1]: the
+	 * micro-benchmark keeps its weights in the cache between calls, a run's
+	 * other work between micro-batches need not.  0 points: not fitted (the
+	 * whole gain) */
+	int fit_hot_n;
+	int fit_hot_m[SL_PROFILE_FIT_HOT_MAX];
+	double fit_hot_share[SL_PROFILE_FIT_HOT_MAX];
 	char fit_model[64];         /* the dummy model the fit ran ("": none) */
 	char build[64];             /* the sluice that measured (SL_VERSION+sl_build_id) */
 	char machine[768];          /* the cache's key (sl_profile_obtain); "": none */

@@ -54,6 +54,9 @@ typedef struct rates {
 	const sl_profile_curve *gemm_hot; /* CPU backend: weights in the cache; NULL: none */
 	double llc;                /* the last-level cache's bytes (with gemm_hot) */
 	bool hot_now;              /* this GEMM's weights are in the cache (gemm_hot) */
+	int fit_hot_n;             /* --fit: the share of gemm_hot's gain a run's */
+	int fit_hot_m[SL_PROFILE_FIT_HOT_MAX]; /* micro-batches reach, at m */
+	double fit_hot_share[SL_PROFILE_FIT_HOT_MAX]; /* rows (0 points: all) */
 	double fit_prefill, fit_decode; /* sluice profile --fit: the compute's
 				    * measured over predicted, per phase (1: none) */
 } rates;
@@ -101,6 +104,30 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	r->zstd = pos_or(p->zstd_gbps, FALLBACK_ZSTD_GBPS) * 1e9;
 	r->fit_prefill = pos_or(p->fit_prefill, 1);
 	r->fit_decode = pos_or(p->fit_decode, 1);
+	r->fit_hot_n = SL_MIN(p->fit_hot_n, SL_PROFILE_FIT_HOT_MAX);
+	for (int i = 0; i < r->fit_hot_n; i++) {
+		r->fit_hot_m[i] = p->fit_hot_m[i];
+		r->fit_hot_share[i] = p->fit_hot_share[i];
+	}
+}
+
+/* The share of the hot curve's gain a run's micro-batches reach at m rows
+ * (--fit's fit_hot): between its points interpolated in log m, beyond them
+ * the nearest; all of it where not fitted. */
+static double hot_share(const rates *r, double m)
+{
+	const int np = r->fit_hot_n;
+	if (np <= 0)
+		return 1;
+	if (m <= r->fit_hot_m[0])
+		return r->fit_hot_share[0];
+	if (m >= r->fit_hot_m[np - 1])
+		return r->fit_hot_share[np - 1];
+	int i = 0;
+	while (i + 1 < np && r->fit_hot_m[i + 1] < m)
+		i++;
+	const double t = (log(m) - log(r->fit_hot_m[i])) / (log(r->fit_hot_m[i + 1]) - log(r->fit_hot_m[i]));
+	return r->fit_hot_share[i] + (r->fit_hot_share[i + 1] - r->fit_hot_share[i]) * t;
 }
 
 /* GB/s of the disk's reads in requests of req bytes: the profile's segment
@@ -182,9 +209,13 @@ static double gemm_seconds_w(const rates *r, bool q4, double m, double n, double
 		}
 	double g = curve_gflops(c, m) * ratio;
 	/* weights in the cache (r->hot_now): the hot curve, by the same
-	 * ratio; never slower than from memory */
-	if (r->hot_now && !q4)
-		g = fmax(g, curve_gflops(r->gemm_hot, m) * ratio);
+	 * ratio, or the share of its gain that --fit found runs reach; never
+	 * slower than from memory */
+	if (r->hot_now && !q4) {
+		const double gh = curve_gflops(r->gemm_hot, m) * ratio;
+		if (gh > g)
+			g += hot_share(r, m) * (gh - g);
+	}
 	return flop / (g * 1e9);
 }
 

@@ -702,17 +702,24 @@ expect_fail "profile: unknown --dummy" "unknown model name 'opt-7b'" "" -- profi
 # --fit: short jobs of a dummy model on the device (--quick: opt-125m, two
 # workloads, one run each), their measured over predicted seconds kept as
 # fit_prefill and fit_decode; bench's prediction under the profile is the
-# rates' times those (everything on the device: all of it compute)
+# rates' times those (everything on the device: all of it compute).  On
+# the CPU the second workload (batch 2) again in micro-batches of 1: the
+# cache's share (fit_hot; a quick profile's hot and cold curves are alike,
+# so it may find none)
 if "$sluice" profile --quick --backend cpu --fit --json "$tmp/pfit.json" >"$tmp/pfit.out" &&
-	[ "$(grep -c '^fit run     opt-125m batch ' "$tmp/pfit.out")" -eq 2 ] &&
+	[ "$(grep -cE '^fit run     opt-125m batch [0-9]+ prompt ' "$tmp/pfit.out")" -eq 2 ] &&
 	grep -qE '^fit         prefill [0-9.]+, decode [0-9.]+ ' "$tmp/pfit.out" &&
+	[ "$(grep -c '^fit run     opt-125m batch 2 in micro-batches of 1, ' "$tmp/pfit.out")" -eq 1 ] &&
+	grep -qE '^fit hot     ' "$tmp/pfit.out" &&
 	python3 - "$tmp/pfit.json" "$tmp/pnofit.json" <<'PY'; then ok; else bad "profile --fit: $(cat "$tmp/pfit.out")"; fi
 import json, sys
 p = json.load(open(sys.argv[1]))
 assert p["fit_model"] == "opt-125m", p["fit_model"]
 assert 0 < p["fit_prefill"] < 50 and 0 < p["fit_decode"] < 50, (p["fit_prefill"], p["fit_decode"])
 assert (768, 3072) in [(s["n"], s["k"]) for s in p["gemm_shapes"]], "the fit model's shapes are measured"
-p["fit_prefill"] = p["fit_decode"] = p["fit_model"] = None
+h = p.get("fit_hot")
+assert h is None or (h["m"] == [1] and 0 <= h["share"][0] <= 1), h
+p["fit_prefill"] = p["fit_decode"] = p["fit_model"] = p["fit_hot"] = None
 json.dump(p, open(sys.argv[2], "w"))
 PY
 fb=(bench --dummy opt-125m --backend cpu --prompt-len 16 --gen-len 4 --batch 2 --json)

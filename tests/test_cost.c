@@ -1056,9 +1056,10 @@ END_TEST
 
 /* The cache (gemm_hot, llc_bytes; CPU backend): a layer's micro-batches
  * after its first read its weights at the hot curve's rate (times a
- * shape's ratio to the curve, as cold) where the layer's weights fit the
- * cache; not where they do not, not with one micro-batch, never slower
- * than the cold rate, and not on a GPU. */
+ * shape's ratio to the curve, as cold; reaching the share of its gain
+ * --fit found, fit_hot) where the layer's weights fit the cache; not where
+ * they do not, not with one micro-batch, never slower than the cold rate,
+ * and not on a GPU. */
 START_TEST(test_gemm_hot_micro_batches)
 {
 	const sl_model_config c = tiny_config();
@@ -1096,6 +1097,20 @@ START_TEST(test_gemm_hot_micro_batches)
 	const double shaped_s = mb_s + layers * 2 * f * h / 1e9; /* fc1 twice as long */
 	ck_assert_double_eq_tol(sc.decode.seconds - sh.decode.seconds, 7 * 3 * shaped_s / 2, 1e-12);
 	ck_assert_double_eq_tol(sc.prefill.seconds - sh.prefill.seconds, 3 * shaped_s / 2, 1e-12);
+	/* --fit's shares (fit_hot): of the hot rate's gain, a half at 1 row,
+	 * none at 4; the decode's 2 rows, between in log m, take a quarter of
+	 * it (1.25x the cold rate: 0.8 of its time), the prefill's 32 rows,
+	 * beyond the last point, none */
+	sl_profile part = prof;
+	part.fit_hot_n = 2;
+	part.fit_hot_m[0] = 1;
+	part.fit_hot_m[1] = 4;
+	part.fit_hot_share[0] = 0.5;
+	part.fit_hot_share[1] = 0;
+	sl_cost pc;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &part, 16, 8, &pc), 0);
+	ck_assert_double_eq_tol(a.decode.seconds - pc.decode.seconds, 7 * 3 * mb_s * 0.2, 1e-12);
+	ck_assert_double_eq_tol(a.prefill.seconds, pc.prefill.seconds, 1e-15);
 	/* a layer larger than the cache, one micro-batch, a slower hot
 	 * curve, a GPU: as without it */
 	sl_cost d;

@@ -138,6 +138,11 @@ static void full_profile(sl_profile *p)
 	p->dev_reserve_bytes = 33554432 + 4096;
 	p->fit_prefill = 1.125 + 1e-9;
 	p->fit_decode = 0.875 / 3;
+	p->fit_hot_n = 2;
+	p->fit_hot_m[0] = 1;
+	p->fit_hot_m[1] = 4;
+	p->fit_hot_share[0] = 0.5 / 3;
+	p->fit_hot_share[1] = 1;
 	snprintf(p->fit_model, sizeof p->fit_model, "opt-350m");
 	snprintf(p->cpu_gemm, sizeof p->cpu_gemm, "bf16");
 	snprintf(p->build, sizeof p->build, "0.1.0");
@@ -277,6 +282,11 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 	SAME(dev_reserve_bytes);
 	SAME_BITS(fit_prefill);
 	SAME_BITS(fit_decode);
+	SAME(fit_hot_n);
+	for (int i = 0; i < a->fit_hot_n; i++) {
+		SAME(fit_hot_m[i]);
+		SAME_BITS(fit_hot_share[i]);
+	}
 	SAME_STR(fit_model);
 	SAME_STR(cpu_gemm);
 	SAME_STR(build);
@@ -347,11 +357,13 @@ START_TEST(test_round_trip)
 	ck_assert_int_eq(json_object_del(root, "fit_prefill"), 0);
 	ck_assert_int_eq(json_object_del(root, "fit_decode"), 0);
 	ck_assert_int_eq(json_object_del(root, "fit_model"), 0);
+	ck_assert_int_eq(json_object_del(root, "fit_hot"), 0);
 	ck_assert_int_eq(json_object_del(root, "cpu_gemm"), 0); /* and the GEMM: "" (sluice's) */
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
 	memset(q, 0xa5, sizeof *q);
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	p->fit_prefill = p->fit_decode = 0;
+	p->fit_hot_n = 0;
 	p->fit_model[0] = p->cpu_gemm[0] = 0;
 	check_same(p, q);
 	json_object_set_new(root, "copy_overlap", json_null());
@@ -562,6 +574,11 @@ static const bad_case bad_cases[] = {
 	{ "fit_prefill", "0", SL_ERANGE, "fit_prefill = 0, must be a positive number or null" },
 	{ "fit_decode", "\"1.1\"", SL_EFORMAT, "fit_decode must be a positive number or null, got a string" },
 	{ "fit_model", "@300 x", SL_EFORMAT, "fit_model is longer than 63 bytes" },
+	{ "fit_hot", "7", SL_EFORMAT, "fit_hot must be an object or null, got an integer" },
+	{ "fit_hot.share.0", "1.5", SL_ERANGE, "fit_hot.share[0] = 1.5, must be in [0, 1]" },
+	{ "fit_hot.share.1", "-0.25", SL_ERANGE, "fit_hot.share[1] = -0.25, must be at least 0" },
+	{ "fit_hot.m", "[4, 1]", SL_EFORMAT, "fit_hot.m[1] must be an integer above 4 (increasing)" },
+	{ "fit_hot.share", "[0.5]", SL_EFORMAT, "fit_hot.m lists 2 points and fit_hot.share 1" },
 	{ "cpu_gemm", "3", SL_EFORMAT, "cpu_gemm must be a string or null, got an integer" },
 	{ "llc_bytes", "\"300M\"", SL_EFORMAT, "llc_bytes must be an integer or null, got a string" },
 };
@@ -706,6 +723,7 @@ START_TEST(test_format_1)
 	want->disk_overlap = 0;
 	want->load_average = -1;
 	want->fit_prefill = want->fit_decode = 0;
+	want->fit_hot_n = 0;
 	want->fit_model[0] = want->cpu_gemm[0] = 0;
 	want->build[0] = want->machine[0] = 0;
 	check_same(want, q);

@@ -247,11 +247,16 @@ int run_job(const char *cmd, job_cli *j, bool score);
 
 /* sluice profile --fit: one run of sluice bench (its warm-up, then the
  * timed prefill and decode) of the dummy model name with everything on the
- * backend's device, batch prompts of plen tokens, glen new tokens each;
- * the measured prefill and decode seconds, and the cost model's under
- * prof (cmd_bench.c). */
-int bench_fit_run(const char *backend, int threads, const char *name, int batch, int plen, int glen,
-		  const sl_profile *prof, double measured[2], double predicted[2]);
+ * backend's device, batch prompts of plen tokens, glen new tokens each, in
+ * micro-batches of micro sequences (0: one block); the measured prefill and
+ * decode seconds, and the cost model's under prof and (alt not NULL) alt
+ * (cmd_bench.c). */
+typedef struct bench_fit_job {
+	int batch, micro, plen, glen;
+} bench_fit_job;
+int bench_fit_run(const char *backend, int threads, const char *name, const bench_fit_job *job,
+		  const sl_profile *prof, const sl_profile *alt, double measured[2], double predicted[2],
+		  double alt_predicted[2]);
 
 int cmd_generate(int argc, char **argv);
 int cmd_score(int argc, char **argv);

@@ -530,8 +530,9 @@ static void bench_print_table(const bench_opts *o, const sl_backend *be, const s
 	}
 }
 
-int bench_fit_run(const char *backend, int threads, const char *name, int batch, int plen, int glen,
-		  const sl_profile *prof, double measured[2], double predicted[2])
+int bench_fit_run(const char *backend, int threads, const char *name, const bench_fit_job *job,
+		  const sl_profile *prof, const sl_profile *alt, double measured[2], double predicted[2],
+		  double alt_predicted[2])
 {
 	bench_opts o;
 	memset(&o, 0, sizeof o);
@@ -541,18 +542,25 @@ int bench_fit_run(const char *backend, int threads, const char *name, int batch,
 	o.co.threads = threads;
 	if (prof->cpu_gemm[0])
 		o.co.cpu_gemm = prof->cpu_gemm; /* the GEMM the rates are of */
+	const int batch = job->batch, plen = job->plen, glen = job->glen;
 	o.plen = plen, o.glen = glen, o.batch = batch, o.seed = 1;
 	o.timing_only = true;
+	if (job->micro > 0) { /* the default policy in micro-batches */
+		o.co.policy.gpu_batch_size = job->micro;
+		o.co.policy.num_gpu_batches = (batch + job->micro - 1) / job->micro;
+		o.co.policy_given = true;
+	}
 	sl_model_config cfg;
 	sl_backend *be = NULL;
 	sl_model *m = NULL;
-	sl_cost cost;
+	sl_cost cost, alt_cost;
 	int rc = model_config(&o.co, &cfg);
 	if (rc < 0)
 		return rc;
 	const sl_plan_params pp = bench_plan(&o, batch);
 	if ((rc = make_backend(&o.co, &be)) == 0 &&
 	    (rc = predict_run(&cfg, &pp, be->ops->dev_is_host, prof, plen, glen, &cost)) == 0 &&
+	    (!alt || (rc = predict_run(&cfg, &pp, be->ops->dev_is_host, alt, plen, glen, &alt_cost)) == 0) &&
 	    (rc = open_model(&o.co, &cfg, &pp, &be, &m)) == 0) {
 		bench_result r;
 		bench_measure(&o, be, m, &cfg, &pp, &r);
@@ -560,6 +568,10 @@ int bench_fit_run(const char *backend, int threads, const char *name, int batch,
 		measured[1] = r.decode_s;
 		predicted[0] = cost.prefill.seconds;
 		predicted[1] = cost.decode.seconds;
+		if (alt) {
+			alt_predicted[0] = alt_cost.prefill.seconds;
+			alt_predicted[1] = alt_cost.decode.seconds;
+		}
 	}
 	sl_model_free(m);
 	sl_backend_free(be);

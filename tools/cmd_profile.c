@@ -39,16 +39,20 @@ static const char profile_help[] =
 	"                       keep what their prefill and decode took over what the\n"
 	"                       cost model predicts from these rates (fit_prefill,\n"
 	"                       fit_decode, the medians): its predictions are then\n"
-	"                       scaled by them\n"
+	"                       scaled by them; on the CPU also the second workload\n"
+	"                       in micro-batches of 1, 2 and 4 (3 runs each, about\n"
+	"                       30 s more): the share of the cache's gain a layer's\n"
+	"                       micro-batches after its first reach (fit_hot)\n"
 	"  --quick              small sizes: a check that it runs, not a measurement\n" EXIT_HELP;
 
 /* --fit's jobs: a dummy model on the device, two workloads (a long prompt
  * at a small batch, a short one at a larger batch), each FIT_REPEAT times,
- * interleaved.  Neither is a run bench/policy_validate.sh measures. */
+ * interleaved; on the CPU backend then the second in micro-batches of 1, 2
+ * and 4 sequences (the cache's share, fit_hot).  None is a run
+ * bench/policy_validate.sh measures. */
 enum { FIT_WORKLOADS = 2, FIT_REPEAT = 3 };
-typedef struct fit_job {
-	int batch, plen, glen;
-} fit_job;
+static const int fit_hot_micro[] = { 1, 2, 4 };
+_Static_assert(SL_ARRAY_LEN(fit_hot_micro) <= SL_PROFILE_FIT_HOT_MAX, "the profile holds every point");
 
 /* The model --fit runs on backend: small enough to load in a second or
  * two, large enough that its GEMMs are a real job's. */
@@ -57,15 +61,67 @@ static const char *fit_model(const char *backend, bool quick)
 	return quick ? "opt-125m" : !strcmp(backend, "cpu") ? "opt-350m" : "opt-1.3b";
 }
 
+/*
+ * The CPU backend's micro-batches: job in micro-batches of each of
+ * fit_hot_micro sequences, repeat times, interleaved; each run's decode
+ * seconds placed between the model's predictions with the hot curve's
+ * whole gain (p, fitted so far) and with none (the cache left out): the
+ * share of the gain the run reached, clamped to [0, 1], the median per
+ * micro-batch size into p->fit_hot.  Where the two predictions are within
+ * 2% (too close to tell), the point is left out.
+ */
+static int fit_hot(const sl_profile_opts *po, sl_profile *p, const char *model, const bench_fit_job *job, int repeat)
+{
+	enum { NM = SL_ARRAY_LEN(fit_hot_micro) };
+	sl_profile *cold = malloc(sizeof *cold);
+	if (!cold)
+		return sl_err(SL_ENOMEM, "out of memory");
+	*cold = *p;
+	memset(&cold->gemm_hot, 0, sizeof cold->gemm_hot); /* no cache: every GEMM cold */
+	p->fit_hot_n = 0; /* the predictions with the cache: its whole gain */
+	double share[NM][FIT_REPEAT];
+	int ns[NM] = { 0 }, rc = 0;
+	for (int rep = 0; rep < repeat && rc == 0; rep++)
+		for (int i = 0; i < NM && rc == 0 && fit_hot_micro[i] < job->batch; i++) {
+			bench_fit_job j = *job;
+			j.micro = fit_hot_micro[i];
+			double meas[2], hot[2], none[2];
+			if ((rc = bench_fit_run(p->backend, po->threads, model, &j, p, cold, meas, hot, none)) < 0)
+				break;
+			const bool apart = none[1] > 1.02 * hot[1];
+			fprintf(po->log, "fit run     %s batch %d in micro-batches of %d, prompt %d gen %d: decode %.3f s (predicted %.3f with the cache, %.3f without)\n",
+				model, j.batch, j.micro, j.plen, j.glen, meas[1], hot[1], none[1]);
+			if (apart)
+				share[i][ns[i]++] = SL_MAX(0.0, SL_MIN(1.0, (none[1] - meas[1]) / (none[1] - hot[1])));
+		}
+	free(cold);
+	if (rc < 0)
+		return rc;
+	char line[256] = "";
+	for (int i = 0; i < NM; i++) {
+		if (ns[i] == 0)
+			continue;
+		const int k = p->fit_hot_n++;
+		p->fit_hot_m[k] = fit_hot_micro[i];
+		p->fit_hot_share[k] = sl_median(share[i], ns[i]);
+		const size_t len = strlen(line);
+		snprintf(line + len, sizeof line - len, "%s%d rows %.2f", k ? ", " : "", p->fit_hot_m[k],
+			 p->fit_hot_share[k]);
+	}
+	fprintf(po->log, "fit hot     %s  (the share of the cache's gain a layer's micro-batches after its first reached, the median of %d runs of %s)\n",
+		p->fit_hot_n ? line : "none: with and without the cache the predictions were within 2%", repeat, model);
+	return 0;
+}
+
 /* Run --fit's jobs on p's backend and rates; p->fit_* become the medians of
  * measured over predicted seconds, per phase. */
 static int profile_fit(const sl_profile_opts *po, sl_profile *p)
 {
 	const bool cpu = !strcmp(p->backend, "cpu");
-	const fit_job cpu_jobs[FIT_WORKLOADS] = { { 2, 128, 16 }, { 8, 32, 16 } },
-		      gpu_jobs[FIT_WORKLOADS] = { { 8, 256, 16 }, { 32, 64, 16 } },
-		      quick_jobs[FIT_WORKLOADS] = { { 1, 16, 4 }, { 2, 8, 4 } };
-	const fit_job *jobs = po->quick ? quick_jobs : cpu ? cpu_jobs : gpu_jobs;
+	const bench_fit_job cpu_jobs[FIT_WORKLOADS] = { { 2, 0, 128, 16 }, { 8, 0, 32, 16 } },
+			    gpu_jobs[FIT_WORKLOADS] = { { 8, 0, 256, 16 }, { 32, 0, 64, 16 } },
+			    quick_jobs[FIT_WORKLOADS] = { { 1, 0, 16, 4 }, { 2, 0, 8, 4 } };
+	const bench_fit_job *jobs = po->quick ? quick_jobs : cpu ? cpu_jobs : gpu_jobs;
 	const int repeat = po->quick ? 1 : FIT_REPEAT;
 	const char *model = fit_model(p->backend, po->quick);
 	/* the rates alone: what a profile without a fit predicts */
@@ -74,15 +130,15 @@ static int profile_fit(const sl_profile_opts *po, sl_profile *p)
 		return sl_err(SL_ENOMEM, "out of memory");
 	*plain = *p;
 	plain->fit_prefill = plain->fit_decode = 0;
+	plain->fit_hot_n = 0;
 	double pf[FIT_WORKLOADS * FIT_REPEAT], dc[FIT_WORKLOADS * FIT_REPEAT];
 	const double t0 = sl_now();
 	int n = 0, rc = 0;
 	for (int rep = 0; rep < repeat && rc == 0; rep++)
 		for (int i = 0; i < FIT_WORKLOADS && rc == 0; i++) {
-			const fit_job *j = &jobs[i];
+			const bench_fit_job *j = &jobs[i];
 			double meas[2], pred[2];
-			if ((rc = bench_fit_run(p->backend, po->threads, model, j->batch, j->plen, j->glen,
-						plain, meas, pred)) < 0)
+			if ((rc = bench_fit_run(p->backend, po->threads, model, j, plain, NULL, meas, pred, NULL)) < 0)
 				break;
 			pf[n] = meas[0] / pred[0];
 			dc[n] = meas[1] / pred[1];
@@ -90,15 +146,19 @@ static int profile_fit(const sl_profile_opts *po, sl_profile *p)
 				model, j->batch, j->plen, j->glen, meas[0], pred[0], meas[1], pred[1]);
 			n++;
 		}
+	if (rc == 0) {
+		p->fit_prefill = sl_median(pf, n);
+		p->fit_decode = sl_median(dc, n);
+		fprintf(po->log, "fit         prefill %.3f, decode %.3f  (measured over predicted, the median of %d runs of %s on the device)\n",
+			p->fit_prefill, p->fit_decode, n, model);
+		if (cpu && p->gemm_hot.npoints > 0)
+			rc = fit_hot(po, p, model, &jobs[FIT_WORKLOADS - 1], repeat);
+	}
 	free(plain);
 	if (rc < 0)
 		return rc;
-	p->fit_prefill = sl_median(pf, n);
-	p->fit_decode = sl_median(dc, n);
 	snprintf(p->fit_model, sizeof p->fit_model, "%s", model);
 	p->seconds += sl_now() - t0;
-	fprintf(po->log, "fit         prefill %.3f, decode %.3f  (measured over predicted, the median of %d runs of %s on the device)\n",
-		p->fit_prefill, p->fit_decode, n, model);
 	return 0;
 }
 
