@@ -75,21 +75,31 @@ static json_t *shape(int m, int n, int k, sl_jerr *e)
 	return s;
 }
 
+/* Into o, n points as two arrays: "m" of the rows and yk of the values
+ * (what names them in an error). */
+static void set_points(json_t *o, const char *what, const int *m, const char *yk, const double *y, int n, sl_jerr *e)
+{
+	char mw[64], yw[64];
+	snprintf(mw, sizeof mw, "%s.m", what);
+	snprintf(yw, sizeof yw, "%s.%s", what, yk);
+	json_t *ma = json_array(), *ya = json_array();
+	for (int i = 0; i < n; i++) {
+		sl_jappend(ma, json_integer(m[i]), mw, e);
+		sl_jappend_real(ya, y[i], yw, e);
+	}
+	sl_jset(o, "m", ma, e);
+	sl_jset(o, yk, ya, e);
+}
+
 /* The GEMM curve {n, k, m: [...], gflops: [...]}, or null (no points). */
 static json_t *curve(const sl_profile_curve *c, sl_jerr *e)
 {
 	if (c->npoints <= 0)
 		return json_null();
-	json_t *m = json_array(), *g = json_array();
-	for (int i = 0; i < SL_MIN(c->npoints, SL_PROFILE_CURVE_MAX); i++) {
-		sl_jappend(m, json_integer(c->m[i]), "gemm.m", e);
-		sl_jappend_real(g, c->gflops[i], "gemm.gflops", e);
-	}
 	json_t *o = json_object();
 	sl_jset(o, "n", json_integer(c->n), e);
 	sl_jset(o, "k", json_integer(c->k), e);
-	sl_jset(o, "m", m, e);
-	sl_jset(o, "gflops", g, e);
+	set_points(o, "gemm", c->m, "gflops", c->gflops, SL_MIN(c->npoints, SL_PROFILE_CURVE_MAX), e);
 	return o;
 }
 
@@ -98,14 +108,9 @@ static json_t *fit_hot_json(const sl_profile *p, sl_jerr *e)
 {
 	if (p->fit_hot_n <= 0)
 		return json_null();
-	json_t *m = json_array(), *s = json_array();
-	for (int i = 0; i < SL_MIN(p->fit_hot_n, SL_PROFILE_FIT_HOT_MAX); i++) {
-		sl_jappend(m, json_integer(p->fit_hot_m[i]), "fit_hot.m", e);
-		sl_jappend_real(s, p->fit_hot_share[i], "fit_hot.share", e);
-	}
 	json_t *o = json_object();
-	sl_jset(o, "m", m, e);
-	sl_jset(o, "share", s, e);
+	set_points(o, "fit_hot", p->fit_hot_m, "share", p->fit_hot_share, SL_MIN(p->fit_hot_n, SL_PROFILE_FIT_HOT_MAX),
+		   e);
 	return o;
 }
 
