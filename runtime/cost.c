@@ -55,8 +55,8 @@ typedef struct rates {
 	double llc;                /* the last-level cache's bytes (with gemm_hot) */
 	bool hot_now;              /* this GEMM's weights are in the cache (gemm_hot) */
 	int fit_hot_n;             /* --fit: the share of gemm_hot's gain a run's */
-	int fit_hot_m[SL_PROFILE_FIT_HOT_MAX]; /* micro-batches reach, at m */
-	double fit_hot_share[SL_PROFILE_FIT_HOT_MAX]; /* rows (0 points: all) */
+	const int *fit_hot_m;      /* micro-batches reach, at m rows (0 points: */
+	const double *fit_hot_share; /* all of it); the profile's arrays */
 	double fit_prefill, fit_decode; /* sluice profile --fit: the compute's
 				    * measured over predicted, per phase (1: none) */
 } rates;
@@ -105,10 +105,8 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	r->fit_prefill = pos_or(p->fit_prefill, 1);
 	r->fit_decode = pos_or(p->fit_decode, 1);
 	r->fit_hot_n = SL_MIN(p->fit_hot_n, SL_PROFILE_FIT_HOT_MAX);
-	for (int i = 0; i < r->fit_hot_n; i++) {
-		r->fit_hot_m[i] = p->fit_hot_m[i];
-		r->fit_hot_share[i] = p->fit_hot_share[i];
-	}
+	r->fit_hot_m = p->fit_hot_m;
+	r->fit_hot_share = p->fit_hot_share;
 }
 
 /* The share of the hot curve's gain a run's micro-batches reach at m rows
