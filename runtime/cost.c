@@ -109,6 +109,14 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	r->fit_hot_share = p->fit_hot_share;
 }
 
+/* The value at x on the line from (x0, y0) to (x1, y1) in log x: every
+ * profile curve is interpolated so (the rates themselves in log too, by
+ * passing their logs). */
+static double lerp_log_x(double x, double x0, double x1, double y0, double y1)
+{
+	return y0 + (y1 - y0) * ((log(x) - log(x0)) / (log(x1) - log(x0)));
+}
+
 /* The share of the hot curve's gain a run's micro-batches reach at m rows
  * (--fit's fit_hot): between its points interpolated in log m, beyond them
  * the nearest; all of it where not fitted. */
@@ -124,8 +132,7 @@ static double hot_share(const rates *r, double m)
 	int i = 0;
 	while (i + 1 < np && r->fit_hot_m[i + 1] < m)
 		i++;
-	const double t = (log(m) - log(r->fit_hot_m[i])) / (log(r->fit_hot_m[i + 1]) - log(r->fit_hot_m[i]));
-	return r->fit_hot_share[i] + (r->fit_hot_share[i + 1] - r->fit_hot_share[i]) * t;
+	return lerp_log_x(m, r->fit_hot_m[i], r->fit_hot_m[i + 1], r->fit_hot_share[i], r->fit_hot_share[i + 1]);
 }
 
 /* GB/s of the disk's reads in requests of req bytes: the profile's segment
@@ -141,9 +148,7 @@ static double disk_seg_gbps(const sl_profile_disk_curve *c, double req)
 	int i = 0;
 	while (i + 1 < np && (double)c->bytes[i + 1] < req)
 		i++;
-	const double x0 = log((double)c->bytes[i]), x1 = log((double)c->bytes[i + 1]);
-	const double y0 = log(c->gbps[i]), y1 = log(c->gbps[i + 1]);
-	return exp(y0 + (y1 - y0) * (log(req) - x0) / (x1 - x0));
+	return exp(lerp_log_x(req, (double)c->bytes[i], (double)c->bytes[i + 1], log(c->gbps[i]), log(c->gbps[i + 1])));
 }
 
 /* GFLOP/s of the profiled GEMM at m rows: the curve interpolated in log-log
@@ -164,9 +169,7 @@ static double curve_gflops(const sl_profile_curve *c, double m)
 	int i = 0;
 	while (i + 1 < np && c->m[i + 1] < m)
 		i++;
-	const double x0 = log(c->m[i]), x1 = log(c->m[i + 1]);
-	const double y0 = log(c->gflops[i]), y1 = log(c->gflops[i + 1]);
-	return exp(y0 + (y1 - y0) * (log(m) - x0) / (x1 - x0));
+	return exp(lerp_log_x(m, c->m[i], c->m[i + 1], log(c->gflops[i]), log(c->gflops[i + 1])));
 }
 
 /* A shape curve's rate against the gemm curve's at m: at its points their
@@ -181,8 +184,7 @@ static double shape_ratio(const sl_profile_curve *s, const sl_profile_curve *g, 
 	if (m <= s->m[0] || i + 1 >= np)
 		return r0;
 	const double r1 = s->gflops[i + 1] / curve_gflops(g, s->m[i + 1]);
-	const double t = (log(m) - log(s->m[i])) / (log(s->m[i + 1]) - log(s->m[i]));
-	return exp(log(r0) + (log(r1) - log(r0)) * t);
+	return exp(lerp_log_x(m, s->m[i], s->m[i + 1], log(r0), log(r1)));
 }
 
 static double gemm_seconds_w(const rates *r, bool q4, double m, double n, double k)
