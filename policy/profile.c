@@ -522,29 +522,45 @@ static void get_shape_curves(reader *r, const json_t *root, sl_profile *p)
 		p->n_gemm_shapes = 0;
 }
 
+/* A curve's parallel arrays in o (w: its name and a dot, for messages):
+ * keys[0] the points, 1 to max of them, and each later key as many values.
+ * Fills a[] and returns the count; 0 after an error. */
+static size_t get_arrays(reader *r, const json_t *o, const char *w, const char *const *keys, int nkeys,
+			 size_t max, json_t **a)
+{
+	for (int i = 0; i < nkeys; i++) {
+		a[i] = field(r, o, w, keys[i]);
+		if (a[i] && !json_is_array(a[i]))
+			wrong_type(r, w, keys[i], "an array", a[i]);
+		if (r->rc < 0)
+			return 0;
+	}
+	const size_t np = json_array_size(a[0]);
+	if (np < 1 || np > max) {
+		r->rc = sl_err(SL_EFORMAT, "%s: %s%s lists %zu points, must list 1 to %zu", r->path, w, keys[0], np,
+			       max);
+		return 0;
+	}
+	for (int i = 1; i < nkeys; i++)
+		if (json_array_size(a[i]) != np) {
+			r->rc = sl_err(SL_EFORMAT, "%s: %s%s lists %zu points, %s%s %zu", r->path, w, keys[i],
+				       json_array_size(a[i]), w, keys[0], np);
+			return 0;
+		}
+	return np;
+}
+
 /* A curve's fields in o (w: its name and a dot, for messages). */
 static void get_curve_of(reader *r, const json_t *o, const char *w, sl_profile_curve *c)
 {
 	c->n = (int)get_int(r, o, w, "n", 1, INT32_MAX);
 	c->k = (int)get_int(r, o, w, "k", 1, INT32_MAX);
-	json_t *m = field(r, o, w, "m"), *g = field(r, o, w, "gflops");
-	if (m && !json_is_array(m))
-		wrong_type(r, w, "m", "an array", m);
-	else if (g && !json_is_array(g))
-		wrong_type(r, w, "gflops", "an array", g);
-	if (r->rc < 0)
+	static const char *const keys[] = { "m", "gflops" };
+	json_t *a[2];
+	const size_t np = get_arrays(r, o, w, keys, 2, SL_PROFILE_CURVE_MAX, a);
+	if (!np)
 		return;
-	const size_t np = json_array_size(m);
-	if (np < 1 || np > SL_PROFILE_CURVE_MAX) {
-		r->rc = sl_err(SL_EFORMAT, "%s: %sm lists %zu points, must list 1 to %d", r->path, w, np,
-			       SL_PROFILE_CURVE_MAX);
-		return;
-	}
-	if (json_array_size(g) != np) {
-		r->rc = sl_err(SL_EFORMAT, "%s: %sgflops lists %zu points, %sm %zu", r->path, w, json_array_size(g),
-			       w, np);
-		return;
-	}
+	json_t *m = a[0], *g = a[1];
 	for (size_t i = 0; i < np; i++) {
 		const json_t *mi = json_array_get(m, i), *gi = json_array_get(g, i);
 		if (!json_is_integer(mi)) {
@@ -607,26 +623,12 @@ static void get_disk_curve(reader *r, const json_t *root, const char *key, sl_pr
 	char w[64];
 	snprintf(w, sizeof w, "%s.", key);
 	c->outstanding = (int)get_int(r, o, w, "outstanding", 1, 4096);
-	json_t *b = field(r, o, w, "bytes"), *g = field(r, o, w, "gbps"), *sp = field(r, o, w, "spread");
-	if (b && !json_is_array(b))
-		wrong_type(r, w, "bytes", "an array", b);
-	else if (g && !json_is_array(g))
-		wrong_type(r, w, "gbps", "an array", g);
-	else if (sp && !json_is_array(sp))
-		wrong_type(r, w, "spread", "an array", sp);
-	if (r->rc < 0)
+	static const char *const keys[] = { "bytes", "gbps", "spread" };
+	json_t *a[3];
+	const size_t np = get_arrays(r, o, w, keys, 3, SL_PROFILE_DISK_MAX, a);
+	if (!np)
 		return;
-	const size_t np = json_array_size(b);
-	if (np < 1 || np > SL_PROFILE_DISK_MAX) {
-		r->rc = sl_err(SL_EFORMAT, "%s: %sbytes lists %zu points, must list 1 to %d", r->path, w, np,
-			       SL_PROFILE_DISK_MAX);
-		return;
-	}
-	if (json_array_size(g) != np || json_array_size(sp) != np) {
-		r->rc = sl_err(SL_EFORMAT, "%s: %sgbps and %sspread must list as many points as %sbytes (%zu)",
-			       r->path, w, w, w, np);
-		return;
-	}
+	json_t *b = a[0], *g = a[1], *sp = a[2];
 	for (size_t i = 0; i < np; i++) {
 		const json_t *bi = json_array_get(b, i);
 		if (!json_is_integer(bi)) {
@@ -659,19 +661,12 @@ static void get_fit_hot(reader *r, const json_t *root, sl_profile *p)
 	if (!o)
 		return;
 	const char *w = "fit_hot.";
-	json_t *m = field(r, o, w, "m"), *s = field(r, o, w, "share");
-	if (m && !json_is_array(m))
-		wrong_type(r, w, "m", "an array", m);
-	else if (s && !json_is_array(s))
-		wrong_type(r, w, "share", "an array", s);
-	if (r->rc < 0)
+	static const char *const keys[] = { "m", "share" };
+	json_t *a[2];
+	const size_t np = get_arrays(r, o, w, keys, 2, SL_PROFILE_FIT_HOT_MAX, a);
+	if (!np)
 		return;
-	const size_t np = json_array_size(m);
-	if (np < 1 || np > SL_PROFILE_FIT_HOT_MAX || json_array_size(s) != np) {
-		r->rc = sl_err(SL_EFORMAT, "%s: fit_hot.m lists %zu points and fit_hot.share %zu: each must list the same 1 to %d",
-			       r->path, np, json_array_size(s), SL_PROFILE_FIT_HOT_MAX);
-		return;
-	}
+	json_t *m = a[0], *s = a[1];
 	for (size_t i = 0; i < np; i++) {
 		const json_t *mi = json_array_get(m, i);
 		const int prev = i ? p->fit_hot_m[i - 1] : 0;

@@ -543,7 +543,7 @@ static const bad_case bad_cases[] = {
 	{ "disk_segment_read.bytes", "[]", SL_EFORMAT, "disk_segment_read.bytes lists 0 points, must list 1 to 8" },
 	{ "disk_segment_read.spread", NULL, SL_EFORMAT, "disk_segment_read.spread is missing" },
 	{ "disk_segment_read.gbps", "[1, 2]", SL_EFORMAT,
-	  "disk_segment_read.gbps and disk_segment_read.spread must list as many points as disk_segment_read.bytes (5)" },
+	  "disk_segment_read.gbps lists 2 points, disk_segment_read.bytes 5" },
 	{ "disk_segment_read.bytes.2", "1048576", SL_ERANGE,
 	  "disk_segment_read.bytes[2] = 1048576, must be a multiple of 4096 above 1048576 (increasing)" },
 	{ "disk_segment_read.bytes.0", "1000", SL_ERANGE,
@@ -578,7 +578,7 @@ static const bad_case bad_cases[] = {
 	{ "fit_hot.share.0", "1.5", SL_ERANGE, "fit_hot.share[0] = 1.5, must be in [0, 1]" },
 	{ "fit_hot.share.1", "-0.25", SL_ERANGE, "fit_hot.share[1] = -0.25, must be at least 0" },
 	{ "fit_hot.m", "[4, 1]", SL_EFORMAT, "fit_hot.m[1] must be an integer above 4 (increasing)" },
-	{ "fit_hot.share", "[0.5]", SL_EFORMAT, "fit_hot.m lists 2 points and fit_hot.share 1" },
+	{ "fit_hot.share", "[0.5]", SL_EFORMAT, "fit_hot.share lists 1 points, fit_hot.m 2" },
 	{ "cpu_gemm", "3", SL_EFORMAT, "cpu_gemm must be a string or null, got an integer" },
 	{ "llc_bytes", "\"300M\"", SL_EFORMAT, "llc_bytes must be an integer or null, got a string" },
 };
