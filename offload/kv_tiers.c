@@ -130,13 +130,15 @@ void sl_kvt_free(sl_kv_tiers *T)
 	for (int i = 0; i < SL_KVT_NSTAGE; i++) {
 		sl_kvt_stage *st = &T->st[i];
 		if (T->disk) {
-			if (st->read_pending)
-				sl_disk_wait(T->disk, st->rticket);
+			for (int j = 0; j < st->nrd; j++)
+				sl_disk_wait(T->disk, st->rtickets[j]);
 			for (int j = 0; j < st->nw; j++)
 				sl_disk_wait(T->disk, st->wticket[j]);
 		}
 		free(st->wticket);
 		free(st->offs);
+		free(st->roffs);
+		free(st->rtickets);
 		if (st->wb_ev)
 			sl_event_free(be, st->wb_ev);
 		if (st->done_ev)
@@ -202,6 +204,13 @@ static int stage_create(sl_kv_tiers *T, sl_kvt_stage *st, int maxdisk, int max_r
 	if (!st->offs || !st->wticket)
 		return sl_err(SL_ENOMEM, "out of memory");
 	st->lens = st->offs + st->nrmax;
+	/* a load reads each unit's K and V and the state blocks */
+	st->nrdmax = 2 * maxdisk + 1;
+	st->roffs = malloc(sizeof *st->roffs * 2 * (size_t)st->nrdmax);
+	st->rtickets = malloc(sizeof *st->rtickets * (size_t)st->nrdmax);
+	if (!st->roffs || !st->rtickets)
+		return sl_err(SL_ENOMEM, "out of memory");
+	st->rlens = st->roffs + st->nrdmax;
 	return 0;
 }
 
@@ -306,7 +315,24 @@ static int add_wticket(sl_kvt_stage *st, uint64_t t)
 	return 0;
 }
 
-int sl_kvt_load_disk(sl_kv_tiers *T, sl_kvt_stage *st, int l, int mb, int ndisk)
+/* Range [off, off + n) of a disk part in pages, onto the last of st's read
+ * ranges where they touch. */
+static void add_read(sl_kvt_stage *st, size_t off, size_t n)
+{
+	if (n == 0)
+		return;
+	const size_t lo = off / PAGE * PAGE, hi = align_page(off + n);
+	if (st->nrd > 0 && lo <= st->roffs[st->nrd - 1] + st->rlens[st->nrd - 1]) {
+		const size_t end = st->roffs[st->nrd - 1] + st->rlens[st->nrd - 1];
+		st->rlens[st->nrd - 1] += SL_MAX(hi, end) - end;
+		return;
+	}
+	SL_ASSERT(st->nrd < st->nrdmax);
+	st->roffs[st->nrd] = lo;
+	st->rlens[st->nrd++] = hi - lo;
+}
+
+int sl_kvt_load_disk(sl_kv_tiers *T, sl_kvt_stage *st, int l, int mb, int ndisk, const size_t *fill)
 {
 	sl_backend *be = T->p.be;
 	const sl_backend_ops *o = be->ops;
@@ -317,12 +343,25 @@ int sl_kvt_load_disk(sl_kv_tiers *T, sl_kvt_stage *st, int l, int mb, int ndisk)
 		SL_TRY(sl_event_sync(be, st->ready_ev));
 		dst = st->bounce.p;
 	}
-	/* the micro-batch's part of the segment (what its prefill wrote) */
-	const size_t n = align_page((size_t)ndisk * unit_bytes(T->sb, T->ss));
-	SL_TRY(sl_disk_read(T->disk, seg_off(T, l, mb), dst, n, &st->rticket));
-	st->read_pending = true;
-	st->read_bytes = n;
-	T->p.stats->disk_read_bytes += n;
+	/* the micro-batch's part of the segment (what its prefill wrote): the
+	 * rows in use, as FlexGen reads its cache only up to the tokens so far
+	 * (the pages past them are never read, and a page the step writes
+	 * beyond them holds no row in use) */
+	const size_t n = (size_t)ndisk, sb = T->sb;
+	st->nrd = 0;
+	for (int v = SL_KVT_K; v <= SL_KVT_V; v++)
+		for (size_t j = 0; j < n; j++)
+			add_read(st, sl_kvt_grp_off(n, sb, T->ss, v, j), fill ? SL_MIN(fill[j], sb) : sb);
+	add_read(st, sl_kvt_grp_off(n, sb, T->ss, SL_KVT_S, 0), 2 * n * T->ss);
+	const uint64_t base = seg_off(T, l, mb);
+	const int nr = st->nrd;
+	st->nrd = 0; /* counts the reads issued: those a wait may name */
+	for (int r = 0; r < nr; r++) {
+		SL_TRY(sl_disk_read(T->disk, base + st->roffs[r], (char *)dst + st->roffs[r], st->rlens[r],
+				    &st->rtickets[r]));
+		st->nrd = r + 1;
+		T->p.stats->disk_read_bytes += st->rlens[r];
+	}
 	return 0;
 }
 
@@ -330,16 +369,23 @@ int sl_kvt_ready(sl_kv_tiers *T, sl_kvt_stage *st, sl_queue *q)
 {
 	sl_backend *be = T->p.be;
 	const sl_backend_ops *o = be->ops;
-	if (st->read_pending) {
+	if (st->nrd > 0) {
 		double t0 = sl_now();
-		int rc = sl_disk_wait(T->disk, st->rticket);
+		int rc = 0;
+		for (int r = 0; r < st->nrd; r++) {
+			const int e = sl_disk_wait(T->disk, st->rtickets[r]);
+			if (e < 0 && rc == 0)
+				rc = e;
+		}
 		T->p.stats->stall_s += sl_now() - t0;
-		st->read_pending = false;
+		const int nrd = st->nrd;
+		st->nrd = 0;
 		SL_TRY(rc);
-		if (!o->dev_is_host) {
-			SL_TRY(sl_copy_h2d(be, T->cq, (char *)st->buf.p + T->stage_disk_off, st->bounce.p,
-					   st->read_bytes));
-			T->p.stats->h2d_bytes += st->read_bytes;
+		for (int r = 0; r < nrd && !o->dev_is_host; r++) {
+			const size_t off = T->stage_disk_off + st->roffs[r];
+			SL_TRY(sl_copy_h2d(be, T->cq, (char *)st->buf.p + off, (char *)st->bounce.p + st->roffs[r],
+					   st->rlens[r]));
+			T->p.stats->h2d_bytes += st->rlens[r];
 		}
 	}
 	SL_TRY(sl_event_record(be, st->ready_ev, T->cq));

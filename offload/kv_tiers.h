@@ -108,9 +108,10 @@ typedef struct sl_kvt_stage {
 	sl_buf bounce;   /* pinned disk segment (device not host memory) */
 	int l, s0;       /* what it holds, or l = -1 */
 	bool prefill;
-	bool read_pending;
-	uint64_t rticket;
-	size_t read_bytes;
+	int nrd;            /* disk reads pending into it (sl_kvt_load_disk) */
+	size_t *roffs, *rlens; /* their ranges in the disk part, room for nrdmax */
+	uint64_t *rtickets;
+	int nrdmax;
 	uint64_t *wticket; /* disk writes still reading from buf / bounce */
 	int nw, wcap;
 	sl_event *done_ev;  /* compute finished with the stage */
@@ -171,8 +172,10 @@ int sl_kvt_wait_writes(sl_kv_tiers *T, sl_kvt_stage *st);
 
 /* Start reading the first ndisk units of micro-batch mb's disk segment of
  * layer l into st (through its bounce where the device is not host memory:
- * after its last copy to the device). */
-int sl_kvt_load_disk(sl_kv_tiers *T, sl_kvt_stage *st, int l, int mb, int ndisk);
+ * after its last copy to the device): of unit j's K and V blocks the first
+ * fill[j] bytes (the rows in use; fill NULL: the blocks whole), the state
+ * blocks whole, in whole pages, adjacent ones read together. */
+int sl_kvt_load_disk(sl_kv_tiers *T, sl_kvt_stage *st, int l, int mb, int ndisk, const size_t *fill);
 
 /* st's loads complete and visible to queue q. */
 int sl_kvt_ready(sl_kv_tiers *T, sl_kvt_stage *st, sl_queue *q);

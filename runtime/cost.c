@@ -433,6 +433,41 @@ static double write_pages(const shape *s, const sl_plan *pl, int gd, double len)
 }
 
 /*
+ * The bytes a decode step reads of the disk part of a micro-batch of gd
+ * sequences holding len rows each (sl_kvt_load_disk): of every K and V
+ * block the pages holding its first len rows, the scores and positions
+ * whole, ranges that touch read together (*reads: how many reads).
+ * Counted exactly for up to EXACT_SEQS sequences, else each block's own
+ * pages.
+ */
+static double read_pages(const shape *s, const sl_plan *pl, int gd, double len, double *reads)
+{
+	const double sb = (double)pl->cap * s->slot, fill = fmin(len, pl->cap) * s->slot;
+	const double state = 2.0 * gd * s->ss;
+	double n = 0, nr = 0;
+	if (gd > EXACT_SEQS) {
+		const double per = fill > 0 ? ceil(fill / PAGE) + 1 : 0;
+		n = fmin(2.0 * gd * per, ceil(2.0 * gd * sb / PAGE)) + (state > 0 ? ceil(state / PAGE) + 1 : 0);
+		*reads = (fill > 0 ? 2.0 * gd : 0) + (state > 0);
+		return fmin(n, ceil(2.0 * gd * (sb + s->ss) / PAGE)) * PAGE;
+	}
+	double last = -1; /* the last page read */
+	for (int b = 0; b <= 2 * gd; b++) {
+		/* the K and V blocks in order, then the state blocks */
+		const double off = b * sb, nb = b < 2 * gd ? fill : state;
+		if (nb <= 0)
+			continue;
+		const double p0 = floor(off / PAGE), p1 = floor((off + nb - 1) / PAGE);
+		if (last < 0 || p0 > last + 1)
+			nr++; /* the first, or after a gap: a new read */
+		n += p1 - fmax(p0, last + 1) + 1;
+		last = fmax(last, p1);
+	}
+	*reads = nr;
+	return n * PAGE;
+}
+
+/*
  * One micro-batch of g sequences at one layer: its compute, its cache's
  * movement, its activation rows.  t: tokens per sequence this forward (the
  * prompt, or 1); len: the tokens each sequence's cache holds before a
@@ -515,8 +550,9 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 		if (back > 0)
 			copy(a, r, false, back * s->ss, 1);
 	}
-	/* the disk part: the micro-batch's segment read whole, the changed
-	 * pages written (on a GPU, from the device through the bounce) */
+	/* the disk part: the micro-batch's segment written whole by the
+	 * prefill; a decode step reads its rows in use and writes the changed
+	 * pages (on a GPU, from the device through the bounce) */
 	if (gd > 0) {
 		const double unit = 2.0 * ((double)pl->cap * s->slot + s->ss);
 		const double seg = pages(gd * unit);
@@ -525,9 +561,11 @@ static void micro_batch(acc *a, const shape *s, const rates *r, int g, int t, do
 				copy(a, r, false, seg, 1);
 			disk(a, r, SEG_WRITE, seg, 1);
 		} else {
-			disk(a, r, SEG_READ, seg, 1);
+			double reads;
+			const double rd = read_pages(s, pl, gd, len, &reads);
+			disk(a, r, SEG_READ, rd, reads);
 			if (!r->host)
-				copy(a, r, true, seg, 1);
+				copy(a, r, true, rd, reads);
 			const double wr = write_pages(s, pl, gd, len);
 			if (!r->host)
 				copy(a, r, false, wr, 2.0 * gd);

@@ -128,7 +128,9 @@ static int kv_create(const sl_kv_env *env, int nseq, int cap, bool h2o, size_t e
 	kv->len = calloc((size_t)nseq, sizeof *kv->len);
 	kv->pos = calloc((size_t)nseq, sizeof *kv->pos);
 	kv->undone = calloc((size_t)nseq, sizeof *kv->undone);
-	if (!kv->k || !kv->v || !kv->score || !kv->pos_slot || !kv->len || !kv->pos || !kv->undone) {
+	kv->fill = calloc((size_t)nseq, sizeof *kv->fill);
+	if (!kv->k || !kv->v || !kv->score || !kv->pos_slot || !kv->len || !kv->pos || !kv->undone ||
+	    !kv->fill) {
 		sl_kv_free(kv);
 		return sl_err(SL_ENOMEM, "out of memory");
 	}
@@ -254,6 +256,7 @@ void sl_kv_free(sl_kv *kv)
 	free(kv->len);
 	free(kv->pos);
 	free(kv->undone);
+	free(kv->fill);
 	free(kv);
 }
 
@@ -448,8 +451,12 @@ static int stage_load(sl_kv *kv, sl_kvt_stage *st, int l, int s0, int g, bool pr
 			SL_TRY(sl_kvt_copy_rows(T, true, sl_kvt_stage_host(T, st, b.host, x, 0),
 						sl_kvt_home(T, l, hi0, x), T->ss, p.host));
 	}
-	if (p.disk)
-		SL_TRY(sl_kvt_load_disk(T, st, l, mb, b.disk));
+	if (p.disk) { /* each sequence's rows in use (as the host part's copies) */
+		size_t *fill = kv->fill;
+		for (int j = 0; j < b.disk; j++)
+			fill[j] = j < p.disk ? (size_t)kv->len[s0 + p.dev + p.host + j] * slot_bytes : T->sb;
+		SL_TRY(sl_kvt_load_disk(T, st, l, mb, b.disk, fill));
+	}
 	return 0;
 }
 

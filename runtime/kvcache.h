@@ -87,6 +87,7 @@ typedef struct sl_kv {
 	sl_buf block;     /* device: the above, then the H2O scratch */
 	int *len; /* host: slots in use per sequence */
 	int *pos; /* host: tokens seen per sequence (real tokens) */
+	size_t *fill; /* (kvcache.c) a disk load's bytes in use per sequence */
 	/* (written by kvcache.c alone) decode steps since the prefill; per
 	 * sequence, the step after which it was last rolled back (0: never) */
 	int steps;

@@ -661,6 +661,47 @@ START_TEST(test_traffic_counted)
 }
 END_TEST
 
+/*
+ * A decode step reads of the cache's disk part only the pages holding rows
+ * in use (as FlexGen reads its cache up to the tokens so far): over a long
+ * generation (blocks of 56 slots of 128 bytes, pages that hold none in the
+ * early steps) the counted reads match the prediction and fall below
+ * every step reading its segments whole.  Dense and 4-bit, in one, two and
+ * three micro-batches, the cache wholly or partly on disk.
+ */
+START_TEST(test_traffic_counted_rows_in_use)
+{
+	static const tpol grid[] = {
+		{ 100, 0, 0, 0, 0, true, false, false, false, false, false },
+		{ 100, 0, 0, 0, 3, true, false, false, false, false, false },
+		{ 100, 0, 34, 33, 2, true, false, false, false, false, false },
+		{ 100, 0, 0, 0, 0, true, false, false, false, true, false },
+	};
+	const tpol *t = &grid[_i];
+	const int B = 6, P = 8, G = 48, L = 2;
+	sl_offload_stats pf, dc;
+	sl_cost k;
+	run_counted(t, B, P, G, &pf, &dc, &k);
+	char what[120];
+	snprintf(what, sizeof what, "rows in use: cache %g/%g micro %d%s", t->cg, t->cc, t->micro,
+		 t->q4 ? " 4-bit cache" : "");
+	check_phase(what, "prefill", &k.prefill, &pf);
+	check_phase(what, "decode", &k.decode, &dc);
+	/* the segments whole: each micro-batch's disk sequences' K and V blocks */
+	const int gs = t->micro ? t->micro : B; /* sequences a micro-batch */
+	const size_t slot = sl_kv_slot_bytes(4, 16, false, t->q4);
+	size_t whole = 0;
+	for (int s0 = 0; s0 < B; s0 += gs) {
+		const sl_kvt_split sp = sl_kvt_split_of(gs, t->cg, t->cc);
+		const size_t seg = ((size_t)sp.disk * 2 * (P + G) * slot + 4095) / 4096 * 4096;
+		whole += (size_t)(G - 1) * L * seg;
+	}
+	ck_assert_msg(dc.disk_read_bytes > 0 && dc.disk_read_bytes < whole,
+		      "%s: read %llu bytes in the decode, the segments whole %zu", what,
+		      (unsigned long long)dc.disk_read_bytes, whole);
+}
+END_TEST
+
 /* ---- the search ------------------------------------------------------- */
 
 START_TEST(test_search_fits_and_ranks)
@@ -829,7 +870,7 @@ START_TEST(test_search_margin)
 	} cases[] = {
 		{ "opt-125m", true, 256, 1024 },   /* the disk's bytes decide */
 		{ "opt-125m", false, 1024, 8192 }, /* the micro-batches */
-		{ "opt-125m", false, 1024, 1024 }, /* the parts */
+		{ "opt-125m", false, 1024, 1536 }, /* the parts */
 	};
 	bool seen[4] = { false };
 	for (size_t i = 0; i < SL_ARRAY_LEN(cases); i++) {
@@ -1161,6 +1202,7 @@ int main(int argc, char **argv)
 	tcase_add_checked_fixture(tt, make_offdir, rm_offdir);
 	tcase_set_timeout(tt, 120);
 	tcase_add_loop_test(tt, test_traffic_counted, 0, (int)SL_ARRAY_LEN(traffic_grid));
+	tcase_add_loop_test(tt, test_traffic_counted_rows_in_use, 0, 4);
 	suite_add_tcase(s, tt);
 	TCase *ts = tcase_create("search");
 	tcase_set_timeout(ts, 120);

@@ -143,10 +143,10 @@ static void write_pages(sl_kv_tiers *T, sl_kvt_stage *st, const size_t *off, con
 	ck_assert_int_eq(sl_kvt_wait_writes(T, st), 0);
 }
 
-static void read_back(sl_kv_tiers *T, sl_kvt_stage *st, sl_queue *q, int l, int ndisk)
+static void read_back(sl_kv_tiers *T, sl_kvt_stage *st, sl_queue *q, int l, int ndisk, const size_t *fill)
 {
 	sl_backend *be = T->p.be;
-	ck_assert_int_eq(sl_kvt_load_disk(T, st, l, 0, ndisk), 0);
+	ck_assert_int_eq(sl_kvt_load_disk(T, st, l, 0, ndisk, fill), 0);
 	ck_assert_int_eq(sl_kvt_ready(T, st, q), 0);
 	ck_assert_int_eq(be->ops->queue_sync(be, q), 0);
 }
@@ -176,7 +176,7 @@ START_TEST(test_disk_pages_round_trip)
 	const size_t whole_off = 0;
 	write_pages(T, a, &whole_off, &part, 1);
 	memset(db, 0, part);
-	read_back(T, b, q, l, ndisk);
+	read_back(T, b, q, l, ndisk, NULL);
 	ck_assert_int_eq(memcmp(da, db, part), 0);
 	/* a few rows changed, as a decode step writes them: only their pages */
 	const size_t off[] = { 6000 + 10, 10, 2 * 3000 + 4090, 4 * 3000 + 3 * 200 + 7, 100 };
@@ -196,11 +196,11 @@ START_TEST(test_disk_pages_round_trip)
 	write_pages(T, a, off, len, n);
 	ck_assert_int_eq(stats.disk_write_bytes - w0, pages * SL_DISK_ALIGN);
 	memset(db, 0, part);
-	read_back(T, b, q, l, ndisk);
+	read_back(T, b, q, l, ndisk, NULL);
 	ck_assert_int_eq(memcmp(da, db, part), 0);
 	/* another layer's segment is untouched */
 	memset(db, 0x5a, part);
-	read_back(T, b, q, 0, ndisk);
+	read_back(T, b, q, 0, ndisk, NULL);
 	for (size_t i = 0; i < part; i++)
 		ck_assert_int_eq(db[i], 0);
 	ck_assert_int_eq(sl_kvt_pass_end(T), 0);
@@ -208,6 +208,68 @@ START_TEST(test_disk_pages_round_trip)
 	be->ops->queue_free(be, q);
 	ck_assert_int_eq(be->data_used, 0);
 	ck_assert_int_eq(be->host_used, 0);
+	sl_backend_free(be);
+}
+END_TEST
+
+/* A decode step's load reads each block only up to its rows in use (as
+ * FlexGen reads its cache only up to the tokens so far): the bytes in use
+ * arrive, the pages holding none are neither read nor counted. */
+START_TEST(test_disk_load_reads_rows_in_use)
+{
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	sl_queue *q = NULL;
+	ck_assert_int_eq(be->ops->queue_create(be, &q), 0);
+	sl_kv_stats stats = { 0 };
+	/* three sequences on disk; blocks of 10000 bytes, state blocks of 200 */
+	const size_t sb = 10000, ss = 200;
+	sl_kvt_params p = params(be, &stats, 3, 3, 0, 0, sb, ss);
+	sl_kv_tiers *T = NULL;
+	ck_assert_int_eq(sl_kvt_create(&p, &T), 0);
+	const int l = 0, ndisk = 3;
+	const size_t part = (size_t)ndisk * 2 * (sb + ss);
+	sl_kvt_stage *a = &T->st[0], *b = &T->st[1];
+	char *da = sl_kvt_stage_disk(T, a, ndisk, SL_KVT_K, 0);
+	char *db = sl_kvt_stage_disk(T, b, ndisk, SL_KVT_K, 0);
+	for (size_t i = 0; i < part; i++)
+		da[i] = (char)(i * 13 + 1);
+	a->l = l;
+	a->pmb = 0;
+	const size_t whole_off = 0;
+	write_pages(T, a, &whole_off, &part, 1);
+	/* sequence 0 holds 100 bytes, 1 is full, 2 is empty */
+	const size_t fill[] = { 100, sb, 0 };
+	bool in_use[16 * 4096] = { false }, page[16] = { false };
+	ck_assert_uint_le(part, sizeof in_use);
+	for (int v = SL_KVT_K; v <= SL_KVT_V; v++)
+		for (int j = 0; j < ndisk; j++) {
+			const size_t o = sl_kvt_grp_off((size_t)ndisk, sb, ss, v, (size_t)j);
+			for (size_t x = o; x < o + fill[j]; x++)
+				in_use[x] = true;
+		}
+	for (size_t x = sl_kvt_grp_off((size_t)ndisk, sb, ss, SL_KVT_S, 0); x < part; x++)
+		in_use[x] = true;
+	size_t pages = 0;
+	for (size_t x = 0; x < part; x++)
+		if (in_use[x] && !page[x / SL_DISK_ALIGN]) {
+			page[x / SL_DISK_ALIGN] = true;
+			pages++;
+		}
+	ck_assert_uint_lt(pages, (part + SL_DISK_ALIGN - 1) / SL_DISK_ALIGN); /* some are skipped */
+	memset(db, 0x5a, part);
+	const uint64_t r0 = stats.disk_read_bytes;
+	read_back(T, b, q, l, ndisk, fill);
+	ck_assert_uint_eq(stats.disk_read_bytes - r0, pages * SL_DISK_ALIGN);
+	for (size_t x = 0; x < part; x++) {
+		if (in_use[x] || page[x / SL_DISK_ALIGN])
+			ck_assert_int_eq(db[x], da[x]);
+		else
+			ck_assert_int_eq(db[x], 0x5a);
+	}
+	ck_assert_int_eq(sl_kvt_pass_end(T), 0);
+	sl_kvt_free(T);
+	be->ops->queue_free(be, q);
 	sl_backend_free(be);
 }
 END_TEST
@@ -220,6 +282,7 @@ int main(void)
 	tcase_add_test(tc, test_split);
 	tcase_add_test(tc, test_sizes_are_allocated);
 	tcase_add_test(tc, test_disk_pages_round_trip);
+	tcase_add_test(tc, test_disk_load_reads_rows_in_use);
 	suite_add_tcase(s, tc);
 	return sl_test_run(s);
 }
