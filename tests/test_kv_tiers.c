@@ -143,6 +143,21 @@ static void write_pages(sl_kv_tiers *T, sl_kvt_stage *st, const size_t *off, con
 	ck_assert_int_eq(sl_kvt_wait_writes(T, st), 0);
 }
 
+/* Stage a's disk part of layer l (ndisk units, part bytes) filled with a
+ * pattern (byte i: i * mul + add) and written whole, as a prefill writes
+ * it; the part. */
+static char *write_whole(sl_kv_tiers *T, sl_kvt_stage *a, int l, int ndisk, size_t part, int mul, int add)
+{
+	char *da = sl_kvt_stage_disk(T, a, ndisk, SL_KVT_K, 0);
+	for (size_t i = 0; i < part; i++)
+		da[i] = (char)(i * mul + add);
+	a->l = l;
+	a->pmb = 0;
+	const size_t whole_off = 0;
+	write_pages(T, a, &whole_off, &part, 1);
+	return da;
+}
+
 static void read_back(sl_kv_tiers *T, sl_kvt_stage *st, sl_queue *q, int l, int ndisk, const size_t *fill)
 {
 	sl_backend *be = T->p.be;
@@ -166,15 +181,8 @@ START_TEST(test_disk_pages_round_trip)
 	const int l = 1, ndisk = 3;
 	const size_t part = (size_t)ndisk * 2 * (3000 + 200);
 	sl_kvt_stage *a = &T->st[0], *b = &T->st[1];
-	char *da = sl_kvt_stage_disk(T, a, ndisk, SL_KVT_K, 0);
+	char *da = write_whole(T, a, l, ndisk, part, 7, 3);
 	char *db = sl_kvt_stage_disk(T, b, ndisk, SL_KVT_K, 0);
-	/* the whole part, as a prefill writes it */
-	for (size_t i = 0; i < part; i++)
-		da[i] = (char)(i * 7 + 3);
-	a->l = l;
-	a->pmb = 0;
-	const size_t whole_off = 0;
-	write_pages(T, a, &whole_off, &part, 1);
 	memset(db, 0, part);
 	read_back(T, b, q, l, ndisk, NULL);
 	ck_assert_int_eq(memcmp(da, db, part), 0);
@@ -230,14 +238,8 @@ START_TEST(test_disk_load_reads_rows_in_use)
 	const int l = 0, ndisk = 3;
 	const size_t part = (size_t)ndisk * 2 * (sb + ss);
 	sl_kvt_stage *a = &T->st[0], *b = &T->st[1];
-	char *da = sl_kvt_stage_disk(T, a, ndisk, SL_KVT_K, 0);
+	const char *da = write_whole(T, a, l, ndisk, part, 13, 1);
 	char *db = sl_kvt_stage_disk(T, b, ndisk, SL_KVT_K, 0);
-	for (size_t i = 0; i < part; i++)
-		da[i] = (char)(i * 13 + 1);
-	a->l = l;
-	a->pmb = 0;
-	const size_t whole_off = 0;
-	write_pages(T, a, &whole_off, &part, 1);
 	/* sequence 0 holds 100 bytes, 1 is full, 2 is empty */
 	const size_t fill[] = { 100, sb, 0 };
 	bool in_use[16 * 4096] = { false }, page[16] = { false };
