@@ -45,7 +45,8 @@
  *   gemm_shapes       the same at a model's own GEMM shapes (n x k: its
  *                     decoder's matrices and its head; `sluice profile
  *                     --model DIR` or `--dummy NAME`, repeatable) at m = 1,
- *                     8, 64, 512 (quick: 1, 8), cold as above: a list of
+ *                     2, 4, 8, 16, 32, 64, 512 (quick: 1, 8; older
+ *                     profiles: 1, 8, 64, 512), cold as above: a list of
  *                     curves, the cost model's rate at such a shape is the
  *                     gemm curve's scaled by their ratio at the nearest of
  *                     these m (interpolated between them); optional (absent,

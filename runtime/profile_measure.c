@@ -973,7 +973,10 @@ static double curve_at(const sl_profile_curve *c, int m)
 #define SHAPE_ROUNDS 3
 
 /*
- * The model's own shapes (o->shapes) at a few m, each against the curve's
+ * The model's own shapes (o->shapes) at every power of two up to 64 rows
+ * (decode's micro-batches, where the rate moves most: a curve that dips at
+ * 16 rows on one CPU does not on another, and one shape's curve need not
+ * follow the square's) and at 512 (a prefill), each against the curve's
  * square measured beside it: SHAPE_ROUNDS rounds (one when quick), each
  * the square then every shape, at the same m.  A shape's rate is the
  * curve's point times the median over the rounds of its ratio to that
@@ -985,10 +988,11 @@ static double curve_at(const sl_profile_curve *c, int m)
 static int measure_shapes(const sl_profile_opts *o, sl_profile *out, sl_backend *be, sl_queue *q, size_t ring,
 			  double target)
 {
-	static const int shape_ms[] = { 1, 8, 64, 512 };
-	enum { NM = SL_ARRAY_LEN(shape_ms) };
+	static const int full_ms[] = { 1, 2, 4, 8, 16, 32, 64, 512 }, quick_ms[] = { 1, 8 };
+	enum { NM = SL_ARRAY_LEN(full_ms) };
+	const int *shape_ms = o->quick ? quick_ms : full_ms;
 	const sl_profile_curve *c = &out->gemm;
-	const int nm = o->quick ? 2 : NM, rounds = o->quick ? 1 : SHAPE_ROUNDS;
+	const int nm = o->quick ? (int)SL_ARRAY_LEN(quick_ms) : NM, rounds = o->quick ? 1 : SHAPE_ROUNDS;
 	const int ns = SL_MIN(o->nshapes, SL_PROFILE_SHAPES_MAX);
 	out->n_gemm_shapes = 0;
 	if (ns == 0)
