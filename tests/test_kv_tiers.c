@@ -158,6 +158,15 @@ static char *write_whole(sl_kv_tiers *T, sl_kvt_stage *a, int l, int ndisk, size
 	return da;
 }
 
+/* A one-thread CPU backend and a queue on it. */
+static sl_backend *cpu_with_queue(sl_queue **q)
+{
+	sl_backend *be = NULL;
+	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
+	ck_assert_int_eq(be->ops->queue_create(be, q), 0);
+	return be;
+}
+
 static void read_back(sl_kv_tiers *T, sl_kvt_stage *st, sl_queue *q, int l, int ndisk, const size_t *fill)
 {
 	sl_backend *be = T->p.be;
@@ -168,10 +177,8 @@ static void read_back(sl_kv_tiers *T, sl_kvt_stage *st, sl_queue *q, int l, int 
 
 START_TEST(test_disk_pages_round_trip)
 {
-	sl_backend *be = NULL;
-	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
 	sl_queue *q = NULL;
-	ck_assert_int_eq(be->ops->queue_create(be, &q), 0);
+	sl_backend *be = cpu_with_queue(&q);
 	sl_kv_stats stats = { 0 };
 	/* three sequences, all on disk; units of 2 x (3000 + 200) bytes */
 	sl_kvt_params p = params(be, &stats, 3, 3, 0, 0, 3000, 200);
@@ -225,10 +232,8 @@ END_TEST
  * arrive, the pages holding none are neither read nor counted. */
 START_TEST(test_disk_load_reads_rows_in_use)
 {
-	sl_backend *be = NULL;
-	ck_assert_int_eq(sl_backend_create("cpu", 1, &be), 0);
 	sl_queue *q = NULL;
-	ck_assert_int_eq(be->ops->queue_create(be, &q), 0);
+	sl_backend *be = cpu_with_queue(&q);
 	sl_kv_stats stats = { 0 };
 	/* three sequences on disk; blocks of 10000 bytes, state blocks of 200 */
 	const size_t sb = 10000, ss = 200;
