@@ -974,9 +974,9 @@ static double curve_at(const sl_profile_curve *c, int m)
 
 /*
  * The model's own shapes (o->shapes) at every power of two up to 64 rows
- * (decode's micro-batches, where the rate moves most: a curve that dips at
- * 16 rows on one CPU does not on another, and one shape's curve need not
- * follow the square's) and at 512 (a prefill), each against the curve's
+ * (decode's micro-batches, where the rate moves most and a shape's ratio
+ * to the square is not smooth: on a Xeon the square dips at 16 rows and
+ * 768 x 768 does not) and at 512 (a prefill), each against the curve's
  * square measured beside it: SHAPE_ROUNDS rounds (one when quick), each
  * the square then every shape, at the same m.  A shape's rate is the
  * curve's point times the median over the rounds of its ratio to that
