@@ -10,6 +10,18 @@
 #include <immintrin.h>
 #include <string.h>
 
+/*
+ * The kernels that end in cpu_internal.h's scalar helpers (the output's
+ * finish and epilogue) are flattened: every call inlined, so that the
+ * helpers are compiled for the kernel's target (VEX-encoded).  Called out
+ * of line they are legacy-SSE code, entered with the upper halves of the
+ * vector registers dirty (GCC's vzeroupper insertion leaves the AVX-512
+ * kernels' zmm16-31 out), and each SSE instruction then pays for the
+ * transition: on the Xeon, opt-125m's 768 x 768 product of one row ran
+ * 4.5x slower than flattened, and decode at batch 1 was slower than at
+ * batch 2 (bench/results/small-m-20261207-225646.md).
+ */
+
 sl_cpu_isa sl_cpu_x86_isa(void)
 {
 	__builtin_cpu_init();
@@ -142,7 +154,7 @@ static inline void tile_avx2(const sl_gemm_args *a, float alpha, int n, int r0, 
 
 /* Columns [n0, n1) for all m rows: row blocks of 8, 4, 2, 1 with the
  * matching weight-row count, weight rows of a block read once from memory. */
-__attribute__((target("avx2,fma,f16c")))
+__attribute__((target("avx2,fma,f16c"), flatten))
 void sl_cpu_gemm_direct_avx2(const sl_gemm_args *a, float alpha, int n0, int n1)
 {
 	const int m = a->m;
@@ -227,7 +239,7 @@ static inline void tilep_avx512(const sl_gemm_args *a, float alpha, int n, int r
 		}
 }
 
-__attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma,f16c")))
+__attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma,f16c"), flatten))
 void sl_cpu_gemm_direct_avx512(const sl_gemm_args *a, float alpha, int n0, int n1)
 {
 	const int m = a->m;
@@ -307,7 +319,7 @@ void sl_cpu_pack_w_avx2(const sl_half *w, int k, int rows, int s0, int s1, float
 
 /* AVX2 tile: 3 rows, the group's columns four at a time (12 accumulators
  * of 8 lanes), each reduced by hsum256. */
-__attribute__((target("avx2,fma,f16c")))
+__attribute__((target("avx2,fma,f16c"), flatten))
 void sl_cpu_gemm_tile_avx2(const sl_gemm_tile *t)
 {
 	enum { MR = SL_GEMM_MR_AVX2 };
