@@ -244,16 +244,24 @@ void sl_cpu_gemm_direct_avx512(const sl_gemm_args *a, float alpha, int n0, int n
 {
 	const int m = a->m;
 	int n = n0;
-	if (m >= 1 && m < 4) { /* 1 row: 4 pairs; 2 or 3: 2 pairs */
+	if (m >= 1 && m < 8) { /* 1 row: 4 pairs; 2 to 7 rows: 2 pairs */
 		const int np = m == 1 ? 4 : 2;
 		for (; n + 2 * np <= n1; n += 2 * np) {
 			if (np == 4) {
 				tilep_avx512(a, alpha, n, 0, 4, 1);
 				continue;
 			}
-			tilep_avx512(a, alpha, n, 0, 2, 2);
-			if (m == 3)
-				tilep_avx512(a, alpha, n, 2, 2, 1);
+			int r0 = 0;
+			if (m >= 4) {
+				tilep_avx512(a, alpha, n, 0, 2, 4);
+				r0 = 4;
+			}
+			if (r0 + 2 <= m) {
+				tilep_avx512(a, alpha, n, r0, 2, 2);
+				r0 += 2;
+			}
+			if (r0 < m)
+				tilep_avx512(a, alpha, n, r0, 2, 1);
 		}
 	}
 	for (; n + 2 <= n1; n += 2) {
