@@ -143,6 +143,41 @@ START_TEST(test_measure)
 }
 END_TEST
 
+/*
+ * A full profile (not quick) as `sluice profile --dummy NAME` runs one, but
+ * without the disk and with one small shape: the curve at every power of
+ * two from 1 to 1024 rows on n = k = 2048, and the shape at 1, 2, 4, 8,
+ * 16, 32, 64 and 512 rows (the README's lists).
+ */
+START_TEST(test_measure_full_shapes)
+{
+	sl_profile *p = malloc(sizeof *p);
+	sl_profile_opts o = { .backend = "cpu", .threads = 2, .nshapes = 1, .shapes = { { 96, 64 } } };
+	ck_assert_msg(sl_profile_run(&o, p) == 0, "%s", sl_errmsg());
+	ck_assert(!p->quick);
+	const sl_profile_curve *c = &p->gemm;
+	ck_assert_int_eq(c->npoints, 11);
+	ck_assert_int_eq(c->n, 2048);
+	ck_assert_int_eq(c->k, 2048);
+	for (int i = 0; i < c->npoints; i++) {
+		ck_assert_int_eq(c->m[i], 1 << i);
+		ck_assert_msg(c->gflops[i] > 0, "gemm at m=%d: %g", c->m[i], c->gflops[i]);
+	}
+	ck_assert_int_eq(p->cpu_gemm_m, 512);
+	static const int want[] = { 1, 2, 4, 8, 16, 32, 64, 512 };
+	ck_assert_int_eq(p->n_gemm_shapes, 1);
+	const sl_profile_curve *s = &p->gemm_shapes[0];
+	ck_assert_int_eq(s->n, 96);
+	ck_assert_int_eq(s->k, 64);
+	ck_assert_int_eq(s->npoints, (int)SL_ARRAY_LEN(want));
+	for (int i = 0; i < s->npoints; i++) {
+		ck_assert_int_eq(s->m[i], want[i]);
+		ck_assert_msg(s->gflops[i] > 0, "shape at m=%d: %g", s->m[i], s->gflops[i]);
+	}
+	free(p);
+}
+END_TEST
+
 /* ---- the cache ---------------------------------------------------------------------- */
 
 static ino_t inode_of(const char *path)
@@ -315,6 +350,7 @@ static Suite *profile_measure_suite(void)
 	TCase *tc = tcase_create("profile_measure");
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_measure);
+	tcase_add_test(tc, test_measure_full_shapes);
 	tcase_add_test(tc, test_cache);
 	suite_add_tcase(s, tc);
 	return s;
