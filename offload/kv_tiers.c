@@ -315,21 +315,23 @@ static int add_wticket(sl_kvt_stage *st, uint64_t t)
 	return 0;
 }
 
-/* Range [off, off + n) of a disk part in pages, onto the last of st's read
- * ranges where they touch. */
-static void add_read(sl_kvt_stage *st, size_t off, size_t n)
+/* Range [off, off + n) of a disk part in whole pages, onto the last of the
+ * *nr ranges offs/lens (cap at most) where they touch, else a range of its
+ * own: ranges given in order of offset come out as the fewest reads or
+ * writes of whole pages. */
+static void add_pages(size_t *offs, size_t *lens, int *nr, int cap, size_t off, size_t n)
 {
 	if (n == 0)
 		return;
 	const size_t lo = off / PAGE * PAGE, hi = align_page(off + n);
-	if (st->nrd > 0 && lo <= st->roffs[st->nrd - 1] + st->rlens[st->nrd - 1]) {
-		const size_t end = st->roffs[st->nrd - 1] + st->rlens[st->nrd - 1];
-		st->rlens[st->nrd - 1] += SL_MAX(hi, end) - end;
+	if (*nr > 0 && lo <= offs[*nr - 1] + lens[*nr - 1]) {
+		const size_t end = offs[*nr - 1] + lens[*nr - 1];
+		lens[*nr - 1] += SL_MAX(hi, end) - end;
 		return;
 	}
-	SL_ASSERT(st->nrd < st->nrdmax);
-	st->roffs[st->nrd] = lo;
-	st->rlens[st->nrd++] = hi - lo;
+	SL_ASSERT(*nr < cap);
+	offs[*nr] = lo;
+	lens[(*nr)++] = hi - lo;
 }
 
 int sl_kvt_load_disk(sl_kv_tiers *T, sl_kvt_stage *st, int l, int mb, int ndisk, const size_t *fill)
@@ -351,8 +353,10 @@ int sl_kvt_load_disk(sl_kv_tiers *T, sl_kvt_stage *st, int l, int mb, int ndisk,
 	st->nrd = 0;
 	for (int v = SL_KVT_K; v <= SL_KVT_V; v++)
 		for (size_t j = 0; j < n; j++)
-			add_read(st, sl_kvt_grp_off(n, sb, T->ss, v, j), fill ? SL_MIN(fill[j], sb) : sb);
-	add_read(st, sl_kvt_grp_off(n, sb, T->ss, SL_KVT_S, 0), 2 * n * T->ss);
+			add_pages(st->roffs, st->rlens, &st->nrd, st->nrdmax, sl_kvt_grp_off(n, sb, T->ss, v, j),
+				  fill ? SL_MIN(fill[j], sb) : sb);
+	add_pages(st->roffs, st->rlens, &st->nrd, st->nrdmax, sl_kvt_grp_off(n, sb, T->ss, SL_KVT_S, 0),
+		  2 * n * T->ss);
 	const uint64_t base = seg_off(T, l, mb);
 	const int nr = st->nrd;
 	st->nrd = 0; /* counts the reads issued: those a wait may name */
@@ -411,21 +415,12 @@ int sl_kvt_disk_pages(sl_kv_tiers *T, sl_kvt_stage *st, int cnt)
 		offs[j + 1] = x;
 		lens[j + 1] = y;
 	}
-	/* coalesce into pages, in place (range nr is written after range i >= nr
+	/* coalesce into pages, in place (range nr <= i is written after range i
 	 * was read) */
 	int nr = 0;
-	size_t lo = offs[0] / PAGE * PAGE, hi = align_page(offs[0] + lens[0]);
-	for (int i = 1; i <= cnt; i++) {
-		if (i < cnt && offs[i] / PAGE * PAGE <= hi) {
-			hi = SL_MAX(hi, align_page(offs[i] + lens[i]));
-			continue;
-		}
-		const size_t nlo = i < cnt ? offs[i] / PAGE * PAGE : 0;
-		const size_t nhi = i < cnt ? align_page(offs[i] + lens[i]) : 0;
-		offs[nr] = lo;
-		lens[nr++] = hi - lo;
-		lo = nlo;
-		hi = nhi;
+	for (int i = 0; i < cnt; i++) {
+		const size_t off = offs[i], len = lens[i];
+		add_pages(offs, lens, &nr, cnt, off, len);
 	}
 	st->nr = nr;
 	st->pend = SL_KVT_PEND_DISK;
