@@ -70,6 +70,19 @@ static void check_model_name(const char *key)
 	fclose(f);
 }
 
+/* the GEMM curve: npoints rows, every power of two from 1, on n = k = nk,
+ * each measured */
+static void check_curve(const sl_profile_curve *c, int npoints, int nk)
+{
+	ck_assert_int_eq(c->npoints, npoints);
+	ck_assert_int_eq(c->n, nk);
+	ck_assert_int_eq(c->k, nk);
+	for (int i = 0; i < c->npoints; i++) {
+		ck_assert_int_eq(c->m[i], 1 << i);
+		ck_assert_msg(c->gflops[i] > 0, "gemm at m=%d: %g", c->m[i], c->gflops[i]);
+	}
+}
+
 START_TEST(test_measure)
 {
 	make_tmpdir();
@@ -78,13 +91,7 @@ START_TEST(test_measure)
 	ck_assert_msg(sl_profile_run(&o, p) == 0, "%s", sl_errmsg());
 	ck_assert_str_eq(p->backend, "cpu");
 	const sl_profile_curve *c = &p->gemm;
-	ck_assert_int_eq(c->npoints, 7);
-	ck_assert_int_eq(c->n, 256);
-	ck_assert_int_eq(c->k, 256);
-	for (int i = 0; i < c->npoints; i++) {
-		ck_assert_int_eq(c->m[i], 1 << i);
-		ck_assert_msg(c->gflops[i] > 0, "gemm at m=%d: %g", c->m[i], c->gflops[i]);
-	}
+	check_curve(c, 7, 256);
 	ck_assert_msg(p->cpu_gemm_gflops == c->gflops[6] && p->cpu_gemm_m == 64, "cpu_gemm is the curve's m=64");
 	ck_assert_msg(p->copy_gbps > 0 && p->copy_gbps == p->h2d_gbps, "copy_gbps %g = h2d %g", p->copy_gbps,
 		      p->h2d_gbps);
@@ -155,14 +162,7 @@ START_TEST(test_measure_full_shapes)
 	sl_profile_opts o = { .backend = "cpu", .threads = 2, .nshapes = 1, .shapes = { { 96, 64 } } };
 	ck_assert_msg(sl_profile_run(&o, p) == 0, "%s", sl_errmsg());
 	ck_assert(!p->quick);
-	const sl_profile_curve *c = &p->gemm;
-	ck_assert_int_eq(c->npoints, 11);
-	ck_assert_int_eq(c->n, 2048);
-	ck_assert_int_eq(c->k, 2048);
-	for (int i = 0; i < c->npoints; i++) {
-		ck_assert_int_eq(c->m[i], 1 << i);
-		ck_assert_msg(c->gflops[i] > 0, "gemm at m=%d: %g", c->m[i], c->gflops[i]);
-	}
+	check_curve(&p->gemm, 11, 2048);
 	ck_assert_int_eq(p->cpu_gemm_m, 512);
 	static const int want[] = { 1, 2, 4, 8, 16, 32, 64, 512 };
 	ck_assert_int_eq(p->n_gemm_shapes, 1);

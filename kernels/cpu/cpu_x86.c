@@ -17,8 +17,8 @@
  * of line they are legacy-SSE code, entered with the upper halves of the
  * vector registers dirty (GCC's vzeroupper insertion leaves the AVX-512
  * kernels' zmm16-31 out), and each SSE instruction then pays for the
- * transition: on the Xeon, opt-125m's 768 x 768 product of one row ran
- * 4.5x slower than flattened, and decode at batch 1 was slower than at
+ * transition: on the Xeon, opt-125m's 768 x 768 product of one row ran at
+ * 18 GFLOP/s, flattened at 77, and decode at batch 1 was slower than at
  * batch 2 (bench/results/small-m-20261207-225646.md).
  */
 
