@@ -197,6 +197,8 @@ static json_t *profile_json(const sl_profile *p, sl_jerr *e)
 	sl_jset(j, "gemm_q4", curve(&p->gemm_q4, e), e);
 	sl_jset(j, "gemm_hot", curve(&p->gemm_hot, e), e);
 	sl_jset(j, "llc_bytes", p->llc_bytes ? json_integer((json_int_t)p->llc_bytes) : json_null(), e);
+	sl_jset(j, "llc_hot_bytes", p->llc_hot_bytes ? json_integer((json_int_t)p->llc_hot_bytes) : json_null(),
+		e);
 	json_t *shapes = json_array();
 	for (int i = 0; i < SL_MIN(p->n_gemm_shapes, SL_PROFILE_SHAPES_MAX); i++)
 		sl_jappend(shapes, curve(&p->gemm_shapes[i], e), "gemm_shapes", e);
@@ -764,6 +766,7 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 	memset(&p->gemm_q4, 0, sizeof p->gemm_q4);
 	memset(&p->gemm_hot, 0, sizeof p->gemm_hot);
 	p->llc_bytes = 0;
+	p->llc_hot_bytes = 0;
 	p->n_gemm_shapes = 0;
 	if (version >= 2) {
 		get_str(r, root, "", "build", p->build, sizeof p->build, true);
@@ -779,6 +782,8 @@ static void get_profile(reader *r, const json_t *root, int64_t version, sl_profi
 			get_curve(r, root, "gemm_hot", &p->gemm_hot);
 		if (r->rc == 0 && json_object_get(root, "llc_bytes"))
 			p->llc_bytes = (uint64_t)get_int_or_null(r, root, "", "llc_bytes", 1, INT64_MAX, 0);
+		if (r->rc == 0 && json_object_get(root, "llc_hot_bytes"))
+			p->llc_hot_bytes = (uint64_t)get_int_or_null(r, root, "", "llc_hot_bytes", 1, INT64_MAX, 0);
 		p->copy_gbps = get_rate(r, root, "copy_gbps");
 		p->copy_latency_us = get_rate(r, root, "copy_latency_us");
 		p->op_latency_us = get_rate(r, root, "op_latency_us");

@@ -42,6 +42,14 @@
  *                     2): a layer's weights that fit it are read hot by its
  *                     micro-batches after the first; optional (absent or
  *                     null: unknown)
+ *   llc_hot_bytes     the part of it the GEMM keeps: the largest set of
+ *                     the curve's weights that the GEMM at 1 row, reading
+ *                     its copies in turn, still reads at the middle of the
+ *                     cold and hot rates or faster (copies of 2 up to 32);
+ *                     where given, it replaces llc_bytes in the cost model
+ *                     (a VM's share of its host's cache is smaller than
+ *                     what hwloc reports); optional (absent or null: not
+ *                     measured)
  *   gemm_shapes       the same at a model's own GEMM shapes (n x k: its
  *                     decoder's matrices and its head; `sluice profile
  *                     --model DIR` or `--dummy NAME`, repeatable) at m = 1,
@@ -239,6 +247,8 @@ typedef struct sl_profile {
 	sl_profile_curve gemm_hot;  /* the gemm curve with its weights in the cache;
 				     * npoints 0: not measured (optional in a file) */
 	uint64_t llc_bytes;         /* the last-level cache; 0: unknown */
+	uint64_t llc_hot_bytes;     /* the weights the GEMM keeps hot in it, as
+				     * measured; 0: not measured (llc_bytes) */
 	int n_gemm_shapes;          /* curves in gemm_shapes; 0: none measured */
 	sl_profile_curve gemm_shapes[SL_PROFILE_SHAPES_MAX]; /* at a model's own
 				     * n x k (optional in a file) */

@@ -52,7 +52,7 @@ typedef struct rates {
 	const sl_profile_curve *shapes; /* the gemm curve at other n x k */
 	int nshapes;
 	const sl_profile_curve *gemm_hot; /* CPU backend: weights in the cache; NULL: none */
-	double llc;                /* the last-level cache's bytes (with gemm_hot) */
+	double llc;                /* the bytes of weights the cache keeps (with gemm_hot) */
 	bool hot_now;              /* this GEMM's weights are in the cache (gemm_hot) */
 	int fit_hot_n;             /* --fit: the share of gemm_hot's gain a run's */
 	const int *fit_hot_m;      /* micro-batches reach, at m rows (0 points: */
@@ -76,9 +76,11 @@ static void rates_of(const sl_profile *p, bool host, rates *r)
 	r->gemm_q4 = p->gemm_q4.npoints > 0 ? &p->gemm_q4 : r->gemm;
 	r->shapes = p->gemm_shapes;
 	r->nshapes = r->gemm ? p->n_gemm_shapes : 0;
-	const bool hot = host && r->gemm && p->gemm_hot.npoints > 0 && p->llc_bytes > 0;
+	/* the weights that stay in the cache: as measured, else hwloc's size */
+	const uint64_t llc = p->llc_hot_bytes ? p->llc_hot_bytes : p->llc_bytes;
+	const bool hot = host && r->gemm && p->gemm_hot.npoints > 0 && llc > 0;
 	r->gemm_hot = hot ? &p->gemm_hot : NULL;
-	r->llc = hot ? (double)p->llc_bytes : 0;
+	r->llc = hot ? (double)llc : 0;
 	const double mem = pos_or(p->mem_read_gbps, 10.0) * 1e9;
 	if (host) {
 		r->peak_flops = pos_or(p->cpu_gemm_gflops, 10.0) * 1e9;

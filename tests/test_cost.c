@@ -1158,6 +1158,18 @@ START_TEST(test_gemm_hot_micro_batches)
 	prof.llc_bytes = 1000;
 	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &d), 0);
 	ck_assert_double_eq_tol(d.seconds, a.seconds, 1e-15);
+	/* the set the cache was measured to keep (llc_hot_bytes) decides, not
+	 * hwloc's size: the layers read cold under 1 TiB of cache that keeps
+	 * 1000 bytes, and hot where hwloc reports none */
+	prof.llc_bytes = 1ull << 40;
+	prof.llc_hot_bytes = 1000;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &d), 0);
+	ck_assert_double_eq_tol(d.seconds, a.seconds, 1e-15);
+	prof.llc_bytes = 0;
+	prof.llc_hot_bytes = 1ull << 40;
+	ck_assert_int_eq(sl_cost_eval(&c, &pl, &prof, 16, 8, &d), 0);
+	ck_assert_double_eq_tol(d.seconds, b.seconds, 1e-15);
+	prof.llc_hot_bytes = 0;
 	prof.llc_bytes = 1ull << 40;
 	for (int i = 0; i < prof.gemm_hot.npoints; i++)
 		prof.gemm_hot.gflops[i] /= 4;

@@ -107,6 +107,7 @@ static void full_profile(sl_profile *p)
 	for (int i = 0; i < 11; i++)
 		p->gemm_hot.gflops[i] = 5.0 * (1 << i) / 7.0 + 0.2;
 	p->llc_bytes = 300ull << 20;
+	p->llc_hot_bytes = 64ull << 20;
 	p->n_gemm_shapes = 2;
 	p->gemm_shapes[0] = (sl_profile_curve){ .npoints = 4, .n = 768, .k = 3072, .m = { 1, 8, 64, 512 },
 						.gflops = { 0.1 + 0.2, 50.0 / 3, 200.5, 1e3 / 7 } };
@@ -245,6 +246,7 @@ static void check_same(const sl_profile *a, const sl_profile *b)
 		SAME_BITS(gemm_hot.gflops[i]);
 	}
 	SAME(llc_bytes);
+	SAME(llc_hot_bytes);
 	SAME(n_gemm_shapes);
 	for (int s = 0; s < a->n_gemm_shapes; s++) {
 		SAME(gemm_shapes[s].npoints);
@@ -403,16 +405,20 @@ START_TEST(test_round_trip)
 	/* gemm_hot and llc_bytes (the cache), later still: absent or null, none */
 	ck_assert_int_eq(json_object_del(root, "gemm_hot"), 0);
 	ck_assert_int_eq(json_object_del(root, "llc_bytes"), 0);
+	ck_assert_int_eq(json_object_del(root, "llc_hot_bytes"), 0);
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
 	memset(q, 0xa5, sizeof *q);
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	ck_assert_int_eq(q->gemm_hot.npoints, 0);
 	ck_assert_uint_eq(q->llc_bytes, 0);
+	ck_assert_uint_eq(q->llc_hot_bytes, 0);
 	memset(&p->gemm_hot, 0, sizeof p->gemm_hot);
 	p->llc_bytes = 0;
+	p->llc_hot_bytes = 0;
 	check_same(p, q);
 	json_object_set_new(root, "gemm_hot", json_null());
 	json_object_set_new(root, "llc_bytes", json_null());
+	json_object_set_new(root, "llc_hot_bytes", json_null());
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
 	ck_assert_msg(sl_profile_load(path, q) == 0, "%s", sl_errmsg());
 	check_same(p, q);
@@ -570,6 +576,8 @@ static const bad_case bad_cases[] = {
 	{ "gemm_hot", "7", SL_EFORMAT, "gemm_hot must be an object or null, got an integer" },
 	{ "gemm_hot.gflops.0", "-1", SL_ERANGE, "gemm_hot.gflops[0] = -1, must be a positive number" },
 	{ "llc_bytes", "0", SL_ERANGE, "llc_bytes = 0, must be in [1, " },
+	{ "llc_hot_bytes", "-64", SL_ERANGE, "llc_hot_bytes = -64, must be in [1, " },
+	{ "llc_hot_bytes", "\"64M\"", SL_EFORMAT, "llc_hot_bytes must be an integer or null, got a string" },
 	/* sluice profile --fit */
 	{ "fit_prefill", "0", SL_ERANGE, "fit_prefill = 0, must be a positive number or null" },
 	{ "fit_decode", "\"1.1\"", SL_EFORMAT, "fit_decode must be a positive number or null, got a string" },
@@ -696,7 +704,7 @@ START_TEST(test_format_1)
 	static const char *const v2[] = { "build", "machine", "gemm", "copy_gbps", "copy_latency_us",
 					  "op_latency_us", "attn_decode_gbps", "attn_prefill_gflops",
 					  "cpu_attn_gbps", "disk_write_gbps", "dev_reserve_bytes", "gemm_q4",
-					  "gemm_shapes", "gemm_hot", "llc_bytes" };
+					  "gemm_shapes", "gemm_hot", "llc_bytes", "llc_hot_bytes" };
 	for (size_t i = 0; i < SL_ARRAY_LEN(v2); i++)
 		ck_assert_int_eq(json_object_del(root, v2[i]), 0);
 	ck_assert_int_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
@@ -710,6 +718,7 @@ START_TEST(test_format_1)
 	want->n_gemm_shapes = 0;
 	memset(&want->gemm_hot, 0, sizeof want->gemm_hot);
 	want->llc_bytes = 0;
+	want->llc_hot_bytes = 0;
 	want->copy_gbps = want->copy_latency_us = want->op_latency_us = 0;
 	want->attn_decode_gbps = want->attn_prefill_gflops = want->cpu_attn_gbps = want->disk_write_gbps = 0;
 	want->dev_reserve_bytes = 0;

@@ -93,6 +93,15 @@ START_TEST(test_measure)
 	const sl_profile_curve *c = &p->gemm;
 	check_curve(c, 7, 256);
 	ck_assert_msg(p->cpu_gemm_gflops == c->gflops[6] && p->cpu_gemm_m == 64, "cpu_gemm is the curve's m=64");
+	/* the set of weights the cache keeps: none measured (the hot curve
+	 * gains under 10% at 1 row), or 1 to 32 copies of the curve's 128 KiB
+	 * matrix, no more than hwloc's cache */
+	const uint64_t mat = 256 * 256 * sizeof(sl_half);
+	ck_assert_msg(p->llc_hot_bytes == 0 ||
+			      (p->llc_hot_bytes % mat == 0 && p->llc_hot_bytes >= mat && p->llc_hot_bytes <= 32 * mat &&
+			       (p->llc_bytes == 0 || p->llc_hot_bytes <= SL_MAX(p->llc_bytes, mat))),
+		      "llc_hot_bytes %llu (llc %llu)", (unsigned long long)p->llc_hot_bytes,
+		      (unsigned long long)p->llc_bytes);
 	ck_assert_msg(p->copy_gbps > 0 && p->copy_gbps == p->h2d_gbps, "copy_gbps %g = h2d %g", p->copy_gbps,
 		      p->h2d_gbps);
 	ck_assert_msg(p->d2h_gbps > 0, "d2h measured on the CPU backend");
