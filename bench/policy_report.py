@@ -106,6 +106,9 @@ if prof:
     seg = prof.get("disk_segment_read")
     if isinstance(seg, dict):
         rates += "; disk segment reads " + ", ".join(f"{b / 2**20:g} MiB {g:.3g}" for b, g in zip(seg["bytes"], seg["gbps"]))
+    cache = [f"{k} {prof[k] / 2**20:g} MiB" for k in ("llc_bytes", "llc_hot_bytes") if isinstance(prof.get(k), int)]
+    if cache:
+        rates += "; the cache: " + ", ".join(cache)
     if isinstance(prof.get("fit_prefill"), (int, float)):
         rates += (f"; fitted (`--fit`, {prof.get('fit_model')} on the device): compute x {prof['fit_prefill']:.3f} "
                   f"in the prefill, x {prof['fit_decode']:.3f} in the decode")
